@@ -1,0 +1,206 @@
+"""The game contract shared by scripted strategies, FMSP code policies and the LLM seat.
+
+Every game is a two-seat, round-based game. A *round* is the unit the SEPO objective and the
+per-round advantages work in: one simultaneous move (IPD, auction, negotiation) or one whole hand
+(Kuhn poker, several sequential decisions). `Game.step` advances one decision point and returns a
+`RoundResult` when that decision closed a round.
+
+No torch, no transformers: this module (and all of `envs`) must import without them.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class IllegalActionError(ValueError):
+    """An action string that is not in `legal_actions` for that seat at that moment."""
+
+
+@dataclass(frozen=True)
+class Lambdas:
+    """Weights of the SEPO penalty terms: J = u - e*E - c*C - x*X."""
+
+    e: float
+    c: float
+    x: float
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Per-seat, per-round safety signals the objective needs.
+
+    collusion: the seat's harmful-coordination indicator for this round, in [0, 1] (e.g. IPD: the
+        seat defected; only *used* by the objective in episodes against the collusive pool).
+        None when the seat made no decision of that kind this round.
+    externality: the round's harm to parties outside the seat's own payoff, in [0, 1]
+        (IPD welfare shortfall, auction wasted win, negotiation breakdown; Kuhn 0).
+    """
+
+    collusion: float | None
+    externality: float
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one finished round produced."""
+
+    index: int  # 0-based round number
+    payoffs: tuple[float, float]  # per seat
+    signals: tuple[Signals, Signals]  # per seat
+    record: Mapping[str, Any]  # public record of the round (actions, revealed cards, ...), JSON-able
+
+
+@dataclass
+class GameState:
+    """Mutable episode state. Games subclass it to add their private information."""
+
+    round: int = 0  # index of the round being played (== number of finished rounds)
+    history: list[RoundResult] = field(default_factory=list)
+    totals: list[float] = field(default_factory=lambda: [0.0, 0.0])  # cumulative payoff per seat
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class View:
+    """What one seat may see at a decision point: the input of every strategy.
+
+    `history` has one dict per finished round *from this seat's point of view*; every game fills
+    at least `my_payoff` and `opp_payoff`, and simultaneous-move games `my_action`/`opp_action`.
+    `private` holds this seat's private information (cards, values); `current` holds public
+    in-round information (e.g. Kuhn betting so far).
+    """
+
+    game: str
+    seat: int
+    round: int
+    num_rounds: int
+    legal_actions: tuple[str, ...]
+    private: Mapping[str, Any]
+    current: Mapping[str, Any]
+    history: tuple[Mapping[str, Any], ...]
+    params: Mapping[str, Any]  # the game's parameters (payoff matrix, pie size, ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-able dict (what sandboxed FMSP policies receive)."""
+        return {
+            "game": self.game,
+            "seat": self.seat,
+            "round": self.round,
+            "num_rounds": self.num_rounds,
+            "legal_actions": list(self.legal_actions),
+            "private": dict(self.private),
+            "current": dict(self.current),
+            "history": [dict(h) for h in self.history],
+            "params": dict(self.params),
+        }
+
+
+class Game(ABC):
+    """A two-seat, round-based game: rules, text views, legal actions, parsing and payoffs in one place."""
+
+    name: ClassVar[str]
+    max_payoff: ClassVar[float]  # per round, sets the SEPO scale s = 3 / max_payoff
+    default_lambdas: ClassVar[Lambdas]
+
+    num_rounds: int
+
+    # --- episode -----------------------------------------------------------------------------
+    @abstractmethod
+    def new_state(self, rng: random.Random) -> GameState:
+        """A fresh episode; private information (values, cards) is drawn from `rng`."""
+
+    @abstractmethod
+    def current_players(self, state: GameState) -> list[int]:
+        """Seats that must act now: both for simultaneous moves, one in Kuhn, [] when terminal."""
+
+    @abstractmethod
+    def legal_actions(self, state: GameState, seat: int) -> list[str]:
+        """Canonical action strings legal for `seat` now (numeric actions enumerated)."""
+
+    @abstractmethod
+    def step(self, state: GameState, actions: Mapping[int, str]) -> RoundResult | None:
+        """Apply the actions of `current_players(state)`; return the RoundResult if a round closed.
+
+        Raises IllegalActionError for a missing or illegal action. Updates `state.history`,
+        `state.totals`, `state.round` and `state.done`.
+        """
+
+    def is_terminal(self, state: GameState) -> bool:
+        return state.done
+
+    # --- text views for the LLM seat ---------------------------------------------------------
+    @abstractmethod
+    def system_prompt(self, seat: int) -> str:
+        """Rules text for an LLM in `seat`, ending with the answer format."""
+
+    @abstractmethod
+    def observation(self, state: GameState, seat: int) -> str:
+        """The user message for `seat` at its decision point (round, history, scores, question)."""
+
+    @abstractmethod
+    def parse_action(self, text: str, state: GameState, seat: int) -> str | None:
+        """Strictly read the final answer in `text` as a legal canonical action, or None."""
+
+    # --- strategies ------------------------------------------------------------------------
+    @abstractmethod
+    def view(self, state: GameState, seat: int) -> View:
+        """What `seat` may see now."""
+
+    @property
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The game's parameters, JSON-able (used in configs, manifests and View.params)."""
+
+
+class Strategy(ABC):
+    """A policy for one seat. Scripted strategies, FMSP code policies and the LLM seat are interchangeable.
+
+    `reset` is called once per episode before the first decision; `act` must return one of
+    `view.legal_actions`. Strategies keep their own state between rounds.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def reset(self, game: Game, seat: int, rng: random.Random) -> None:
+        self.game = game
+        self.seat = seat
+        self.rng = rng
+
+    @abstractmethod
+    def act(self, view: View) -> str: ...
+
+
+@dataclass
+class Episode:
+    """The result of a finished episode between two policies."""
+
+    game: str
+    names: tuple[str, str]  # strategy name per seat
+    rounds: list[RoundResult]
+    totals: tuple[float, float]
+
+    def mean_payoff(self, seat: int) -> float:
+        return self.totals[seat] / max(1, len(self.rounds))
+
+
+def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random) -> Episode:
+    """Play one episode between two strategies (seat i is `strategies[i]`)."""
+    state = game.new_state(rng)
+    for seat, strategy in enumerate(strategies):
+        strategy.reset(game, seat, random.Random(rng.random()))
+    while not game.is_terminal(state):
+        seats = game.current_players(state)
+        actions = {s: strategies[s].act(game.view(state, s)) for s in seats}
+        game.step(state, actions)
+    return Episode(
+        game=game.name,
+        names=(strategies[0].name, strategies[1].name),
+        rounds=list(state.history),
+        totals=(state.totals[0], state.totals[1]),
+    )

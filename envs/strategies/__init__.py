@@ -1,0 +1,1 @@
+"""Scripted strategies, one module per game, each exposing STRATEGIES: name -> class."""

@@ -1,0 +1,160 @@
+"""Tiny random-weight models of the real architectures (Llama, Qwen 3.5, Gemma 4) with a locally trained
+byte-level BPE tokenizer and a chat template shaped like the real one.
+
+They exist so tests, benchmarks and CI can exercise every code path without the Hub: a model builds in
+well under a second, and `head_dim >= 32` keeps them loadable by vLLM's CPU attention. `shape="4b"` builds
+a random-weight model with the real 4B-class dimensions for GPU throughput checks.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
+
+Arch = Literal["llama", "qwen3_5", "gemma4"]
+ARCHS: tuple[str, ...] = ("llama", "qwen3_5", "gemma4")
+
+# Special tokens per template family. The end-of-turn token is the model's EOS, as in the real models.
+_CHATML_SPECIALS = ["<unk>", "<s>", "<pad>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+_GEMMA_SPECIALS = ["<unk>", "<bos>", "<pad>", "<|turn>", "<turn|>", "<|channel>", "<channel|>"]
+
+# ChatML as used by SmolLM2 / Qwen; the Qwen 3.5 variant honours enable_thinking like the real template.
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN35_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
+)
+# Gemma 4 shape: <|turn>role ... <turn|>, assistant role called "model", thought channel off by default.
+GEMMA4_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "<|turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] }}<turn|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+)
+
+_WORDS = (
+    "you are a player in a repeated game round rounds of the opponent your score scores so far payoff points "
+    "choose answer with one line reasoning then action on the last line final COOPERATE DEFECT cooperate "
+    "defect PASS BET CALL FOLD pass bet call fold card J Q K jack queen king hand pot chips ante bid bids "
+    "value private auction win won lose tie demand demands pie deal breakdown books hats balls pool items "
+    "negotiation prisoner dilemma kuhn poker history last previous retaliating forgive opponent defected "
+    "cooperated because since think briefly about pattern respond only in English what is your"
+).split()
+
+
+@lru_cache(maxsize=4)
+def _trained_tokenizer(specials: tuple[str, ...]) -> str:
+    """Train a 512-token byte-level BPE on a few KB of game text; returns its JSON (cached per process)."""
+    rng = random.Random(0)
+    corpus = [" ".join(rng.choice(_WORDS) for _ in range(24)) for _ in range(300)]
+    corpus += [str(i) for i in range(20)] + ["[1, 2, 3]", "[0, 4, 2]", "Final action:", "Round 3 of 8."]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=list(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    return tok.to_str()
+
+
+def build_tokenizer(arch: Arch = "llama") -> PreTrainedTokenizerFast:
+    """A tokenizer with the chat template and end-of-turn token of `arch`'s family."""
+    if arch == "gemma4":
+        specials, template = _GEMMA_SPECIALS, GEMMA4_TEMPLATE
+        names = dict(unk_token="<unk>", bos_token="<bos>", eos_token="<turn|>", pad_token="<pad>")
+    else:
+        specials = _CHATML_SPECIALS
+        template = QWEN35_TEMPLATE if arch == "qwen3_5" else CHATML_TEMPLATE
+        names = dict(unk_token="<unk>", bos_token="<s>", eos_token="<|im_end|>", pad_token="<pad>")
+    tok = Tokenizer.from_str(_trained_tokenizer(tuple(specials)))
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=template, **names)
+    hf.padding_side = "left"
+    return hf
+
+
+def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
+    big = shape == "4b"
+    if arch == "llama":
+        from transformers import LlamaConfig
+
+        dims = (
+            dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                 num_key_value_heads=8, head_dim=128)
+            if big
+            else dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, head_dim=32)
+        )
+        return LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=False,
+                           rms_norm_eps=1e-6, **dims, **ids)
+    if arch == "qwen3_5":
+        from transformers import Qwen3_5TextConfig
+
+        dims = (
+            dict(hidden_size=2560, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=16,
+                 num_key_value_heads=4, head_dim=256, linear_num_value_heads=32, linear_num_key_heads=16,
+                 linear_key_head_dim=128, linear_value_head_dim=128)
+            if big
+            else dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=32, linear_num_value_heads=2, linear_num_key_heads=1,
+                      linear_key_head_dim=32, linear_value_head_dim=32)
+        )
+        return Qwen3_5TextConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=False,
+                                 **dims, **ids)
+    if arch == "gemma4":
+        from transformers import Gemma4TextConfig
+
+        dims = (
+            dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=42, num_attention_heads=8,
+                 num_key_value_heads=2, head_dim=256, global_head_dim=512, hidden_size_per_layer_input=256,
+                 sliding_window=512, num_kv_shared_layers=18)
+            if big
+            else dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=32, global_head_dim=32, hidden_size_per_layer_input=8,
+                      sliding_window=16, num_kv_shared_layers=0)
+        )
+        return Gemma4TextConfig(vocab_size=vocab, vocab_size_per_layer_input=vocab,
+                                max_position_embeddings=4096, final_logit_softcapping=30.0, **dims, **ids)
+    raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {ARCHS}")
+
+
+def build_tiny_model(
+    arch: Arch = "llama", seed: int = 0, shape: str = "tiny", dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A random-weight causal LM of `arch` (text-only class) and its tokenizer.
+
+    shape="tiny": hidden 64, 2-4 layers (tests); shape="4b": the real 4B-class dimensions (GPU checks,
+    vocabulary still tiny so only the transformer body is 4B-shaped).
+    """
+    from transformers import AutoModelForCausalLM
+
+    tok = build_tokenizer(arch)
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = _config(arch, len(tok), ids, shape)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config = GenerationConfig(**ids)
+    return model, tok
+
+
+def save_tiny_model(path: str | Path, arch: Arch = "llama", seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
+    """Build and save a tiny model + tokenizer to `path` (loadable by transformers and vLLM)."""
+    path = Path(path)
+    model, tok = build_tiny_model(arch, seed=seed, dtype=dtype)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
