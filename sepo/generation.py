@@ -1,0 +1,71 @@
+"""The one small interface every generation backend implements (HF generate, vLLM, OpenAI-compatible).
+
+The rollout engine owns chat rendering and token bookkeeping, so backends take already-rendered prompts
+(token ids, plus the chat messages for endpoints that only speak chat) and return token ids with their
+sampling log-probabilities. Each method is one batched call: the rollout makes exactly one call per round
+(plus at most one constrained-fallback call and one scoring call), the same number on every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """Decoding settings for one call. `greedy=True` ignores temperature/top_p/top_k."""
+
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 0
+    max_new_tokens: int = 64
+    greedy: bool = False
+    seed: int | None = None
+
+
+@dataclass
+class Prompt:
+    """One rendered prompt.
+
+    ids: the full token-id context (chat template applied, generation prompt added, and for a fallback
+        call also the model's text so far plus the cue).
+    messages: the same context as chat messages, for chat-only endpoints.
+    assistant_prefix: text already written in the current assistant turn (fallback calls), which
+        chat-only endpoints continue rather than start a new turn.
+    """
+
+    ids: list[int]
+    messages: list[dict[str, str]] = field(default_factory=list)
+    assistant_prefix: str = ""
+
+
+@dataclass
+class Generation:
+    """One completion: sampled token ids (ending with the end-of-turn token when `finished`), their
+    log-probabilities under the sampling distribution, and the decoded text (special tokens removed)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finished: bool
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What the rollout engine and `sepo eval` need from a model server."""
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+        """Free generation for every prompt, one completion each."""
+        ...
+
+    def generate_choice(
+        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec
+    ) -> list[Generation]:
+        """Constrained decode: completion i is exactly one of `choices[i]` followed by end-of-turn."""
+        ...
+
+    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
+        """Exact probabilities of each choice as the continuation of prompt i (teacher-forced
+        log-likelihood of the choice tokens plus end-of-turn, normalised over the choices)."""
+        ...
