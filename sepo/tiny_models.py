@@ -22,25 +22,25 @@ ARCHS: tuple[str, ...] = ("llama", "qwen3_5", "gemma4")
 
 # Special tokens per template family. The end-of-turn token is the model's EOS, as in the real models.
 _CHATML_SPECIALS = ["<unk>", "<s>", "<pad>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
-_GEMMA_SPECIALS = ["<unk>", "<bos>", "<pad>", "<|turn>", "<turn|>", "<|channel>", "<channel|>"]
+_GEMMA_SPECIALS = ["<unk>", "<bos>", "<pad>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", '<|"|>']
 
-# ChatML as used by SmolLM2 / Qwen; the Qwen 3.5 variant honours enable_thinking like the real template.
+# Llama tiny model: plain ChatML, as used by the embedded SmolLM2. Qwen 3.5 and Gemma 4 use the real templates
+# TRL bundles (Qwen 3.5-4B's thinking template, honouring enable_thinking; Gemma 4's canonical template).
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-QWEN35_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
-    "{% endif %}"
-)
-# Gemma 4 shape: <|turn>role ... <turn|>, assistant role called "model", thought channel off by default.
-GEMMA4_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "<|turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] }}<turn|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"
-)
+
+
+def _template(arch: str) -> str:
+    from trl import chat_template_utils
+
+    if arch == "qwen3_5":
+        return chat_template_utils.qwen3_5_think_chat_template
+    if arch == "gemma4":
+        return chat_template_utils.gemma4_v5_chat_template
+    return CHATML_TEMPLATE
+
 
 _WORDS = (
     "you are a player in a repeated game round rounds of the opponent your score scores so far payoff points "
@@ -75,12 +75,12 @@ def _trained_tokenizer(specials: tuple[str, ...]) -> str:
 def build_tokenizer(arch: Arch = "llama") -> PreTrainedTokenizerFast:
     """A tokenizer with the chat template and end-of-turn token of `arch`'s family."""
     if arch == "gemma4":
-        specials, template = _GEMMA_SPECIALS, GEMMA4_TEMPLATE
+        specials = _GEMMA_SPECIALS
         names = dict(unk_token="<unk>", bos_token="<bos>", eos_token="<turn|>", pad_token="<pad>")
     else:
         specials = _CHATML_SPECIALS
-        template = QWEN35_TEMPLATE if arch == "qwen3_5" else CHATML_TEMPLATE
         names = dict(unk_token="<unk>", bos_token="<s>", eos_token="<|im_end|>", pad_token="<pad>")
+    template = _template(arch)
     tok = Tokenizer.from_str(_trained_tokenizer(tuple(specials)))
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=template, **names)
     hf.padding_side = "left"

