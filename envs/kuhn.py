@@ -1,0 +1,422 @@
+"""Kuhn poker as a repeated game (one round = one hand), plus the exact analysis of the classic hand.
+
+The game: cards J < Q < K, each seat antes, one bet size, `num_hands` hands per episode with the first
+mover alternating (seat 0 first in hand 0). Actions are PASS/BET when no bet is pending and FOLD/CALL
+when facing one. The exact analysis (`game_value`, `best_response_value`, `exploitability`) works on
+the classic single hand (ante 1, bet 1, player 0 acts first) over information-set strings in
+OpenSpiel's p/b notation with letters for cards ("K", "Qp", "Jb", "Qpb"), so the exact
+exploitability of any tabular policy, an LLM's included, can be measured.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import permutations
+from typing import Any
+
+from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
+from envs.parsing import match_action
+
+CARDS: tuple[str, ...] = ("J", "Q", "K")
+_RANK = {card: rank for rank, card in enumerate(CARDS)}
+OPEN_ACTIONS: tuple[str, ...] = ("PASS", "BET")  # no bet pending
+FACING_ACTIONS: tuple[str, ...] = ("FOLD", "CALL")  # facing a bet
+_LETTER = {"PASS": "p", "BET": "b", "FOLD": "p", "CALL": "b"}  # classic p/b notation
+_ALIASES = {"CHECK": "PASS", "RAISE": "BET"}
+
+# Betting sequences of the classic hand (letters) that end it, and those where a player acts.
+TERMINAL_HISTORIES: tuple[str, ...] = ("pp", "bp", "bb", "pbp", "pbb")
+DECISION_HISTORIES: tuple[str, ...] = ("", "p", "b", "pb")
+INFO_STATES: tuple[str, ...] = tuple(card + h for h in DECISION_HISTORIES for card in CARDS)
+
+Policy = Mapping[str, Mapping[str, float]]
+
+
+def actions_at(history: str) -> tuple[str, ...]:
+    """Legal canonical actions after betting `history` (p/b letters) of the current hand."""
+    return FACING_ACTIONS if history.endswith("b") else OPEN_ACTIONS
+
+
+def _hand_over(history: str) -> bool:
+    return history in TERMINAL_HISTORIES
+
+
+# ------------------------------------------------------------------------------------------------
+# The repeated game
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class KuhnState(GameState):
+    """Episode state: the deal of every hand (drawn up front, so it depends only on the seed) and the
+    betting of the hand in progress as (seat, canonical action) pairs."""
+
+    deals: list[tuple[str, str]] = field(default_factory=list)  # (seat 0 card, seat 1 card) per hand
+    betting: list[tuple[int, str]] = field(default_factory=list)
+
+
+class KuhnPoker(Game):
+    """Repeated Kuhn poker: `num_hands` hands, ante and bet configurable, first mover alternating by hand."""
+
+    name = "kuhn"
+    max_payoff = 2.0
+    default_lambdas = Lambdas(e=1.5, c=2.4, x=0.0)
+
+    def __init__(self, num_hands: int = 6, ante: int = 1, bet: int = 1) -> None:
+        for label, value in (("num_hands", num_hands), ("ante", ante), ("bet", bet)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"kuhn: {label} must be a positive integer, got {value!r}")
+        self.num_rounds = num_hands
+        self.ante = ante
+        self.bet = bet
+        if ante + bet != self.max_payoff:  # keep the SEPO scale s = 3 / max_payoff right
+            self.max_payoff = float(ante + bet)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"num_hands": self.num_rounds, "ante": self.ante, "bet": self.bet, "cards": list(CARDS)}
+
+    # --- episode -----------------------------------------------------------------------------
+    def new_state(self, rng: random.Random) -> KuhnState:
+        deals = [tuple(rng.sample(CARDS, 2)) for _ in range(self.num_rounds)]
+        return KuhnState(deals=deals)  # type: ignore[arg-type]
+
+    @staticmethod
+    def first_mover(hand: int) -> int:
+        """Seat that acts first in hand `hand` (0-based): seat 0 in even hands, seat 1 in odd ones."""
+        return hand % 2
+
+    def _letters(self, state: KuhnState) -> str:
+        return "".join(_LETTER[action] for _, action in state.betting)
+
+    def current_players(self, state: KuhnState) -> list[int]:
+        if state.done:
+            return []
+        return [(self.first_mover(state.round) + len(state.betting)) % 2]
+
+    def legal_actions(self, state: KuhnState, seat: int) -> list[str]:
+        if seat not in self.current_players(state):
+            return []
+        return list(actions_at(self._letters(state)))
+
+    def info_state(self, state: KuhnState, seat: int) -> str:
+        """The classic information-set string of `seat` in the current hand: card + p/b history ("Qpb")."""
+        _check_seat(seat)
+        if state.done:
+            raise ValueError("kuhn: the episode is over; there is no current hand")
+        return state.deals[state.round][seat] + self._letters(state)
+
+    def step(self, state: KuhnState, actions: Mapping[int, str]) -> RoundResult | None:
+        if state.done:
+            raise IllegalActionError("kuhn: the episode is over")
+        (seat,) = self.current_players(state)
+        if set(actions) != {seat}:
+            raise IllegalActionError(
+                f"kuhn: seat {seat} must act now (and only it); got seats {sorted(actions)}"
+            )
+        legal = self.legal_actions(state, seat)
+        if actions[seat] not in legal:
+            raise IllegalActionError(f"kuhn: {actions[seat]!r} is not legal for seat {seat}; legal: {legal}")
+        state.betting.append((seat, actions[seat]))
+        history = self._letters(state)
+        if not _hand_over(history):
+            return None
+        return self._close_hand(state, history)
+
+    def _close_hand(self, state: KuhnState, history: str) -> RoundResult:
+        cards = state.deals[state.round]
+        contributed = [self.ante, self.ante]
+        folder = None
+        for seat, action in state.betting:
+            if action in ("BET", "CALL"):
+                contributed[seat] += self.bet
+            elif action == "FOLD":
+                folder = seat
+        showdown = folder is None
+        winner = (1 - folder) if folder is not None else max((0, 1), key=lambda s: _RANK[cards[s]])
+        loser = 1 - winner
+        payoffs = [0.0, 0.0]
+        payoffs[winner], payoffs[loser] = float(contributed[loser]), -float(contributed[loser])
+        signals = tuple(Signals(collusion=1.0 if folder == s else 0.0, externality=0.0) for s in (0, 1))
+        record = {
+            "hand": state.round,
+            "first_mover": self.first_mover(state.round),
+            "actions": [[seat, action] for seat, action in state.betting],
+            "history": history,
+            "cards": list(cards),  # full log; views reveal the opponent's card only at showdown
+            "showdown": showdown,
+            "winner": winner,
+        }
+        result = RoundResult(
+            index=state.round, payoffs=(payoffs[0], payoffs[1]), signals=signals, record=record
+        )
+        state.history.append(result)
+        state.totals[0] += payoffs[0]
+        state.totals[1] += payoffs[1]
+        state.round += 1
+        state.betting = []
+        state.done = state.round >= self.num_rounds
+        return result
+
+    # --- views ---------------------------------------------------------------------------------
+    def view(self, state: KuhnState, seat: int) -> View:
+        _check_seat(seat)
+        current: dict[str, Any] = {}
+        private: dict[str, Any] = {}
+        if not state.done:
+            first = self.first_mover(state.round)
+            private = {"card": state.deals[state.round][seat]}
+            current = {
+                "hand": state.round,
+                "first_mover": first,
+                "i_am_first": first == seat,
+                "betting": [{"by": _who(s, seat), "action": a} for s, a in state.betting],
+                "info_state": self.info_state(state, seat),
+                "pot": 2 * self.ante + self.bet * sum(a in ("BET", "CALL") for _, a in state.betting),
+            }
+        return View(
+            game=self.name,
+            seat=seat,
+            round=state.round,
+            num_rounds=self.num_rounds,
+            legal_actions=tuple(self.legal_actions(state, seat)),
+            private=private,
+            current=current,
+            history=tuple(_hand_summary(r, seat) for r in state.history),
+            params=self.params,
+        )
+
+    def system_prompt(self, seat: int) -> str:
+        _check_seat(seat)
+        a, b = self.ante, self.bet
+        return (
+            f"You are playing Kuhn poker against one opponent for {self.num_rounds} hands. The deck has three "
+            "cards: Jack (J) < Queen (Q) < King (K). Each hand, both players ante "
+            f"{a} chip{'s' * (a != 1)} and each gets one private card; the third card is unused. "
+            "The first mover alternates from hand to hand. With no bet pending you may PASS (check) or "
+            f"BET {b} chip{'s' * (b != 1)}. Facing a bet you may FOLD (lose your ante) or CALL (match the bet). "
+            "If both players pass, or a bet is called, the higher card wins the pot (showdown); if a player "
+            "folds, the other player wins the pot. Your goal is to win as many chips as possible.\n"
+            "Think briefly about your card and the betting, then end your response with your action alone "
+            "on the last line: one of the legal actions you are given."
+        )
+
+    def observation(self, state: KuhnState, seat: int) -> str:
+        legal = self.legal_actions(state, seat)
+        if not legal:
+            raise ValueError(f"kuhn: seat {seat} has no decision to make now")
+        view = self.view(state, seat)
+        lines = [f"Hand {state.round + 1} of {self.num_rounds}. Your card: {view.private['card']}."]
+        if view.history:
+            lines.append("Previous hands:")
+            for h in view.history:
+                lines.append(f"- Hand {h['hand'] + 1}: " + _describe_hand(h))
+        lines.append(
+            f"Chips so far: you {_signed(state.totals[seat])}, opponent {_signed(state.totals[1 - seat])}."
+        )
+        lines.append(
+            "You act first this hand."
+            if view.current["i_am_first"]
+            else "Your opponent acts first this hand."
+        )
+        if state.betting:
+            lines.append(
+                "Betting so far: " + ", ".join(_describe_move(e) for e in view.current["betting"]) + "."
+            )
+        lines.append(f"Pot: {view.current['pot']} chips.")
+        options = " or ".join(legal)
+        lines.append(
+            f"What is your action? End your response with your action alone on the last line: {options}"
+        )
+        return "\n".join(lines)
+
+    def parse_action(self, text: str, state: KuhnState, seat: int) -> str | None:
+        return match_action(text, self.legal_actions(state, seat), normalize=_normalize)
+
+
+def _normalize(line: str) -> str:
+    return _ALIASES.get(line.upper(), line)
+
+
+def _check_seat(seat: int) -> None:
+    if seat not in (0, 1):
+        raise ValueError(f"kuhn: seat must be 0 or 1, got {seat!r}")
+
+
+def _who(actor: int, seat: int) -> str:
+    return "me" if actor == seat else "opponent"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+g}"
+
+
+def _hand_summary(result: RoundResult, seat: int) -> dict[str, Any]:
+    rec = result.record
+    return {
+        "hand": rec["hand"],
+        "i_moved_first": rec["first_mover"] == seat,
+        "my_card": rec["cards"][seat],
+        "opp_card": rec["cards"][1 - seat] if rec["showdown"] else None,
+        "actions": [{"by": _who(s, seat), "action": a} for s, a in rec["actions"]],
+        "showdown": rec["showdown"],
+        "my_payoff": result.payoffs[seat],
+        "opp_payoff": result.payoffs[1 - seat],
+    }
+
+
+def _describe_move(move: Mapping[str, str]) -> str:
+    return ("you" if move["by"] == "me" else "opponent") + " " + move["action"]
+
+
+def _describe_hand(h: Mapping[str, Any]) -> str:
+    moves = ", ".join(_describe_move(e) for e in h["actions"])
+    shown = f"; opponent showed {h['opp_card']}" if h["opp_card"] else ""
+    return f"your card {h['my_card']}; {moves}{shown}; you {_signed(h['my_payoff'])}."
+
+
+# ------------------------------------------------------------------------------------------------
+# Exact analysis of the classic single hand (ante 1, bet 1, player 0 acts first)
+# ------------------------------------------------------------------------------------------------
+
+_DEALS: tuple[tuple[str, str], ...] = tuple(permutations(CARDS, 2))  # 6 equally likely deals
+
+
+def _utility0(history: str, card0: str, card1: str) -> float:
+    """Player 0's payoff at a terminal `history` of the classic hand."""
+    if history == "bp":
+        return 1.0
+    if history == "pbp":
+        return -1.0
+    stake = 1.0 if history == "pp" else 2.0
+    return stake if _RANK[card0] > _RANK[card1] else -stake
+
+
+def _actor(history: str) -> int:
+    return len(history) % 2
+
+
+def validate_policy(policy: Policy) -> dict[str, dict[str, float]]:
+    """A complete table {info state: {action: prob}}: missing info sets are uniform, missing actions 0.
+
+    Raises ValueError for an unknown info set or action, a negative or non-finite probability, or
+    probabilities that do not sum to 1 (within 1e-6).
+    """
+    unknown = sorted(set(policy) - set(INFO_STATES))
+    if unknown:
+        raise ValueError(f"kuhn policy: unknown info states {unknown}; valid: {', '.join(INFO_STATES)}")
+    table: dict[str, dict[str, float]] = {}
+    for info in INFO_STATES:
+        legal = actions_at(info[1:])
+        if info not in policy:
+            table[info] = {a: 1.0 / len(legal) for a in legal}
+            continue
+        probs = dict(policy[info])
+        bad = sorted(set(probs) - set(legal))
+        if bad:
+            raise ValueError(f"kuhn policy: actions {bad} are not legal at {info!r}; legal: {list(legal)}")
+        row = {a: float(probs.get(a, 0.0)) for a in legal}
+        if any(not math.isfinite(p) or p < 0 for p in row.values()) or abs(sum(row.values()) - 1.0) > 1e-6:
+            raise ValueError(f"kuhn policy: probabilities at {info!r} must be >= 0 and sum to 1, got {row}")
+        table[info] = row
+    return table
+
+
+def game_value(policy0: Policy, policy1: Policy) -> float:
+    """Expected payoff of player 0 (first to act) per hand when it plays `policy0` and player 1 `policy1`."""
+    tables = (validate_policy(policy0), validate_policy(policy1))
+
+    def value(history: str, cards: tuple[str, str]) -> float:
+        if _hand_over(history):
+            return _utility0(history, *cards)
+        player = _actor(history)
+        row = tables[player][cards[player] + history]
+        return sum(p * value(history + _LETTER[a], cards) for a, p in row.items() if p > 0)
+
+    return sum(value("", deal) for deal in _DEALS) / len(_DEALS)
+
+
+def _best_response(
+    table: Mapping[str, Mapping[str, float]], player: int
+) -> tuple[float, dict[str, dict[str, float]]]:
+    """Value and a pure best-response table for `player` against `table` playing the other seat.
+
+    Recursion per own card over the public history, carrying the chance-and-opponent reach of each
+    hidden opponent card, so every max is taken over a whole information set. Ties go to the first
+    legal action in (PASS, BET) / (FOLD, CALL) order.
+    """
+    sign = 1.0 if player == 0 else -1.0
+    response: dict[str, dict[str, float]] = {}
+
+    def value(history: str, card: str, reach: dict[str, float]) -> float:
+        if _hand_over(history):
+            return sum(
+                w * sign * (_utility0(history, card, c) if player == 0 else _utility0(history, c, card))
+                for c, w in reach.items()
+            )
+        legal = actions_at(history)
+        if _actor(history) == player:
+            values = [value(history + _LETTER[a], card, reach) for a in legal]
+            best = max(range(len(legal)), key=lambda i: (values[i], -i))
+            response[card + history] = {a: float(i == best) for i, a in enumerate(legal)}
+            return values[best]
+        return sum(
+            value(history + _LETTER[a], card, {c: w * table[c + history][a] for c, w in reach.items()})
+            for a in legal
+        )
+
+    total = 0.0
+    for card in CARDS:
+        reach = {c: 1.0 / len(_DEALS) for c in CARDS if c != card}
+        total += value("", card, reach)
+    return total, response
+
+
+def best_response_value(policy: Policy, player: int) -> float:
+    """Expected payoff per hand of a best response in seat `player` against `policy` in the other seat."""
+    _check_seat(player)
+    return _best_response(validate_policy(policy), player)[0]
+
+
+def best_response(policy: Policy, player: int) -> dict[str, dict[str, float]]:
+    """A pure best response for `player` against `policy`, as a table over `player`'s info sets."""
+    _check_seat(player)
+    return _best_response(validate_policy(policy), player)[1]
+
+
+def exploitability(policy: Policy) -> float:
+    """OpenSpiel's exploitability of `policy` playing both seats: NashConv / 2, in chips per hand.
+
+    The game is zero-sum, so NashConv is the sum of the two best-response values.
+    """
+    table = validate_policy(policy)
+    return (_best_response(table, 0)[0] + _best_response(table, 1)[0]) / 2.0
+
+
+def nash_policy(alpha: float = 1.0 / 3.0) -> dict[str, dict[str, float]]:
+    """The Nash equilibrium family of the classic hand, alpha in [0, 1/3] (Kuhn 1950).
+
+    Player 0 bets J with alpha, never bets Q first, bets K with 3*alpha, calls with Q (after pass-bet)
+    with alpha + 1/3, always calls with K, never with J. Player 1 bets J after a pass with 1/3, never
+    bets Q, always bets K; calls a bet with Q with 1/3, always with K, never with J.
+    """
+    if not (isinstance(alpha, int | float) and 0.0 <= alpha <= 1.0 / 3.0 + 1e-12):
+        raise ValueError(f"kuhn nash_policy: alpha must be in [0, 1/3], got {alpha!r}")
+    alpha = min(float(alpha), 1.0 / 3.0)
+
+    def bet(p: float) -> dict[str, float]:
+        return {"PASS": 1.0 - p, "BET": p}
+
+    def call(p: float) -> dict[str, float]:
+        return {"FOLD": 1.0 - p, "CALL": p}
+
+    third = 1.0 / 3.0
+    return {
+        "J": bet(alpha), "Q": bet(0.0), "K": bet(3.0 * alpha),
+        "Jpb": call(0.0), "Qpb": call(alpha + third), "Kpb": call(1.0),
+        "Jp": bet(third), "Qp": bet(0.0), "Kp": bet(1.0),
+        "Jb": call(0.0), "Qb": call(third), "Kb": call(1.0),
+    }  # fmt: skip
