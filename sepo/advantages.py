@@ -1,0 +1,88 @@
+"""SEPO-GRPO advantages as pure torch functions (no trainer state), so the math can be tested by hand.
+
+Shapes: N episodes in the global generation batch, ordered so that consecutive blocks of G rows are one
+group (TRL's RepeatSampler order); K rounds (NaN where a round did not happen); T completion tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl.trainer.utils import nanstd
+
+
+def round_returns(round_rewards: torch.Tensor, return_mode: str = "reward_to_go") -> torch.Tensor:
+    """The per-round signal to normalise: the reward-to-go sum_{t' >= t} r_t' or the round reward itself.
+
+    Rounds that did not happen stay NaN (and contribute nothing to the returns of earlier rounds).
+    """
+    if return_mode == "per_round":
+        return round_rewards.clone()
+    if return_mode != "reward_to_go":
+        raise ValueError(f"unknown return_mode {return_mode!r}; choose one of: reward_to_go, per_round")
+    filled = torch.nan_to_num(round_rewards, nan=0.0)
+    to_go = filled.flip(-1).cumsum(-1).flip(-1)
+    return torch.where(torch.isnan(round_rewards), torch.nan, to_go)
+
+
+def group_normalize(
+    values: torch.Tensor, num_generations: int, eps: float = 1e-4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Standardise `values` (N, ...) across the G members of each group, separately for every trailing index.
+
+    NaN entries (rounds that did not happen) are excluded from mean and std and get advantage 0; a
+    (group, round) seen by a single episode has no baseline and also gets 0. Uses TRL's nan-aware
+    unbiased std and `(x - mean) / (std + eps)`, so the episode-level case equals TRL's own advantages.
+    Returns (advantages with the shape of `values`, zero_std: bool per (group, ...) among cells that exist).
+    """
+    if values.size(0) % num_generations:
+        raise ValueError(f"batch of {values.size(0)} rows is not a whole number of groups of {num_generations}")
+    grouped = values.reshape(-1, num_generations, *values.shape[1:])
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    std = nanstd(grouped, dim=1, keepdim=True)
+    adv = torch.nan_to_num((grouped - mean) / (std + eps), nan=0.0).reshape(values.shape)
+    exists = (~torch.isnan(grouped)).any(dim=1)
+    zero_std = torch.isclose(torch.nan_to_num(std.squeeze(1), nan=0.0), torch.zeros(())) & exists
+    return adv, zero_std
+
+
+def sepo_round_advantages(
+    round_rewards: torch.Tensor,
+    num_generations: int,
+    *,
+    advantage_mode: str = "per_round",
+    return_mode: str = "reward_to_go",
+    pool_weights: torch.Tensor | None = None,
+    eps: float = 1e-4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-round advantages (N, K) from per-round rewards (N, K, NaN = round absent).
+
+    per_round: normalise round t across the group for every t separately (reward-to-go or per-round
+    reward). episode: normalise the episode return and give every round that happened that value (the
+    ablation). `pool_weights` (N,) multiplies each episode's advantages after normalisation.
+    Returns (advantages, zero_std per (group, round) or per group).
+    """
+    absent = torch.isnan(round_rewards)
+    if advantage_mode == "per_round":
+        adv, zero_std = group_normalize(round_returns(round_rewards, return_mode), num_generations, eps)
+    elif advantage_mode == "episode":
+        episode_return = torch.nansum(round_rewards, dim=1)
+        episode_return[absent.all(dim=1)] = torch.nan
+        ep_adv, zero_std = group_normalize(episode_return, num_generations, eps)
+        adv = ep_adv.unsqueeze(1).expand_as(round_rewards).clone()
+    else:
+        raise ValueError(f"unknown advantage_mode {advantage_mode!r}; choose one of: per_round, episode")
+    adv = adv.masked_fill(absent, 0.0)
+    if pool_weights is not None:
+        adv = adv * pool_weights.to(adv).unsqueeze(1)
+    return adv, zero_std
+
+
+def token_advantages(round_advantages: torch.Tensor, round_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Expand per-round advantages (n, K) to tokens (n, T) via per-token round ids (n, T, -1 = none).
+
+    `keep` (n, T) is 1 on tokens that may carry an advantage (model-sampled, not env, not forced,
+    not padding); every other token gets exactly 0.
+    """
+    index = round_ids.clamp(min=0).long()
+    per_token = torch.gather(round_advantages, 1, index)
+    return per_token * (keep.bool() & (round_ids >= 0)).to(per_token.dtype)

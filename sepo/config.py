@@ -1,0 +1,125 @@
+"""SEPOConfig: TRL's GRPOConfig plus what SEPO-GRPO needs (games, pool mix, credit, normalisation, fallback).
+
+Recipes are flat YAML files read by `trl.TrlParser`; dict-valued fields also accept JSON strings on the
+command line (`--pool_weights '{"exploit": 0.5}'`), exactly like GRPOConfig's own dict fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+CREDIT_MODES = ("per_pool", "shared", "auxiliary")
+ADVANTAGE_MODES = ("per_round", "episode")
+RETURN_MODES = ("reward_to_go", "per_round")
+POOLS = ("training", "exploit", "collusive")
+
+
+def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(valid)}")
+
+
+@dataclass
+class SEPOConfig(GRPOConfig):
+    """GRPOConfig with SEPO-GRPO's game, pool, credit, advantage and rollout settings.
+
+    Defaults follow the method (REFERENCE.md): LoRA r16/alpha32 (in ModelConfig), lr 1e-5, beta 0.1,
+    eps 0.2, 4 rollouts per opponent, temperature 0.8 / top-p 0.95, thinking off.
+    """
+
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["game_params", "pool_mix", "lambdas", "pool_weights"]
+
+    # --- overridden GRPO defaults (the method's SEPO stage) ---------------------------------------------
+    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (Kuhn recipes: 3e-6)."})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "The method used a constant rate."})
+    beta: float = field(default=0.1, metadata={"help": "KL coefficient against the adapter-disabled model."})
+    num_generations: int | None = field(default=4, metadata={"help": "G: rollouts per (pool, opponent) group."})
+    temperature: float = field(default=0.8, metadata={"help": "Sampling temperature of action turns."})
+    top_p: float = field(default=0.95, metadata={"help": "Top-p of action turns."})
+    max_completion_length: int | None = field(
+        default=1024, metadata={"help": "Upper bound on the whole multi-turn completion (all rounds)."}
+    )
+    shuffle_dataset: bool | None = field(
+        default=False, metadata={"help": "Keep group rows in recipe order so each step sees the whole pool mix."}
+    )
+
+    # --- games and pools --------------------------------------------------------------------------------
+    games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "Games mixed in the run."})
+    game_params: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "Per-game parameter overrides: {game: {param: value}}."}
+    )
+    pool_mix: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Groups per step by pool: {pool: 'all' | n | [opponent names]}; default every opponent of "
+            "every pool once per step."
+        },
+    )
+    seat: int = field(default=0, metadata={"help": "Seat of the LLM (0 or 1)."})
+    num_groups: int | None = field(
+        default=None, metadata={"help": "Dataset size in groups; default max_steps x groups per step."}
+    )
+
+    # --- objective ------------------------------------------------------------------------------------
+    credit: str = field(default="per_pool", metadata={"help": f"Penalty credit mode: {', '.join(CREDIT_MODES)}."})
+    lambdas: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "lambda overrides {game: {e, c, x}}; default the game's own."}
+    )
+    pool_weights: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "Per-pool advantage weights applied after normalisation (default 1)."}
+    )
+
+    # --- advantages -----------------------------------------------------------------------------------
+    advantage_mode: str = field(
+        default="per_round", metadata={"help": f"Normalisation: {', '.join(ADVANTAGE_MODES)} (episode = ablation)."}
+    )
+    return_mode: str = field(
+        default="reward_to_go", metadata={"help": f"Per-round signal: {', '.join(RETURN_MODES)}."}
+    )
+    advantage_epsilon: float = field(default=1e-4, metadata={"help": "Added to the group std (TRL's 1e-4)."})
+
+    # --- rollouts -------------------------------------------------------------------------------------
+    max_turn_tokens: int = field(default=64, metadata={"help": "Max new tokens per action turn."})
+    enable_thinking: bool = field(default=False, metadata={"help": "Chat-template thinking for action turns."})
+    fallback: bool = field(default=True, metadata={"help": "Constrained fallback decode on parse failure."})
+    fallback_penalty: float = field(
+        default=0.0, metadata={"help": "Subtracted from the round reward when the fallback decided the action."}
+    )
+    mask_forced_tokens: bool = field(
+        default=True, metadata={"help": "Remove fallback-forced tokens from the loss (they always get 0 advantage)."}
+    )
+
+    # --- checkpoints ----------------------------------------------------------------------------------
+    keep_best_by_safety: bool = field(
+        default=True, metadata={"help": "Copy the checkpoint with the best safety score J to output_dir/best."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from envs import GAMES
+
+        for game in self.games:
+            _check_choice("game", game, tuple(GAMES))
+        _check_choice("credit mode", self.credit, CREDIT_MODES)
+        _check_choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
+        _check_choice("return_mode", self.return_mode, RETURN_MODES)
+        self.game_params = dict(self.game_params or {})
+        self.lambdas = dict(self.lambdas or {})
+        self.pool_mix = dict(self.pool_mix or dict.fromkeys(POOLS, "all"))
+        self.pool_weights = {pool: float(w) for pool, w in (self.pool_weights or {}).items()}
+        for mapping, what in ((self.game_params, "game_params"), (self.lambdas, "lambdas")):
+            for game in mapping:
+                if game not in self.games:
+                    raise ValueError(f"{what} names game {game!r}, which is not in games {self.games}")
+        for mapping, what in ((self.pool_mix, "pool_mix"), (self.pool_weights, "pool_weights")):
+            for pool in mapping:
+                _check_choice(f"pool in {what}", pool, POOLS)
+        if self.seat not in (0, 1):
+            raise ValueError(f"seat must be 0 or 1, got {self.seat}")
+
+    def pool_weight(self, pool: str) -> float:
+        """The post-normalisation weight of `pool` (1.0 unless set)."""
+        return float(self.pool_weights.get(pool, 1.0))
