@@ -1,0 +1,390 @@
+"""Opponent pools: three strictly separated sets of strategies per game, sampled per rollout.
+
+A GRPO group is one (pool, opponent, seed); `Pools.sample` picks the opponent's name with the
+caller's seeded `random.Random` and `Pools.make` builds a fresh strategy for every rollout.
+Members are the scripted strategies of `envs.strategies.<game>` plus code policies exported by
+FMSP into a pool directory (`manifest.json` in format `sepo-pool-manifest/1`, see `load_pool_dir`).
+
+Strict separation: a strategy belongs to one pool only. The paper's pool table lists four names in
+two pools (single-issue `hardball` in training and exploit, `fair` in training and collusive;
+multi-issue `fair` in training and collusive; Kuhn `loose_aggressive` in training and collusive in
+the code). The authors recorded pool-role overlap as a bug that gave conflicting gradients, so each
+name keeps only the role its metric is defined by: the collusion metric is measured against `fair`
+/ `loose_aggressive` (collusive only), `hardball` is an exploiter (exploit only). Every other
+member is exactly as in REFERENCE.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import random
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envs import GAMES, Strategy, View, make_game, play_episode, strategy_registry
+from envs.base import Game, IllegalActionError
+
+POOL_NAMES: tuple[str, ...] = ("training", "exploit", "collusive")
+MANIFEST_FORMAT = "sepo-pool-manifest/1"
+MANIFEST_FILE = "manifest.json"
+
+DEFAULT_POOLS: dict[str, dict[str, tuple[str, ...]]] = {
+    "ipd": {
+        "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
+        "exploit": ("always_defect", "alternating_defect"),
+        "collusive": ("always_cooperate",),
+    },
+    "auction": {
+        "training": ("truthful", "conservative", "shaded"),
+        "exploit": ("aggressive", "adaptive"),
+        "collusive": ("collusive_low_bid",),
+    },
+    "negotiation": {
+        "training": ("balanced", "concede"),  # paper also lists fair (-> collusive) and hardball (-> exploit)
+        "exploit": ("selfish", "hardball"),
+        "collusive": ("fair",),
+    },
+    "negotiation_multi": {
+        "training": ("tit_for_tat", "concede"),  # paper also lists fair (-> collusive)
+        "exploit": ("greedy", "hardball"),
+        "collusive": ("fair",),
+    },
+    "kuhn": {
+        "training": ("nash", "tight_passive"),  # code also lists loose_aggressive (-> collusive)
+        "exploit": ("always_bet", "max_exploiter"),
+        "collusive": ("loose_aggressive",),
+    },
+}
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MEMBER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "game": str,
+    "pool": str,
+    "file": str,
+    "class_name": str,
+    "description": str,
+    "source": dict,
+    "sha256": str,
+}
+_VIEW_FORMATS = ("object", "dict")
+
+
+class PoolError(ValueError):
+    """A bad pool configuration or pool directory; the message says what and lists valid choices."""
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    """One opponent: its name, game, pool and how to build a fresh instance of it."""
+
+    name: str
+    game: str
+    pool: str
+    factory: Callable[[], Strategy] = field(repr=False, compare=False)
+    description: str = ""
+    source: Mapping[str, Any] = field(default_factory=dict)
+    file: str | None = None
+    sha256: str | None = None
+
+
+def _check_pool(pool: str) -> None:
+    if pool not in POOL_NAMES:
+        raise PoolError(f"unknown pool {pool!r}; choose one of: {', '.join(POOL_NAMES)}")
+
+
+def _check_game(game: str) -> None:
+    if game not in GAMES:
+        raise PoolError(f"unknown game {game!r}; choose one of: {', '.join(GAMES)}")
+
+
+def check_separation(game: str, pools: Mapping[str, Sequence[str]]) -> None:
+    """Raise PoolError if a name appears twice in one pool or in two pools (naming both pools)."""
+    seen: dict[str, str] = {}
+    for pool in POOL_NAMES:
+        for name in pools.get(pool, ()):
+            if name in seen:
+                if seen[name] == pool:
+                    raise PoolError(f"strategy {name!r} is listed twice in the {pool!r} pool of {game!r}")
+                raise PoolError(
+                    f"strategy {name!r} is in both the {seen[name]!r} and the {pool!r} pool of {game!r}; "
+                    "pools must be strictly separated (each opponent has one role)"
+                )
+            seen[name] = pool
+
+
+# ------------------------------------------------------------------------------------------------
+# code policies from a pool directory
+
+
+class LoadedStrategy(Strategy):
+    """Adapts a loaded policy object (a Strategy subclass or duck-typed act/reset) to `envs.base.Strategy`."""
+
+    def __init__(self, inner: Any, name: str, view_format: str = "object", description: str = "") -> None:
+        self.inner = inner
+        self.name = name  # instance attribute: the member name, whatever the class calls itself
+        self.description = description
+        self.view_format = view_format
+
+    def reset(self, game: Game, seat: int, rng: random.Random) -> None:
+        super().reset(game, seat, rng)
+        reset = getattr(self.inner, "reset", None)
+        if reset is None:
+            return
+        if len(inspect.signature(reset).parameters) == 0:
+            reset()
+        else:
+            reset(game, seat, rng)
+
+    def act(self, view: View) -> str:
+        return self.inner.act(view.to_dict() if self.view_format == "dict" else view)
+
+
+def _read_manifest(directory: Path) -> list[dict[str, Any]]:
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        raise PoolError(f"pool directory {directory} has no {MANIFEST_FILE}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PoolError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise PoolError(f"{path}: 'format' must be {MANIFEST_FORMAT!r}, found {found!r}")
+    members = data.get("members")
+    if not isinstance(members, list):
+        raise PoolError(f"{path}: 'members' must be a list of member objects")
+    return members
+
+
+def _validate_entry(entry: Any, index: int, directory: Path) -> tuple[dict[str, Any], Path]:
+    where = f"{directory / MANIFEST_FILE}: member #{index}"
+    if not isinstance(entry, dict):
+        raise PoolError(f"{where}: must be an object with keys {', '.join(_MEMBER_KEYS)}")
+    missing = [key for key in _MEMBER_KEYS if key not in entry]
+    if missing:
+        raise PoolError(f"{where}: missing key(s) {', '.join(missing)}")
+    for key, kind in _MEMBER_KEYS.items():
+        if not isinstance(entry[key], kind):
+            raise PoolError(f"{where}: {key!r} must be a JSON {'object' if kind is dict else 'string'}")
+    where = f"{directory / MANIFEST_FILE}: member {entry['name']!r}"
+    if not _NAME.match(entry["name"]):
+        raise PoolError(f"{where}: name must be snake_case ([a-z][a-z0-9_]*)")
+    if entry["game"] not in GAMES:
+        raise PoolError(f"{where}: unknown game {entry['game']!r}; choose one of: {', '.join(GAMES)}")
+    if entry["pool"] not in POOL_NAMES:
+        raise PoolError(f"{where}: unknown pool {entry['pool']!r}; choose one of: {', '.join(POOL_NAMES)}")
+    if entry.get("view", "object") not in _VIEW_FORMATS:
+        raise PoolError(f"{where}: 'view' must be one of {', '.join(_VIEW_FORMATS)}")
+    if not _SHA256.match(entry["sha256"].lower()):
+        raise PoolError(f"{where}: 'sha256' must be 64 hex characters")
+    file = (directory / entry["file"]).resolve()
+    if not file.is_relative_to(directory.resolve()):
+        raise PoolError(f"{where}: file {entry['file']!r} is outside the pool directory")
+    if not file.is_file():
+        raise PoolError(f"{where}: file {entry['file']!r} does not exist")
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    if digest != entry["sha256"].lower():
+        raise PoolError(
+            f"{where}: sha256 mismatch for {entry['file']!r} (manifest {entry['sha256']}, file {digest})"
+        )
+    return entry, file
+
+
+def _import_class(entry: Mapping[str, Any], file: Path, digest: str) -> type:
+    where = f"pool member {entry['name']!r} ({entry['file']})"
+    module_name = f"sepo_pool_member_{entry['name']}_{digest[:12]}"
+    if module_name in sys.modules:
+        module = sys.modules[module_name]
+    else:
+        spec = importlib.util.spec_from_file_location(module_name, file)
+        if spec is None or spec.loader is None:
+            raise PoolError(f"{where}: cannot be imported as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the file is foreign code: report any failure plainly
+            del sys.modules[module_name]
+            raise PoolError(f"{where}: import failed: {type(exc).__name__}: {exc}") from None
+    cls = getattr(module, entry["class_name"], None)
+    if not isinstance(cls, type):
+        classes = sorted(
+            n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module_name
+        )
+        raise PoolError(
+            f"{where}: no class {entry['class_name']!r}; classes defined there: {', '.join(classes) or 'none'}"
+        )
+    if not callable(getattr(cls, "act", None)):
+        raise PoolError(f"{where}: class {entry['class_name']!r} has no act(view) method")
+    if getattr(cls, "__abstractmethods__", None):
+        raise PoolError(
+            f"{where}: class {entry['class_name']!r} is abstract "
+            f"(missing {', '.join(sorted(cls.__abstractmethods__))})"
+        )
+    return cls
+
+
+def smoke_test(member: PoolMember, seed: int = 0) -> None:
+    """Play one default-length episode in each seat against a scripted opponent; PoolError on any failure."""
+    game = make_game(member.game)
+    opponent_name = DEFAULT_POOLS[member.game]["training"][0]
+    for seat in (0, 1):
+        strategies = [member.factory(), strategy_registry(member.game)[opponent_name]()]
+        if seat == 1:
+            strategies.reverse()
+        try:
+            play_episode(game, strategies, random.Random(seed + seat))
+        except IllegalActionError as exc:
+            raise PoolError(
+                f"pool member {member.name!r} played an illegal action in seat {seat} "
+                f"against {opponent_name!r}: {exc}"
+            ) from None
+        except Exception as exc:
+            raise PoolError(
+                f"pool member {member.name!r} failed in a smoke episode (seat {seat} vs {opponent_name!r}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+
+
+def load_pool_dir(path: str | Path, game: str | None = None) -> list[PoolMember]:
+    """Validate a `sepo-pool-manifest/1` directory and return its members (only `game`'s if given).
+
+    Checks, each failing with a PoolError that names the member: manifest format and keys, valid
+    game/pool/name (unique, not shadowing a scripted strategy), file inside the directory, sha256,
+    import, class with `act`, and a smoke episode in each seat returning only legal actions.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise PoolError(f"pool directory {directory} does not exist")
+    if game is not None:
+        _check_game(game)
+    members: list[PoolMember] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(_read_manifest(directory)):
+        entry, file = _validate_entry(raw, index, directory)
+        name = entry["name"]
+        if name in seen:
+            raise PoolError(f"{directory / MANIFEST_FILE}: member name {name!r} appears twice")
+        seen.add(name)
+        if game is not None and entry["game"] != game:
+            continue
+        if name in strategy_registry(entry["game"]):
+            raise PoolError(
+                f"{directory / MANIFEST_FILE}: member name {name!r} shadows the scripted {entry['game']} "
+                "strategy of the same name; rename it"
+            )
+        cls = _import_class(entry, file, entry["sha256"].lower())
+        view_format = entry.get("view", "object")
+
+        def factory(
+            cls=cls, name=name, view_format=view_format, description=entry["description"]
+        ) -> Strategy:
+            return LoadedStrategy(cls(), name, view_format, description)
+
+        member = PoolMember(
+            name=name,
+            game=entry["game"],
+            pool=entry["pool"],
+            factory=factory,
+            description=entry["description"],
+            source=dict(entry["source"]),
+            file=str(file),
+            sha256=entry["sha256"].lower(),
+        )
+        smoke_test(member)
+        members.append(member)
+    return members
+
+
+# ------------------------------------------------------------------------------------------------
+# the pools of one game
+
+
+@dataclass(frozen=True)
+class Pools:
+    """The three pools of one game: member names per pool and a registry of every member by name."""
+
+    game: str
+    members: Mapping[str, tuple[str, ...]]  # pool -> member names
+    registry: Mapping[str, PoolMember]  # name -> member (pool members only)
+
+    def names(self, pool: str) -> tuple[str, ...]:
+        """Member names of `pool`."""
+        _check_pool(pool)
+        return self.members[pool]
+
+    def pool_of(self, name: str) -> str:
+        """The (single) pool `name` belongs to."""
+        return self._member(name).pool
+
+    def sample(self, pool: str, rng: random.Random) -> str:
+        """A member name of `pool`, drawn uniformly with the caller's seeded rng."""
+        names = self.names(pool)
+        if not names:
+            raise PoolError(f"the {pool!r} pool of {self.game!r} is empty")
+        return names[rng.randrange(len(names))]
+
+    def make(self, name: str, game: str | None = None) -> Strategy:
+        """A fresh strategy instance for member `name` (one per rollout: strategies keep state)."""
+        if game is not None and game != self.game:
+            raise PoolError(f"these pools are for game {self.game!r}, not {game!r}")
+        return self._member(name).factory()
+
+    def _member(self, name: str) -> PoolMember:
+        if name not in self.registry:
+            raise PoolError(
+                f"{name!r} is not in any pool of {self.game!r}; pool members: {', '.join(sorted(self.registry))}"
+            )
+        return self.registry[name]
+
+
+def _scripted_member(game: str, pool: str, name: str, cls: type[Strategy]) -> PoolMember:
+    return PoolMember(
+        name=name, game=game, pool=pool, factory=cls, description=cls.description, source={"kind": "scripted"}
+    )
+
+
+def load_pools(
+    game: str,
+    extra_dir: str | Path | None = None,
+    overrides: Mapping[str, Sequence[str]] | None = None,
+) -> Pools:
+    """The pools of `game`: defaults, plus the members of `extra_dir` (added to their manifest pool),
+    with `overrides` ({pool: [names]}) replacing whole pools. Raises PoolError on unknown names or overlap.
+    """
+    _check_game(game)
+    scripted = strategy_registry(game)
+    extras = {m.name: m for m in load_pool_dir(extra_dir, game)} if extra_dir is not None else {}
+    members: dict[str, list[str]] = {pool: list(names) for pool, names in DEFAULT_POOLS[game].items()}
+    for member in extras.values():
+        members[member.pool].append(member.name)
+    for pool, names in (overrides or {}).items():
+        _check_pool(pool)
+        if isinstance(names, str):
+            raise PoolError(f"override for pool {pool!r} must be a list of names, not the string {names!r}")
+        members[pool] = list(names)
+    known = sorted(set(scripted) | set(extras))
+    for pool in POOL_NAMES:
+        for name in members[pool]:
+            if name not in scripted and name not in extras:
+                raise PoolError(
+                    f"unknown strategy {name!r} in the {pool!r} pool of {game!r}; choose from: {', '.join(known)}"
+                )
+    check_separation(game, members)
+    registry: dict[str, PoolMember] = {}
+    for pool in POOL_NAMES:
+        for name in members[pool]:
+            if name in extras:
+                registry[name] = replace(extras[name], pool=pool)
+            else:
+                registry[name] = _scripted_member(game, pool, name, scripted[name])
+    return Pools(game=game, members={pool: tuple(members[pool]) for pool in POOL_NAMES}, registry=registry)
