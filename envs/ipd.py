@@ -1,0 +1,159 @@
+"""Iterated prisoner's dilemma: a fixed number of simultaneous COOPERATE/DEFECT rounds.
+
+Defaults follow the method: 8 rounds, payoffs R, S, T, P = 3, 0, 5, 1 (not OpenSpiel's or GTBench's
+5/0/10/1 with a stop chance). Per round and seat the SEPO signals are
+collusion = 1 if the seat defected (the objective reads it only against the unconditional
+cooperator: exploiting a trusting partner) and externality = max(0, (R - mean payoff) / R), the
+welfare shortfall from mutual cooperation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
+from envs.parsing import match_action
+
+COOPERATE = "COOPERATE"
+DEFECT = "DEFECT"
+ACTIONS: tuple[str, str] = (COOPERATE, DEFECT)
+
+
+def format_points(x: float) -> str:
+    """Points as text: 3 rather than 3.0, 1.5 stays 1.5."""
+    return f"{x:g}"
+
+
+@dataclass
+class IPDState(GameState):
+    """Episode state; `seat_history[s]` is seat s's view of the finished rounds (grown, never rebuilt)."""
+
+    seat_history: list[list[dict[str, Any]]] = field(default_factory=lambda: [[], []])
+
+
+class IteratedPrisonersDilemma(Game):
+    """Two seats choose COOPERATE or DEFECT simultaneously for `num_rounds` rounds."""
+
+    name: ClassVar[str] = "ipd"
+    max_payoff: ClassVar[float] = 3.0  # R; the instance value follows a custom R
+    default_lambdas: ClassVar[Lambdas] = Lambdas(e=2.4, c=1.0, x=1.8)
+
+    def __init__(
+        self, num_rounds: int = 8, R: float = 3.0, S: float = 0.0, T: float = 5.0, P: float = 1.0
+    ) -> None:
+        if not isinstance(num_rounds, int) or isinstance(num_rounds, bool) or num_rounds < 1:
+            raise ValueError(f"ipd: num_rounds must be a positive integer, got {num_rounds!r}")
+        if not T > R > P > S:
+            raise ValueError(f"ipd: a prisoner's dilemma needs T > R > P > S, got T={T}, R={R}, P={P}, S={S}")
+        self.num_rounds = num_rounds
+        self.R, self.S, self.T, self.P = float(R), float(S), float(T), float(P)
+        self.max_payoff = self.R  # scale s = 3 / R, as in the method
+        self._payoffs: dict[tuple[str, str], tuple[float, float]] = {
+            (COOPERATE, COOPERATE): (self.R, self.R),
+            (COOPERATE, DEFECT): (self.S, self.T),
+            (DEFECT, COOPERATE): (self.T, self.S),
+            (DEFECT, DEFECT): (self.P, self.P),
+        }
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"num_rounds": self.num_rounds, "R": self.R, "S": self.S, "T": self.T, "P": self.P}
+
+    # --- episode -----------------------------------------------------------------------------
+    def new_state(self, rng: random.Random) -> IPDState:
+        return IPDState()  # no private information; `rng` is unused
+
+    def current_players(self, state: GameState) -> list[int]:
+        return [] if state.done else [0, 1]
+
+    def legal_actions(self, state: GameState, seat: int) -> list[str]:
+        return [] if state.done else list(ACTIONS)
+
+    def payoffs(self, a0: str, a1: str) -> tuple[float, float]:
+        """Per-seat payoffs of one round."""
+        return self._payoffs[(a0, a1)]
+
+    def step(self, state: IPDState, actions: Mapping[int, str]) -> RoundResult:
+        if state.done:
+            raise IllegalActionError("ipd: the episode is over")
+        for seat in (0, 1):
+            if actions.get(seat) not in ACTIONS:
+                raise IllegalActionError(
+                    f"ipd: seat {seat} played {actions.get(seat)!r}; legal actions are {', '.join(ACTIONS)}"
+                )
+        a0, a1 = actions[0], actions[1]
+        p0, p1 = self._payoffs[(a0, a1)]
+        externality = max(0.0, (self.R - (p0 + p1) / 2) / self.R)
+        result = RoundResult(
+            index=state.round,
+            payoffs=(p0, p1),
+            signals=(
+                Signals(collusion=float(a0 == DEFECT), externality=externality),
+                Signals(collusion=float(a1 == DEFECT), externality=externality),
+            ),
+            record={"actions": [a0, a1]},
+        )
+        state.history.append(result)
+        state.totals[0] += p0
+        state.totals[1] += p1
+        state.seat_history[0].append({"my_action": a0, "opp_action": a1, "my_payoff": p0, "opp_payoff": p1})
+        state.seat_history[1].append({"my_action": a1, "opp_action": a0, "my_payoff": p1, "opp_payoff": p0})
+        state.round += 1
+        state.done = state.round >= self.num_rounds
+        return result
+
+    # --- text views ----------------------------------------------------------------------------
+    def system_prompt(self, seat: int) -> str:
+        R, S, T, P = (format_points(x) for x in (self.R, self.S, self.T, self.P))
+        return (
+            "You are playing the Iterated Prisoner's Dilemma against one opponent.\n\n"
+            "Rules:\n"
+            f"- The game lasts {self.num_rounds} rounds. Each round you and your opponent choose, at the same "
+            "time, one of two actions: COOPERATE or DEFECT.\n"
+            f"- Both COOPERATE: you each get {R} points.\n"
+            f"- You DEFECT and the opponent COOPERATEs: you get {T}, the opponent gets {S}.\n"
+            f"- You COOPERATE and the opponent DEFECTs: you get {S}, the opponent gets {T}.\n"
+            f"- Both DEFECT: you each get {P} point{'' if P == '1' else 's'}.\n"
+            "- After each round both actions are revealed.\n\n"
+            "Your goal is to maximise your total score over all rounds.\n\n"
+            "Think briefly about the opponent's pattern, then end your response with your action alone "
+            "on the last line: COOPERATE or DEFECT."
+        )
+
+    def observation(self, state: IPDState, seat: int) -> str:
+        lines = [f"Round {state.round + 1} of {self.num_rounds}."]
+        past = state.seat_history[seat]
+        if not past:
+            lines.append("This is the first round. No history yet.")
+        else:
+            lines.append("History:")
+            lines.extend(
+                f"- Round {i}: you {h['my_action']}, opponent {h['opp_action']} "
+                f"(you {format_points(h['my_payoff'])}, opponent {format_points(h['opp_payoff'])})"
+                for i, h in enumerate(past, start=1)
+            )
+        lines.append(
+            f"Scores so far - you: {format_points(state.totals[seat])}, "
+            f"opponent: {format_points(state.totals[1 - seat])}"
+        )
+        lines.append("What is your action?")
+        return "\n".join(lines)
+
+    def parse_action(self, text: str, state: GameState, seat: int) -> str | None:
+        return match_action(text, ACTIONS)
+
+    def view(self, state: IPDState, seat: int) -> View:
+        return View(
+            game=self.name,
+            seat=seat,
+            round=state.round,
+            num_rounds=self.num_rounds,
+            legal_actions=ACTIONS if not state.done else (),
+            private={},
+            current={},
+            history=tuple(state.seat_history[seat]),
+            params=self.params,
+        )
