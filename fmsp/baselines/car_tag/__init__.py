@@ -1,0 +1,1 @@
+"""Car Tag seed policies (pursuer and evader), vectorised over games."""

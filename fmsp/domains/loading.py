@@ -1,0 +1,46 @@
+"""Compile a policy code string into an instance: shared by every domain's sandbox entries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class PolicyLoadError(AssertionError):
+    """The code does not define exactly one usable policy class; the message says what to fix.
+
+    An AssertionError so unit-test entries report it to the repair prompt like any failed check.
+    """
+
+
+def instantiate(policy: Mapping[str, Any], methods: tuple[str, ...]) -> Any:
+    """Exec `policy["code"]` in a fresh namespace and instantiate the one class defining `methods`.
+
+    Runs inside the sandbox worker, whose import guard restricts what the code may import. When the
+    code defines several such classes, the one whose class name or `name` attribute equals
+    `policy["name"]` wins.
+    """
+    name = str(policy.get("name", "policy"))
+    namespace: dict[str, Any] = {"__name__": "fmsp_policy"}
+    try:
+        exec(compile(str(policy["code"]), f"<policy {name}>", "exec"), namespace)
+    except SyntaxError as exc:
+        raise PolicyLoadError(f"policy {name!r} does not compile: {exc}") from None
+    classes = [
+        obj
+        for obj in namespace.values()
+        if isinstance(obj, type)
+        and obj.__module__ == "fmsp_policy"
+        and all(callable(getattr(obj, m, None)) for m in methods)
+    ]
+    if len(classes) > 1:
+        classes = [c for c in classes if name in (c.__name__, getattr(c, "name", None))] or classes[:0]
+    if len(classes) != 1:
+        raise PolicyLoadError(
+            f"policy {name!r} must define exactly one class with method(s) {', '.join(methods)}; "
+            f"found {len(classes)}"
+        )
+    try:
+        return classes[0]()
+    except Exception as exc:  # noqa: BLE001 - any constructor failure is the policy's bug
+        raise PolicyLoadError(f"policy {name!r}: {classes[0].__name__}() failed: {exc!r}") from None
