@@ -1,0 +1,176 @@
+"""`sepo tournament`: a round robin among the scripted strategies of one game.
+
+Every ordered pair (a, b), self-play included, plays `--episodes` episodes with a in seat 0 and as
+many with a in seat 1; the table and the JSON give each side's mean payoff per round over all of
+them. With `--rounds 200` on IPD the deterministic pairs reproduce Axelrod's match totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from envs import GAMES, Game, UnknownNameError, make_game, play_episode, strategy_registry
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sepo tournament", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", required=True, help=f"one of: {', '.join(GAMES)}")
+    parser.add_argument("--strategies", help="comma-separated strategy names (default: all of the game's)")
+    parser.add_argument("--rounds", type=int, help="rounds per episode (default: the game's default)")
+    parser.add_argument(
+        "--episodes", type=int, default=10, help="episodes per ordered pair and seat (default 10)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--json", type=Path, help="write the results as JSON to this path")
+    return parser
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` via a temporary file in the same directory and os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _rounds_parameter(game: Game) -> str:
+    """The constructor parameter that sets the episode length (Kuhn counts hands)."""
+    params = inspect.signature(type(game)).parameters
+    for name in ("num_rounds", "num_hands"):
+        if name in params:
+            return name
+    raise ValueError(f"game {game.name!r} has no num_rounds/num_hands parameter; --rounds cannot be set")
+
+
+def round_robin(
+    game_name: str,
+    names: Sequence[str],
+    episodes: int,
+    seed: int,
+    rounds: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Play the round robin; returns {"game", "rounds", "pairs": [{"a", "b", "mean_payoff_a", "mean_payoff_b"}]}.
+
+    Each unordered pair {a, b} (a == b included) plays `episodes` episodes in each seat order; the
+    per-round means are Σ payoffs / Σ rounds over all 2·episodes episodes. Seeds are derived from
+    (seed, a, b, seat order, episode), so any subset of strategies gives the same numbers per pair.
+    """
+    game = make_game(game_name)
+    if rounds is not None:
+        game = make_game(game_name, **{_rounds_parameter(game): rounds})
+    registry = strategy_registry(game_name)
+    totals: dict[tuple[str, str], list[float]] = {}  # (a, b) -> [a's payoff, b's payoff, rounds]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i:]]
+    task = progress.add_task(f"{game_name} round robin", total=len(pairs)) if progress else None
+    for a, b in pairs:
+        acc = [0.0, 0.0, 0.0]
+        for order, seats in enumerate(((a, b), (b, a))):
+            for k in range(episodes):
+                rng = random.Random(f"{seed}:{a}:{b}:{order}:{k}")
+                ep = play_episode(game, [registry[seats[0]](), registry[seats[1]]()], rng)
+                a_seat = 0 if order == 0 else 1
+                acc[0] += ep.totals[a_seat]
+                acc[1] += ep.totals[1 - a_seat]
+                acc[2] += len(ep.rounds)
+        if a == b:  # self-play: both sides are the same strategy, averaged over the two seats
+            acc[0] = acc[1] = (acc[0] + acc[1]) / 2
+        totals[(a, b)] = acc
+        totals[(b, a)] = [acc[1], acc[0], acc[2]]
+        if progress is not None and task is not None:
+            progress.advance(task)
+    return {
+        "game": game_name,
+        "rounds": game.num_rounds,
+        "pairs": [
+            {
+                "a": a,
+                "b": b,
+                "mean_payoff_a": totals[(a, b)][0] / totals[(a, b)][2],
+                "mean_payoff_b": totals[(a, b)][1] / totals[(a, b)][2],
+            }
+            for a in names
+            for b in names
+        ],
+    }
+
+
+def _table(result: dict[str, Any], names: Sequence[str]) -> Table:
+    table = Table(
+        title=f"{result['game']}, {result['rounds']} rounds: mean payoff per round of the row strategy"
+    )
+    table.add_column("row \\ column", style="bold")
+    for name in names:
+        table.add_column(name, justify="right")
+    cell = {(p["a"], p["b"]): p["mean_payoff_a"] for p in result["pairs"]}
+    for a in names:
+        table.add_row(a, *(f"{cell[(a, b)]:.3f}" for b in names))
+    return table
+
+
+def _fail(message: str) -> None:
+    print(f"sepo tournament: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.game not in GAMES:
+        _fail(f"unknown game {args.game!r}; choose one of: {', '.join(GAMES)}")
+        return 2
+    try:
+        registry = strategy_registry(args.game)
+    except (ImportError, UnknownNameError) as exc:
+        _fail(f"no strategies for game {args.game!r}: {exc}")
+        return 2
+    names = (
+        list(registry)
+        if args.strategies is None
+        else [n.strip() for n in args.strategies.split(",") if n.strip()]
+    )
+    unknown = [n for n in names if n not in registry]
+    if unknown or not names:
+        _fail(
+            f"unknown strategy {', '.join(map(repr, unknown)) or '(none given)'} for game "
+            f"{args.game!r}; choose from: {', '.join(sorted(registry))}"
+        )
+        return 2
+    names = list(dict.fromkeys(names))
+    if args.episodes < 1 or (args.rounds is not None and args.rounds < 1):
+        _fail("--episodes and --rounds must be positive integers")
+        return 2
+    try:
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            result = round_robin(args.game, names, args.episodes, args.seed, args.rounds, progress)
+    except ValueError as exc:  # bad game parameters (e.g. --rounds the game rejects)
+        _fail(f"{exc}")
+        return 2
+    # wide enough that no cell is cut (rich falls back to 80 columns when stdout is not a terminal)
+    width = max(len(n) for n in names) + 4 + sum(max(len(n), 7) + 3 for n in names)
+    Console(width=max(Console().width, width)).print(_table(result, names))
+    if args.json is not None:
+        write_json_atomic(args.json, result)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
