@@ -1,0 +1,236 @@
+"""Foundation-model clients behind one interface: `complete(messages, **kw) -> Completion(text, usage)`.
+
+- `OpenAIChatFM`: any OpenAI-compatible chat endpoint (OpenAI, `vllm serve`) through the official SDK, with
+  retries and exponential backoff on transient errors, timeouts, and token / cost accounting.
+- `LocalTransformersFM`: a local transformers chat model (e.g. the embedded default `default`).
+- `ScriptedFM`: a TEST DOUBLE, not a model. It replays hand-written policy code (from a list or a directory)
+  and scripted judge answers, so the whole pipeline (and the CLI) can run where no strong code-writing FM is
+  available. Its outputs say nothing about what a real FM would do.
+
+Callers pass `purpose` ("generate", "repair", "judge") and `side` as keyword metadata; real clients ignore them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+Messages = list[dict[str, str]]
+
+
+class FMError(RuntimeError):
+    """The FM call failed for good (non-transient error, or retries exhausted)."""
+
+
+@dataclass
+class Usage:
+    """Token and cost accounting; `+=` accumulates."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    retries: int = 0
+
+    def __iadd__(self, other: Usage) -> Usage:
+        for name in ("prompt_tokens", "completion_tokens", "cost_usd", "calls", "retries"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    usage: Usage
+
+
+class FoundationModel(Protocol):
+    """What the search loops need from an FM. `usage` holds the running totals."""
+
+    name: str
+    usage: Usage
+
+    def complete(self, messages: Messages, **kw: Any) -> Completion: ...
+
+
+_META_KEYS = ("purpose", "side")
+
+
+def _sampling(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if k not in _META_KEYS}
+
+
+@dataclass
+class OpenAIChatFM:
+    """Chat completions from an OpenAI-compatible server; `api_key`/`base_url` default to OPENAI_API_KEY/_BASE_URL."""
+
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None
+    temperature: float = 0.8
+    max_tokens: int = 2048
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    price_prompt_per_1k: float = 0.0
+    price_completion_per_1k: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+
+    def __post_init__(self) -> None:
+        import openai
+
+        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
+        api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
+        if api_key is None:
+            raise FMError("OpenAIChatFM needs an API key: set api_key in the config or OPENAI_API_KEY")
+        self.name = self.model
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=self.timeout_s, max_retries=0)
+
+    def _transient(self, exc: Exception) -> bool:
+        o = self._openai
+        return isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError)
+
+    def complete(self, messages: Messages, **kw: Any) -> Completion:
+        params = {"temperature": self.temperature, "max_tokens": self.max_tokens, **_sampling(kw)}
+        retries = 0
+        while True:
+            try:
+                response = self._client.chat.completions.create(model=self.model, messages=messages, **params)
+                break
+            except Exception as exc:
+                if not self._transient(exc) or retries >= self.max_retries:
+                    raise FMError(f"{type(exc).__name__}: {exc}") from exc
+                time.sleep(self.backoff_s * 2**retries * (0.5 + random.random() / 2))
+                retries += 1
+        text = response.choices[0].message.content or ""
+        tokens = response.usage
+        usage = Usage(
+            prompt_tokens=tokens.prompt_tokens if tokens else 0,
+            completion_tokens=tokens.completion_tokens if tokens else 0,
+            calls=1,
+            retries=retries,
+        )
+        usage.cost_usd = (usage.prompt_tokens * self.price_prompt_per_1k
+                          + usage.completion_tokens * self.price_completion_per_1k) / 1000  # fmt: skip
+        self.usage += usage
+        return Completion(text=text, usage=usage)
+
+
+@dataclass
+class LocalTransformersFM:
+    """A local transformers chat model; `model` is a checkpoint dir or a `sepo.models` name such as `default`."""
+
+    model: str = "default"
+    temperature: float = 0.8
+    max_tokens: int = 512
+    device: str = "cpu"
+    seed: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+    def __post_init__(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from sepo.models import resolve_model
+
+        path = resolve_model(self.model)
+        self.name = self.model
+        self._torch = torch
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        self._generator = torch.Generator(device=self.device).manual_seed(self.seed)
+
+    def complete(self, messages: Messages, **kw: Any) -> Completion:
+        params = _sampling(kw)
+        temperature = params.get("temperature", self.temperature)
+        inputs = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        ).to(self.device)
+        self._torch.manual_seed(int(self._torch.randint(0, 2**31 - 1, (1,), generator=self._generator)))
+        with self._torch.inference_mode():
+            out = self._model.generate(
+                **inputs, max_new_tokens=params.get("max_tokens", self.max_tokens), do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None, top_p=None, top_k=None,
+                pad_token_id=self._tokenizer.pad_token_id or self._tokenizer.eos_token_id,
+            )  # fmt: skip
+        new = out[0, inputs["input_ids"].shape[1] :]
+        usage = Usage(prompt_tokens=int(inputs["input_ids"].shape[1]), completion_tokens=int(new.shape[0]), calls=1)
+        self.usage += usage
+        return Completion(text=self._tokenizer.decode(new, skip_special_tokens=True), usage=usage)
+
+
+@dataclass(frozen=True)
+class ScriptedPolicy:
+    name: str
+    description: str
+    code: str
+
+
+class ScriptedFM:
+    """TEST DOUBLE (not a model): replays hand-written policy code and scripted judge answers, cycling.
+
+    Generation/repair requests (`purpose` "generate"/"repair") get the next policy for `side` (or the shared
+    list), formatted the way the prompts ask a real FM to answer; `purpose="judge"` gets the next judge answer.
+    """
+
+    def __init__(self, policies: list[str] | dict[str, list[str]], judge_answers: list[str],
+                 name: str = "scripted-test-double") -> None:  # fmt: skip
+        by_side = policies if isinstance(policies, dict) else {"*": policies}
+        if not any(by_side.values()) or not judge_answers:
+            raise ValueError("ScriptedFM needs at least one policy and one judge answer")
+        self.name = name
+        self.usage = Usage()
+        self._policies = {side: itertools.cycle([_scripted(code, i) for i, code in enumerate(codes)])
+                          for side, codes in by_side.items() if codes}  # fmt: skip
+        self._judge = itertools.cycle(judge_answers)
+
+    @classmethod
+    def from_path(cls, path: str | Path, judge_answers: list[str]) -> ScriptedFM:
+        """Policies from `path/*.py` (shared) or `path/<side>/*.py` (per side), in sorted file order."""
+        root = Path(path)
+        if not root.is_dir():
+            raise FileNotFoundError(f"scripted policy directory {root} does not exist")
+        shared = [p.read_text() for p in sorted(root.glob("*.py"))]
+        per_side = {d.name: [p.read_text() for p in sorted(d.glob("*.py"))] for d in sorted(root.iterdir())
+                    if d.is_dir() and any(d.glob("*.py"))}  # fmt: skip
+        if per_side and shared:
+            per_side["*"] = shared
+        return cls(per_side or shared, judge_answers)
+
+    def complete(self, messages: Messages, **kw: Any) -> Completion:
+        self.usage.calls += 1
+        if kw.get("purpose") == "judge":
+            return Completion(text=next(self._judge), usage=Usage(calls=1))
+        side = kw.get("side")
+        source = self._policies.get(side) or self._policies.get("*")
+        if source is None:
+            raise FMError(f"ScriptedFM has no policies for side {side!r} (has {sorted(self._policies)})")
+        policy = next(source)
+        text = f"NAME: {policy.name}\nDESCRIPTION: {policy.description}\n```python\n{policy.code}```\n"
+        return Completion(text=text, usage=Usage(calls=1))
+
+
+def _scripted(code: str, index: int) -> ScriptedPolicy:
+    """Name and description from the code's leading docstring/comment, when it has one."""
+    first = code.strip().splitlines()[0].strip('"# ') if code.strip() else ""
+    return ScriptedPolicy(name=f"scripted-{index}", description=first or f"scripted policy {index}", code=code)
+
+
+FM_PROVIDERS = ("openai", "local_transformers", "scripted_test_double")
+
+
+def make_fm(provider: str, **cfg: Any) -> FoundationModel:
+    """Build an FM client by provider name (see FM_PROVIDERS); `cfg` are the client's fields."""
+    if provider == "openai":
+        return OpenAIChatFM(**cfg)
+    if provider == "local_transformers":
+        return LocalTransformersFM(**cfg)
+    if provider == "scripted_test_double":
+        return ScriptedFM.from_path(cfg["policies_path"], cfg.get("judge_answers") or ["Decision: Yes"])
+    raise ValueError(f"unknown fm_provider {provider!r}; valid: {', '.join(FM_PROVIDERS)}")

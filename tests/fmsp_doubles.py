@@ -1,0 +1,108 @@
+"""Test doubles and a toy domain for the FMSP core tests.
+
+`ScriptedFMTestDouble` stands in for a strong code-writing FM (which cannot run here): it is `fmsp.fm.ScriptedFM`
+loaded with the hand-written policies below. `NumberDuel` is a tiny real domain (sides "high" and "low" pick a
+number in [0, 1] each round; the one closer to a hidden target wins the round) used until the real domains exist.
+The functions `duel_match`, `duel_unit_test` and `hostile_call` are imported by the sandbox worker.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from fmsp.domain import PolicyCode
+from fmsp.fm import ScriptedFM
+from fmsp.sandbox_worker import load_policy
+
+TASK = (
+    "Write a Python class `Policy` with a method `act(self, obs: dict) -> float` returning a number in [0, 1]. "
+    "`obs` has keys 'round' (int) and 'last_target' (float or None). Each round, the player whose number is "
+    "closer to a hidden target drawn from Beta(2, 5) wins. Allowed imports: math, random."
+)
+
+
+def _policy(name: str, body: str, side: str = "high") -> PolicyCode:
+    code = f"class Policy:\n    def act(self, obs):\n        {body}\n"
+    return PolicyCode(name=name, description=f"returns {body.removeprefix('return ')}", code=code, side=side)
+
+
+BASELINES = {
+    "high": [_policy("half", "return 0.5", "high")],
+    "low": [_policy("third", "return 0.3", "low")],
+}
+
+# Hand-written "FM outputs": distinct, working policies (plus one buggy one to exercise repair).
+SCRIPTED_POLICIES = [
+    "class Policy:\n    def act(self, obs):\n        return 0.28\n",
+    "import math\n\nclass Policy:\n    def act(self, obs):\n        return 0.25 + 0.05 * math.sin(obs['round'])\n",
+    "class Policy:\n    def act(self, obs)\n        return 0.2\n",  # syntax error: the repair loop must see it
+    "class Policy:\n    def __init__(self):\n        self.seen = []\n    def act(self, obs):\n"
+    "        if obs['last_target'] is not None:\n            self.seen.append(obs['last_target'])\n"
+    "        return sum(self.seen) / len(self.seen) if self.seen else 0.3\n",
+    "import random\n\nclass Policy:\n    def __init__(self):\n        self.rng = random.Random(0)\n"
+    "    def act(self, obs):\n        return self.rng.uniform(0.2, 0.35)\n",
+]
+
+
+def ScriptedFMTestDouble(judge_answers: list[str] | None = None) -> ScriptedFM:  # noqa: N802 - named double
+    """The named FM test double: cycles through SCRIPTED_POLICIES and the given judge answers."""
+    return ScriptedFM(policies=SCRIPTED_POLICIES, judge_answers=judge_answers or ["Decision: Yes"])
+
+
+def duel_match(policy_a: dict, policy_b: dict, config: dict) -> dict[str, Any]:
+    """Play `config['games']` games of `config['rounds']` rounds; scores are mean round-win fractions."""
+    rng = random.Random(config["seed"])
+    wins = [0.0, 0.0]
+    for _ in range(config["games"]):
+        players = [load_policy(policy_a)["Policy"](), load_policy(policy_b)["Policy"]()]
+        last = None
+        for r in range(config["rounds"]):
+            target = rng.betavariate(2, 5)
+            picks = [float(p.act({"round": r, "last_target": last})) for p in players]
+            da, db = abs(picks[0] - target), abs(picks[1] - target)
+            wins[0] += 1.0 if da < db else 0.5 if da == db else 0.0
+            wins[1] += 1.0 if db < da else 0.5 if da == db else 0.0
+            last = target
+    total = config["games"] * config["rounds"]
+    return {"score_a": wins[0] / total, "score_b": wins[1] / total, "details": {"rounds": total}}
+
+
+def duel_unit_test(policy: dict, side: str, config: dict) -> None:
+    """A policy must construct, and return a float in [0, 1] for 20 rounds."""
+    agent = load_policy(policy)["Policy"]()
+    for r in range(20):
+        value = agent.act({"round": r, "last_target": 0.3 if r else None})
+        assert isinstance(value, int | float), f"act must return a float, got {type(value).__name__}"
+        assert 0.0 <= value <= 1.0, f"act returned {value}, outside [0, 1]"
+
+
+class NumberDuel:
+    """A toy `fmsp.domain.Domain` for tests."""
+
+    name = "number_duel"
+    sides = ("high", "low")
+    match_entry = "fmsp_doubles:duel_match"
+    unit_test_entry = "fmsp_doubles:duel_unit_test"
+    allowed_imports = ("math", "random")
+
+    def __init__(self, games: int = 5, rounds: int = 20, seed: int = 0) -> None:
+        self.config = {"games": games, "rounds": rounds, "seed": seed}
+
+    def task_prompt(self, side: str) -> str:
+        return f"You write policies for the side '{side}'. {TASK}"
+
+    def baselines(self, side: str) -> list[PolicyCode]:
+        return list(BASELINES[side])
+
+    def match_config(self) -> dict[str, Any]:
+        return dict(self.config)
+
+
+def hostile_call(code: str, calls: int) -> Any:
+    """Load untrusted `code` (defining `Policy`) and call `act` `calls` times; returns the last value."""
+    agent = load_policy({"name": "hostile", "code": code, "side": "x"})["Policy"]()
+    value = None
+    for i in range(calls):
+        value = agent.act({"round": i})
+    return value
