@@ -44,3 +44,21 @@ def instantiate(policy: Mapping[str, Any], methods: tuple[str, ...]) -> Any:
         return classes[0]()
     except Exception as exc:  # noqa: BLE001 - any constructor failure is the policy's bug
         raise PolicyLoadError(f"policy {name!r}: {classes[0].__name__}() failed: {exc!r}") from None
+
+
+def resolve_entry(entry: str) -> Any:
+    """The function named by a "module:function" entry string."""
+    import importlib
+
+    module, _, function = entry.partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot resolve entry {entry!r}: {exc}") from None
+
+
+def run_entry_in_process(
+    entry: str, policy_a: Mapping[str, Any], policy_b: Mapping[str, Any], config: dict
+) -> dict:
+    """Call a match entry in this process: for trusted code (baselines, tests) only; searches use the sandbox."""
+    return resolve_entry(entry)(dict(policy_a), dict(policy_b), config)
