@@ -1,0 +1,194 @@
+"""`sepo sft`: the SFT warm-start stage — TRL `SFTTrainer` + PEFT LoRA on expert transcripts, then merge.
+
+The lesson the method's authors recorded: SFT must install the game's structure (card-conditioned play, the
+answer format) before RL can improve it. Rows are conversational prompt–completion pairs (one per assistant
+turn, full history in the prompt), so the loss is completion-only for every chat template, including Gemma 4's
+which has no generation markers. At the end the adapter is merged and a full checkpoint is saved with the
+same architecture class and processor files, ready for `sepo train` and vLLM.
+
+    sepo sft --config configs/sft/default.yaml [--key value ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trl import SFTConfig
+
+# LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
+# audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
+LANGUAGE_MODEL_ATTENTION = r"^(?!.*(?:vision|audio|visual|multi_modal|embed_vision|embed_audio)).*\.(?:q_proj|k_proj|v_proj|o_proj)$"
+
+
+@dataclass
+class SEPOSFTConfig(SFTConfig):
+    """SFTConfig plus what the warm-start stage needs: the model, the data, LoRA and the merged output."""
+
+    model_name_or_path: str = field(default="default", metadata={"help": "path, hub id, or `default` (embedded)"})
+    dataset_path: str | None = field(
+        default=None, metadata={"help": "a `sepo data` output directory (datasets save_to_disk); None: generate"}
+    )
+    games: list[str] = field(
+        default_factory=lambda: ["ipd", "auction", "negotiation", "negotiation_multi", "kuhn"],
+        metadata={"help": "games to generate data for when dataset_path is None"},
+    )
+    episodes_scale: float = field(default=1.0, metadata={"help": "scale of REFERENCE episode counts when generating"})
+    data_seed_value: int = field(default=0, metadata={"help": "seed of the generated transcripts"})
+    use_peft: bool = field(default=True, metadata={"help": "train a LoRA adapter (merged at the end)"})
+    lora_r: int = 32
+    lora_alpha: int = 64
+    lora_dropout: float = 0.05
+    lora_target_modules: str = field(default=LANGUAGE_MODEL_ATTENTION, metadata={"help": "PEFT regex"})
+    merged_dir: str | None = field(default=None, metadata={"help": "where the merged model goes (default output_dir/merged)"})
+    max_train_rows: int | None = field(default=None, metadata={"help": "cap on training rows (quick runs)"})
+
+
+def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tuple[Any, Any]:
+    """Load a causal LM with the architecture class its checkpoint names (e.g. Gemma4ForConditionalGeneration),
+    and its tokenizer (left padding for generation)."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer
+
+    from sepo.models import resolve_model
+
+    path = resolve_model(name_or_path)
+    config = AutoConfig.from_pretrained(path)
+    arch = (config.architectures or ["AutoModelForCausalLM"])[0]
+    model_cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+    model = model_cls.from_pretrained(path, dtype=torch_dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _processor_files(src: str) -> list[Path]:
+    """Non-weight files of a local checkpoint worth carrying over (processor, templates, generation config)."""
+    root = Path(src)
+    if not root.is_dir():
+        return []
+    skip_suffixes = {".safetensors", ".bin", ".pt", ".pth", ".gguf"}
+    return [p for p in root.iterdir() if p.is_file() and p.suffix not in skip_suffixes and not p.name.startswith(".")]
+
+
+def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) -> Path:
+    """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor files."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        for f in _processor_files(source):  # first, so the files written below win
+            shutil.copy2(f, tmp / f.name)
+        if not Path(source).is_dir():  # hub id: processor files through AutoProcessor, when the model has one
+            try:
+                from transformers import AutoProcessor
+
+                AutoProcessor.from_pretrained(source).save_pretrained(tmp)
+            except (OSError, ValueError, TypeError):
+                pass
+        merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _datasets(config: SEPOSFTConfig):
+    from datasets import load_from_disk
+
+    if config.dataset_path:
+        dd = load_from_disk(config.dataset_path)
+    else:
+        from sepo.sft_data import build_dataset
+
+        dd = build_dataset(config.games, seed=config.data_seed_value, episodes_scale=config.episodes_scale)
+    train, valid = dd["train"], dd.get("validation")
+    if config.max_train_rows is not None and len(train) > config.max_train_rows:
+        train = train.shuffle(seed=config.seed).select(range(config.max_train_rows))
+    keep = ["prompt", "completion", "chat_template_kwargs"]
+    train = train.remove_columns([c for c in train.column_names if c not in keep])
+    if valid is not None:
+        valid = valid.remove_columns([c for c in valid.column_names if c not in keep])
+    return train, valid
+
+
+def _last_checkpoint(output_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+
+
+def run_sft(config: SEPOSFTConfig) -> Path:
+    """Train, merge and save; returns the merged checkpoint directory."""
+    from peft import LoraConfig
+    from trl import SFTTrainer
+
+    dtype = (config.model_init_kwargs or {}).get("dtype") if isinstance(config.model_init_kwargs, dict) else None
+    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, dtype=dtype)
+    train, valid = _datasets(config)
+    peft_config = (
+        LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        if config.use_peft
+        else None
+    )
+    if valid is None or config.eval_strategy == "no":
+        valid = None
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=train,
+        eval_dataset=valid,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    resume = config.resume_from_checkpoint
+    if resume in ("auto", "true", "True"):
+        resume = _last_checkpoint(config.output_dir)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(config.output_dir)  # the adapter (or full model) for the record
+    Path(config.output_dir, "sepo_sft_config.json").write_text(json.dumps(config.to_dict(), indent=2, default=str))
+    merged_dir = Path(config.merged_dir or Path(config.output_dir) / "merged")
+    if trainer.accelerator.is_main_process:
+        merge_and_save(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
+                       _source_path(config.model_name_or_path), merged_dir)
+    trainer.accelerator.wait_for_everyone()
+    return merged_dir
+
+
+def _source_path(name_or_path: str) -> str:
+    from sepo.models import resolve_model
+
+    return resolve_model(name_or_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trl import TrlParser
+
+    parser = TrlParser((SEPOSFTConfig,))
+    (config,) = parser.parse_args_and_config(args=argv)
+    merged = run_sft(config)
+    print(f"merged checkpoint: {merged}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""`sepo data`: expert-transcript SFT datasets from the demonstrator mixtures of the method.
+
+For every game, a demonstrator drawn from the game's mixture (REFERENCE.md: e.g. IPD TFT .33, always-defect
+.27, grim .22, random .08, generous TFT .05, always-cooperate .05) plays the LLM's seat against each of five
+opponents. Every demonstrator decision becomes one conversational prompt–completion row: the prompt is the
+whole conversation so far exactly as the rollout engine renders it (system prompt, observations, earlier
+assistant turns), the completion is one short line of reasoning grounded in the state followed by the action
+alone on the last line — which the game's own `parse_action` must read back (tested).
+
+Deterministic given the seed; the train/validation split is by episode, so no episode leaks across it.
+
+    sepo data --games ipd,kuhn --out sft_data/generated [--seed 0] [--episodes-scale 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import envs
+from envs.base import View
+from sepo.rationales import rationale
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """Who demonstrates a game: a mixture over scripted strategies, the opponents, and the episode budget."""
+
+    mixture: dict[str, float]
+    opponents: tuple[str, ...]
+    episodes_per_opponent: int
+
+
+# REFERENCE.md "SFT demonstrator mixtures"; the opponents follow the method's generator where it names them.
+DEMONSTRATIONS: dict[str, Demonstration] = {
+    "ipd": Demonstration(
+        {"tit_for_tat": 0.33, "always_defect": 0.27, "grim_trigger": 0.22, "random": 0.08,
+         "generous_tit_for_tat": 0.05, "always_cooperate": 0.05},
+        ("always_cooperate", "always_defect", "tit_for_tat", "generous_tit_for_tat", "grim_trigger"),
+        200,
+    ),
+    "auction": Demonstration(
+        {"value_bid": 0.44, "aggressive_value": 0.28, "adaptive_value": 0.20, "random": 0.08},
+        ("aggressive", "truthful", "conservative", "shaded", "adaptive"),
+        267,
+    ),
+    "negotiation": Demonstration(
+        {"fair": 0.32, "balanced": 0.27, "concede": 0.18, "tit_for_tat": 0.15, "random": 0.08},
+        ("selfish", "fair", "balanced", "hardball", "concede"),
+        400,
+    ),
+    "negotiation_multi": Demonstration(
+        {"proportional": 0.35, "conservative": 0.25, "adaptive": 0.25, "defensive": 0.15},
+        ("fair", "tit_for_tat", "concede", "greedy", "hardball"),
+        200,
+    ),
+    "kuhn": Demonstration(
+        {"nash": 0.45, "tight_value": 0.25, "pot_control": 0.20, "random_legal": 0.08, "always_pass_q": 0.02},
+        ("nash", "tight_passive", "loose_aggressive", "always_bet", "max_exploiter"),
+        200,
+    ),
+}
+
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}  # action turns never think (Qwen 3.5 renders an empty block)
+
+
+def episode_transcripts(
+    game_name: str, seed: int, episodes_scale: float = 1.0, game_params: dict[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield one row per demonstrator decision for every episode of `game_name`'s demonstration budget."""
+    demo = DEMONSTRATIONS[game_name]
+    game = envs.make_game(game_name, **(game_params or {}))
+    names, weights = zip(*demo.mixture.items())
+    n_episodes = max(1, round(demo.episodes_per_opponent * episodes_scale))
+    for opponent_name in demo.opponents:
+        for ep in range(n_episodes):
+            rng = random.Random(f"{seed}/{game_name}/{opponent_name}/{ep}")
+            demonstrator_name = rng.choices(names, weights=weights)[0]
+            seat = rng.randrange(2)
+            yield from _play(game, game_name, demonstrator_name, opponent_name, seat, rng,
+                             episode_id=f"{game_name}/{opponent_name}/{ep}")
+
+
+def _play(game, game_name, demonstrator_name, opponent_name, seat, rng, episode_id) -> Iterator[dict[str, Any]]:
+    players = {seat: envs.make_strategy(game_name, demonstrator_name),
+               1 - seat: envs.make_strategy(game_name, opponent_name)}
+    state = game.new_state(random.Random(rng.random()))
+    for s, player in players.items():
+        player.reset(game, s, random.Random(rng.random()))
+    messages: list[dict[str, str]] = [{"role": "system", "content": game.system_prompt(seat)}]
+    turn = 0
+    while not game.is_terminal(state):
+        actions = {}
+        for s in game.current_players(state):
+            view: View = game.view(state, s)
+            actions[s] = players[s].act(view)
+            if s == seat:
+                text = f"{rationale(game_name, view, actions[s])}\n{actions[s]}"
+                if game.parse_action(text, state, seat) != actions[s]:  # every row must read back exactly
+                    raise RuntimeError(f"{game_name}: demonstration {text!r} does not parse as {actions[s]!r}")
+                messages.append({"role": "user", "content": game.observation(state, seat)})
+                yield {
+                    "prompt": list(messages),
+                    "completion": [{"role": "assistant", "content": text}],
+                    "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),
+                    "game": game_name,
+                    "demonstrator": demonstrator_name,
+                    "opponent": opponent_name,
+                    "seat": seat,
+                    "episode_id": episode_id,
+                    "turn": turn,
+                    "action": actions[s],
+                }
+                messages.append({"role": "assistant", "content": text})
+                turn += 1
+        game.step(state, actions)
+
+
+def generate(
+    games: list[str], seed: int = 0, episodes_scale: float = 1.0, validation_fraction: float = 0.2
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows for every game, split by episode into {"train": [...], "validation": [...]}."""
+    unknown = [g for g in games if g not in DEMONSTRATIONS]
+    if unknown:
+        raise ValueError(f"no demonstrations for {unknown}; choose from: {', '.join(DEMONSTRATIONS)}")
+    split: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+    for game_name in games:
+        for row in episode_transcripts(game_name, seed, episodes_scale):
+            bucket = random.Random(f"{seed}/split/{row['episode_id']}").random() < validation_fraction
+            split["validation" if bucket else "train"].append(row)
+    return split
+
+
+def build_dataset(games: list[str], seed: int = 0, episodes_scale: float = 1.0, validation_fraction: float = 0.2):
+    """The same rows as a `datasets.DatasetDict` (train / validation)."""
+    from datasets import Dataset, DatasetDict
+
+    rows = generate(games, seed, episodes_scale, validation_fraction)
+    return DatasetDict({name: Dataset.from_list(part) for name, part in rows.items() if part})
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    os.replace(tmp, path)
+
+
+def stats(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Counts per split, game, demonstrator and opponent (for the dataset card)."""
+    out: dict[str, Any] = {}
+    for split, part in rows.items():
+        out[split] = {
+            "rows": len(part),
+            "episodes": len({r["episode_id"] for r in part}),
+            "by_game": dict(Counter(r["game"] for r in part)),
+            "by_demonstrator": dict(Counter(f"{r['game']}/{r['demonstrator']}" for r in part)),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sepo data", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--games", default=",".join(DEMONSTRATIONS), help="comma-separated game names")
+    parser.add_argument("--out", default="sft_data/generated", help="output directory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes-scale", type=float, default=1.0, help="multiplies REFERENCE episode counts")
+    parser.add_argument("--validation-fraction", type=float, default=0.2)
+    parser.add_argument("--samples", type=int, default=0, help="also write N sample rows per game to sft_data/samples")
+    args = parser.parse_args(argv)
+    games = [g.strip() for g in args.games.split(",") if g.strip()]
+    try:
+        rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction)
+    except (ValueError, KeyError) as exc:
+        print(f"sepo data: {exc}", file=sys.stderr)
+        return 2
+    from datasets import Dataset, DatasetDict
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, part in rows.items():
+        _write_jsonl(out / f"{split}.jsonl", part)
+    DatasetDict({k: Dataset.from_list(v) for k, v in rows.items() if v}).save_to_disk(str(out / "dataset"))
+    summary = {"games": games, "seed": args.seed, "episodes_scale": args.episodes_scale, **stats(rows)}
+    (out / "stats.json").write_text(json.dumps(summary, indent=2))
+    if args.samples:
+        sample_dir = Path("sft_data/samples")
+        sample_dir.mkdir(parents=True, exist_ok=True)
+        for game in games:
+            picked = [r for r in rows["train"] if r["game"] == game][: args.samples]
+            _write_jsonl(sample_dir / f"{game}.jsonl", picked)
+    print(json.dumps(summary["train"], indent=2))
+    print(f"wrote {out}/train.jsonl, validation.jsonl, dataset/ and stats.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
