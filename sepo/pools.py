@@ -267,21 +267,24 @@ def load_pool_dir(path: str | Path, game: str | None = None) -> list[PoolMember]
         raise PoolError(f"pool directory {directory} does not exist")
     if game is not None:
         _check_game(game)
-    members: list[PoolMember] = []
+    entries: list[tuple[dict[str, Any], Path]] = []
     seen: set[str] = set()
-    for index, raw in enumerate(_read_manifest(directory)):
+    for index, raw in enumerate(_read_manifest(directory)):  # validate the whole manifest before importing
         entry, file = _validate_entry(raw, index, directory)
         name = entry["name"]
         if name in seen:
             raise PoolError(f"{directory / MANIFEST_FILE}: member name {name!r} appears twice")
         seen.add(name)
-        if game is not None and entry["game"] != game:
-            continue
         if name in strategy_registry(entry["game"]):
             raise PoolError(
                 f"{directory / MANIFEST_FILE}: member name {name!r} shadows the scripted {entry['game']} "
                 "strategy of the same name; rename it"
             )
+        if game is None or entry["game"] == game:
+            entries.append((entry, file))
+    members: list[PoolMember] = []
+    for entry, file in entries:
+        name = entry["name"]
         cls = _import_class(entry, file, entry["sha256"].lower())
         view_format = entry.get("view", "object")
 

@@ -1,0 +1,330 @@
+"""Opponent pools: defaults, strict separation, sampling, and loading `sepo-pool-manifest/1` directories."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from envs import GAMES, Strategy, make_game, make_strategy, play_episode
+from sepo.pools import (
+    DEFAULT_POOLS,
+    MANIFEST_FORMAT,
+    POOL_NAMES,
+    LoadedStrategy,
+    PoolError,
+    check_separation,
+    load_pool_dir,
+    load_pools,
+)
+
+# REFERENCE.md's pool table (paper/code), before the separation resolution documented in sepo.pools
+REFERENCE_POOLS = {
+    "negotiation": {
+        "training": ["fair", "balanced", "concede", "hardball"],
+        "exploit": ["selfish", "hardball"],
+        "collusive": ["fair"],
+    },
+    "negotiation_multi": {
+        "training": ["fair", "tit_for_tat", "concede"],
+        "exploit": ["greedy", "hardball"],
+        "collusive": ["fair"],
+    },
+    "kuhn": {
+        "training": ["nash", "tight_passive", "loose_aggressive"],
+        "exploit": ["always_bet", "max_exploiter"],
+        "collusive": ["loose_aggressive"],
+    },
+}
+
+
+def test_pool_names():
+    assert POOL_NAMES == ("training", "exploit", "collusive")
+    assert set(DEFAULT_POOLS) == set(GAMES)
+
+
+@pytest.mark.parametrize("game", list(GAMES))
+def test_default_pools_load_separated_and_play(game):
+    pools = load_pools(game)
+    assert set(pools.members) == set(POOL_NAMES) and all(pools.members.values())
+    check_separation(game, pools.members)  # no name in two pools
+    names = [n for pool in POOL_NAMES for n in pools.names(pool)]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert pools.pool_of(name) in POOL_NAMES
+        a, b = pools.make(name, game), pools.make(name, game)
+        assert isinstance(a, Strategy) and a is not b  # fresh instance per rollout
+        ep = play_episode(make_game(game), [a, make_strategy(game, names[0])], random.Random(0))
+        assert ep.names[0] == name and len(ep.rounds) == make_game(game).num_rounds
+
+
+def test_ipd_pools_exactly_as_reference():
+    pools = load_pools("ipd")
+    assert pools.members == {
+        "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
+        "exploit": ("always_defect", "alternating_defect"),
+        "collusive": ("always_cooperate",),
+    }
+    assert load_pools("auction").members == {
+        "training": ("truthful", "conservative", "shaded"),
+        "exploit": ("aggressive", "adaptive"),
+        "collusive": ("collusive_low_bid",),
+    }
+
+
+@pytest.mark.parametrize("game", list(REFERENCE_POOLS))
+def test_reference_overlaps_are_rejected_and_resolved_by_role(game):
+    with pytest.raises(PoolError, match=r"in both the 'training' and the '(exploit|collusive)' pool"):
+        check_separation(game, REFERENCE_POOLS[game])
+    # the resolution keeps every reference name, each in exactly one of its reference pools
+    ref_names = {n for names in REFERENCE_POOLS[game].values() for n in names}
+    resolved = load_pools(game)
+    assert {n for p in POOL_NAMES for n in resolved.names(p)} == ref_names
+    for name in ref_names:
+        assert name in REFERENCE_POOLS[game][resolved.pool_of(name)]
+    assert resolved.names("collusive") == tuple(REFERENCE_POOLS[game]["collusive"])  # c is defined against it
+
+
+def test_constructed_overlap_via_overrides_names_both_pools():
+    with pytest.raises(PoolError) as info:
+        load_pools("ipd", overrides={"exploit": ["always_defect", "tit_for_tat"]})
+    assert (
+        "'tit_for_tat'" in str(info.value)
+        and "'training'" in str(info.value)
+        and "'exploit'" in str(info.value)
+    )
+    with pytest.raises(PoolError, match="listed twice in the 'exploit' pool"):
+        load_pools("ipd", overrides={"exploit": ["always_defect", "always_defect"]})
+
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(PoolError, match="choose one of: training, exploit, collusive"):
+        load_pools("ipd", overrides={"train": ["tit_for_tat"]})
+    with pytest.raises(PoolError, match=r"unknown strategy 'tft'.*tit_for_tat"):
+        load_pools("ipd", overrides={"training": ["tft"]})
+    with pytest.raises(PoolError, match="choose one of: ipd, auction"):
+        load_pools("chess")
+    pools = load_pools("ipd")
+    with pytest.raises(PoolError, match="choose one of: training, exploit, collusive"):
+        pools.sample("shift", random.Random(0))
+    with pytest.raises(PoolError, match=r"'prober' is not in any pool.*always_cooperate"):
+        pools.make("prober")
+    with pytest.raises(PoolError, match="not 'kuhn'"):
+        pools.make("tit_for_tat", "kuhn")
+    with pytest.raises(PoolError, match="must be a list"):
+        load_pools("ipd", overrides={"exploit": "always_defect"})
+
+
+def test_overrides_replace_a_pool_and_sampling_is_seeded():
+    pools = load_pools("ipd", overrides={"training": ["tit_for_tat", "prober"], "collusive": []})
+    assert pools.names("training") == ("tit_for_tat", "prober")
+    assert pools.names("exploit") == DEFAULT_POOLS["ipd"]["exploit"]
+    with pytest.raises(PoolError, match="'collusive' pool of 'ipd' is empty"):
+        pools.sample("collusive", random.Random(0))
+    draws = [pools.sample("training", random.Random(7)) for _ in range(3)]
+    assert len(set(draws)) == 1  # same seed, same draw
+    rng = random.Random(3)
+    seq = [pools.sample("training", rng) for _ in range(200)]
+    assert set(seq) == {"tit_for_tat", "prober"}
+    assert 70 < seq.count("prober") < 130
+    rng2 = random.Random(3)
+    assert seq == [pools.sample("training", rng2) for _ in range(200)]
+
+
+# ------------------------------------------------------------------------------------------------
+# pool directories
+
+SUBCLASS_POLICY = '''
+from envs.base import Strategy
+
+
+class Retaliator(Strategy):
+    """Defects twice after every opponent defection."""
+
+    name = "whatever_the_class_says"
+
+    def reset(self, game, seat, rng):
+        super().reset(game, seat, rng)
+        self.punish = 0
+
+    def act(self, view):
+        if view.history and view.history[-1]["opp_action"] == "DEFECT":
+            self.punish = 2
+        if self.punish:
+            self.punish -= 1
+            return "DEFECT"
+        return "COOPERATE"
+'''
+
+DUCK_POLICY = """
+class Policy:
+    def reset(self):
+        self.turns = 0
+
+    def act(self, view):
+        self.turns += 1
+        assert isinstance(view, dict)
+        return view["legal_actions"][-1]  # DEFECT
+"""
+
+FIRST_LEGAL_POLICY = """
+class Policy:
+    def act(self, view):
+        return view.legal_actions[0]
+"""
+
+ILLEGAL_POLICY = """
+class Policy:
+    def act(self, view):
+        return "MAYBE"
+"""
+
+
+def write_pool_dir(
+    root: Path, members: list[dict], files: dict[str, str], fmt: str = MANIFEST_FORMAT
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for m in members:
+        m.setdefault("sha256", hashlib.sha256((root / m["file"]).read_bytes()).hexdigest())
+    (root / "manifest.json").write_text(json.dumps({"format": fmt, "members": members}))
+    return root
+
+
+def member(
+    name: str, file: str, class_name: str = "Policy", pool: str = "exploit", game: str = "ipd", **kw
+) -> dict:
+    return {
+        "name": name,
+        "game": game,
+        "pool": pool,
+        "file": file,
+        "class_name": class_name,
+        "description": f"{name} test policy",
+        "source": {"method": "test"},
+        **kw,
+    }
+
+
+@pytest.fixture
+def good_dir(tmp_path) -> Path:
+    return write_pool_dir(
+        tmp_path / "pool",
+        [
+            member("fmsp_retaliator", "policies/retaliator.py", "Retaliator", pool="training"),
+            member("fmsp_defector", "policies/defector.py", view="dict"),
+            member("kuhn_passer", "policies/passer.py", game="kuhn"),
+        ],
+        {
+            "policies/retaliator.py": SUBCLASS_POLICY,
+            "policies/defector.py": DUCK_POLICY,
+            "policies/passer.py": FIRST_LEGAL_POLICY,
+        },
+    )
+
+
+def test_load_pool_dir_and_extra_members(good_dir):
+    members = load_pool_dir(good_dir)
+    assert [m.name for m in members] == ["fmsp_retaliator", "fmsp_defector", "kuhn_passer"]
+    assert members[0].source == {"method": "test"} and len(members[0].sha256) == 64
+    assert [m.name for m in load_pool_dir(good_dir, game="ipd")] == ["fmsp_retaliator", "fmsp_defector"]
+
+    pools = load_pools("ipd", extra_dir=good_dir)
+    assert pools.names("training")[-1] == "fmsp_retaliator"
+    assert pools.names("exploit") == ("always_defect", "alternating_defect", "fmsp_defector")
+    game = make_game("ipd")
+    defector = pools.make("fmsp_defector", "ipd")
+    assert isinstance(defector, LoadedStrategy) and defector is not pools.make("fmsp_defector")
+    ep = play_episode(game, [defector, make_strategy("ipd", "always_cooperate")], random.Random(0))
+    assert ep.names[0] == "fmsp_defector" and ep.totals == (40.0, 0.0)
+    # the subclassed policy keeps its own state per episode: two defections after each opponent defection
+    ep = play_episode(
+        game, [pools.make("fmsp_retaliator"), make_strategy("ipd", "alternator")], random.Random(0)
+    )
+    moves = [r.record["actions"] for r in ep.rounds]
+    expected, punish = [], 0
+    for t in range(len(moves)):
+        punish = 2 if t and moves[t - 1][1] == "DEFECT" else punish
+        expected.append("DEFECT" if punish else "COOPERATE")
+        punish = max(0, punish - 1)
+    assert ep.names[0] == "fmsp_retaliator"
+    assert [m[0] for m in moves] == expected and "DEFECT" in expected and "COOPERATE" in expected
+    assert load_pools("kuhn", extra_dir=good_dir).names("exploit")[-1] == "kuhn_passer"
+
+
+def test_extra_member_overlap_is_rejected(good_dir):
+    with pytest.raises(PoolError, match="in both the 'training' and the 'exploit' pool"):
+        load_pools("ipd", extra_dir=good_dir, overrides={"exploit": ["always_defect", "fmsp_retaliator"]})
+
+
+def test_bad_sha256(tmp_path):
+    d = write_pool_dir(tmp_path, [member("p", "p.py", sha256="0" * 64)], {"p.py": DUCK_POLICY})
+    with pytest.raises(PoolError, match="member 'p': sha256 mismatch"):
+        load_pool_dir(d)
+    d = write_pool_dir(tmp_path / "b", [member("p", "p.py", sha256="xyz")], {"p.py": DUCK_POLICY})
+    with pytest.raises(PoolError, match="64 hex"):
+        load_pool_dir(d)
+
+
+def test_bad_class(tmp_path):
+    d = write_pool_dir(tmp_path, [member("p", "p.py", "Missing")], {"p.py": DUCK_POLICY})
+    with pytest.raises(PoolError, match="no class 'Missing'; classes defined there: Policy"):
+        load_pool_dir(d)
+    d = write_pool_dir(tmp_path / "b", [member("p", "p.py")], {"p.py": "class Policy:\n    pass\n"})
+    with pytest.raises(PoolError, match="has no act"):
+        load_pool_dir(d)
+    d = write_pool_dir(tmp_path / "c", [member("p", "p.py")], {"p.py": "import no_such_module_xyz\n"})
+    with pytest.raises(PoolError, match="import failed: ModuleNotFoundError"):
+        load_pool_dir(d)
+    abstract = "from envs.base import Strategy\n\nclass Policy(Strategy):\n    name = 'p'\n"
+    d = write_pool_dir(tmp_path / "d", [member("p", "p.py")], {"p.py": abstract})
+    with pytest.raises(PoolError, match="abstract"):
+        load_pool_dir(d)
+
+
+def test_illegal_and_crashing_actions(tmp_path):
+    d = write_pool_dir(tmp_path, [member("p", "p.py")], {"p.py": ILLEGAL_POLICY})
+    with pytest.raises(PoolError, match="'p' played an illegal action in seat 0"):
+        load_pool_dir(d)
+    crash = "class Policy:\n    def act(self, view):\n        return 1 / 0\n"
+    d = write_pool_dir(tmp_path / "b", [member("p", "p.py")], {"p.py": crash})
+    with pytest.raises(PoolError, match="failed in a smoke episode.*ZeroDivisionError"):
+        load_pool_dir(d)
+
+
+def test_manifest_validation(tmp_path):
+    files = {"p.py": FIRST_LEGAL_POLICY}
+    with pytest.raises(PoolError, match="'format' must be 'sepo-pool-manifest/1'"):
+        load_pool_dir(write_pool_dir(tmp_path / "a", [member("p", "p.py")], files, fmt="v0"))
+    bad = member("p", "p.py")
+    del bad["class_name"]
+    with pytest.raises(PoolError, match="missing key"):
+        load_pool_dir(write_pool_dir(tmp_path / "b", [bad], files))
+    with pytest.raises(PoolError, match="unknown pool 'shift'; choose one of: training, exploit, collusive"):
+        load_pool_dir(write_pool_dir(tmp_path / "c", [member("p", "p.py", pool="shift")], files))
+    with pytest.raises(PoolError, match="unknown game 'go'"):
+        load_pool_dir(write_pool_dir(tmp_path / "d", [member("p", "p.py", game="go")], files))
+    with pytest.raises(PoolError, match="snake_case"):
+        load_pool_dir(write_pool_dir(tmp_path / "e", [member("Bad-Name", "p.py")], files))
+    with pytest.raises(PoolError, match="shadows the scripted ipd strategy"):
+        load_pool_dir(write_pool_dir(tmp_path / "f", [member("tit_for_tat", "p.py")], files))
+    with pytest.raises(PoolError, match="appears twice"):
+        load_pool_dir(write_pool_dir(tmp_path / "g", [member("p", "p.py"), member("p", "p.py")], files))
+    (tmp_path / "outside.py").write_text(FIRST_LEGAL_POLICY)
+    with pytest.raises(PoolError, match="outside the pool directory"):
+        load_pool_dir(write_pool_dir(tmp_path / "h", [member("p", "../outside.py")], files))
+    with pytest.raises(PoolError, match="does not exist"):
+        load_pool_dir(write_pool_dir(tmp_path / "i", [member("p", "p.py")], files) / "nope")
+    (tmp_path / "j").mkdir()
+    with pytest.raises(PoolError, match="no manifest.json"):
+        load_pool_dir(tmp_path / "j")
+    (tmp_path / "j" / "manifest.json").write_text("{not json")
+    with pytest.raises(PoolError, match="not valid JSON"):
+        load_pool_dir(tmp_path / "j")
+    with pytest.raises(PoolError, match="'view' must be one of object, dict"):
+        load_pool_dir(write_pool_dir(tmp_path / "k", [member("p", "p.py", view="text")], files))
