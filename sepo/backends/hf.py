@@ -1,0 +1,215 @@
+"""transformers `generate` behind the GenerationBackend interface: batched, left-padded, exact sampling logprobs.
+
+Sampling logprobs are recorded by a last-in-line logits processor, so they are the log-probabilities under
+the distribution tokens were actually drawn from (trie mask, temperature, top-k, top-p applied), without
+keeping every step's full score tensor. The same class wraps a live policy inside the trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from sepo.chat import ChatRenderer
+from sepo.decoding import TrieLogitsProcessor, build_trie, score_actions
+from sepo.generation import Generation, Prompt, SamplingSpec
+
+
+class _LogprobRecorder(LogitsProcessor):
+    """Keeps the final (processed) log-softmax of one step until the next step reveals the chosen token."""
+
+    def __init__(self) -> None:
+        self.previous: torch.Tensor | None = None
+        self.logprobs: list[torch.Tensor] = []
+
+    def _take(self, chosen: torch.Tensor) -> None:
+        self.logprobs.append(self.previous.gather(1, chosen.view(-1, 1)).squeeze(1))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.previous is not None:
+            self._take(input_ids[:, -1])
+        self.previous = torch.log_softmax(scores.float(), -1)
+        return scores
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, steps) logprobs of the generated tokens."""
+        if self.previous is not None:
+            self._take(last_tokens)
+            self.previous = None
+        return torch.stack(self.logprobs, 1)
+
+
+class HFBackend:
+    """GenerationBackend over a transformers causal LM (optionally PEFT-wrapped).
+
+    The model is put in eval mode and run without gradients during every call, and its training mode is
+    restored afterwards, so the trainer can generate with its live policy.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, chat_template: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.renderer = ChatRenderer(tokenizer, chat_template=chat_template)
+        self.end_of_turn_id = self.renderer.end_of_turn_id
+        self.stop_ids = sorted({self.end_of_turn_id, *self._config_eos_ids()})
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
+
+    # --- construction --------------------------------------------------------------------------------
+    @classmethod
+    def from_model(
+        cls,
+        name_or_path: str,
+        dtype: str | torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        adapter: str | None = None,
+    ) -> HFBackend:
+        """Load a checkpoint (`default` = the embedded SmolLM2), optionally with a LoRA adapter on top.
+
+        A PEFT adapter directory may also be given as `name_or_path`; its base model is read from
+        adapter_config.json. dtype None keeps the checkpoint's dtype; device None picks cuda when available.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from sepo.models import resolve_model
+
+        path = resolve_model(name_or_path)
+        adapter_config = Path(path) / "adapter_config.json"
+        if adapter is None and adapter_config.is_file():
+            adapter, path = path, resolve_model(json.loads(adapter_config.read_text())["base_model_name_or_path"])
+        if isinstance(dtype, str) and dtype != "auto":
+            if not isinstance(getattr(torch, dtype, None), torch.dtype):
+                raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16, float16 or auto")
+            dtype = getattr(torch, dtype)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        tokenizer_dir = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
+        except OSError as exc:
+            raise ValueError(f"cannot load model {name_or_path!r} (resolved to {path}): {exc}") from None
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter)
+        return cls(model.to(device).eval(), tokenizer)
+
+    @classmethod
+    def from_trainer_model(cls, unwrapped_model: Any, tokenizer: Any) -> HFBackend:
+        """Wrap the trainer's live (unwrapped) policy; weights are shared, nothing is copied."""
+        return cls(unwrapped_model, tokenizer)
+
+    def _config_eos_ids(self) -> list[int]:
+        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if eos is None:
+            return []
+        return [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @contextlib.contextmanager
+    def _inference(self, seed: int | None) -> Iterator[None]:
+        was_training = self.model.training
+        self.model.eval()
+        devices = [self.device] if self.device.type == "cuda" else []
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=devices, enabled=seed is not None):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                yield
+        finally:
+            self.model.train(was_training)
+
+    # --- GenerationBackend ---------------------------------------------------------------------------
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+        """Free generation until end-of-turn or `sampling.max_new_tokens`."""
+        return self._generate(prompts, sampling, sampling.max_new_tokens, None)
+
+    def generate_choice(
+        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec
+    ) -> list[Generation]:
+        """Trie-constrained decode: each completion is one of its row's choices, then end-of-turn."""
+        if len(prompts) != len(choices):
+            raise ValueError(f"{len(prompts)} prompts but {len(choices)} choice lists")
+        tries = [build_trie(self.tokenizer, p.ids, c) for p, c in zip(prompts, choices)]
+        max_new = max((t.max_depth for t in tries), default=0) + 1
+        return self._generate(prompts, sampling, max_new, tries)
+
+    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
+        """Teacher-forced probabilities of each choice (+ end-of-turn), normalised per prompt."""
+        if not prompts:
+            return []
+        with self._inference(None):
+            return score_actions(
+                self.model, self.tokenizer, [p.ids for p in prompts], choices, self.end_of_turn_id
+            )
+
+    # --- internals -----------------------------------------------------------------------------------
+    def _processors(self, sampling: SamplingSpec, first: LogitsProcessor | None) -> list[LogitsProcessor]:
+        procs: list[LogitsProcessor] = [first] if first is not None else []
+        if not sampling.greedy:
+            if sampling.temperature <= 0:
+                raise ValueError("temperature must be > 0 when sampling; use greedy=True for argmax decoding")
+            if sampling.temperature != 1.0:
+                procs.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_k and sampling.top_k > 0:
+                procs.append(TopKLogitsWarper(sampling.top_k))
+            if sampling.top_p < 1.0:
+                procs.append(TopPLogitsWarper(sampling.top_p))
+        return procs
+
+    def _generate(
+        self, prompts: list[Prompt], sampling: SamplingSpec, max_new_tokens: int, tries: list | None
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        if any(not p.ids for p in prompts):
+            raise ValueError("every prompt needs at least one token id")
+        width = max(len(p.ids) for p in prompts)
+        device = self.device
+        ids = torch.tensor([[self.pad_id] * (width - len(p.ids)) + list(p.ids) for p in prompts], device=device)
+        attn = torch.tensor([[0] * (width - len(p.ids)) + [1] * len(p.ids) for p in prompts], device=device)
+        trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None
+        recorder = _LogprobRecorder()
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=not sampling.greedy,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            eos_token_id=[self.end_of_turn_id] if tries is not None else self.stop_ids,
+            pad_token_id=self.pad_id,
+            use_cache=True,
+        )
+        with self._inference(sampling.seed):
+            sequences = self.model.generate(
+                input_ids=ids,
+                attention_mask=attn,
+                generation_config=config,
+                logits_processor=LogitsProcessorList([*self._processors(sampling, trie), recorder]),
+            )
+        new = sequences[:, width:]
+        logprobs = recorder.finish(new[:, -1]).tolist()
+        stops = set(config.eos_token_id)
+        out = []
+        for row, row_lps in zip(new.tolist(), logprobs):
+            end = next((k + 1 for k, t in enumerate(row) if t in stops), None)
+            tokens, lps = row[: end or len(row)], row_lps[: end or len(row)]
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            out.append(Generation(token_ids=tokens, logprobs=lps, text=text, finished=end is not None))
+        return out
