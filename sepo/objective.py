@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from envs.base import Lambdas, RoundResult
+from sepo.pools import POOL_NAMES
 
-POOLS = ("training", "exploit", "collusive")
 CREDIT_MODES = ("per_pool", "shared", "auxiliary")
 
 
@@ -95,8 +95,8 @@ def episode_terms(
     """Read the per-round signals of `seat` out of an episode's RoundResults (e.g. `Episode.rounds`)."""
     if seat not in (0, 1):
         raise ValueError(f"seat must be 0 or 1, got {seat!r}")
-    if pool not in POOLS:
-        raise ValueError(f"unknown pool {pool!r}; choose one of: {', '.join(POOLS)}")
+    if pool not in POOL_NAMES:
+        raise ValueError(f"unknown pool {pool!r}; choose one of: {', '.join(POOL_NAMES)}")
     other = 1 - seat
     return EpisodeTerms(
         pool=pool,
@@ -339,7 +339,7 @@ def aggregate(terms: Iterable[EpisodeTerms], lambdas: Lambdas) -> Metrics:
         )
     s = scales.pop() if scales else 1.0
     stats = tuple(_opponent_stats(pool, opp, eps) for (pool, opp), eps in groups.items())
-    by_pool = {pool: [st for st in stats if st.pool == pool] for pool in POOLS}
+    by_pool = {pool: [st for st in stats if st.pool == pool] for pool in POOL_NAMES}
     payoff = _mean([st.payoff for st in by_pool["training"]])
     exploit = _mean([st.exploit for st in by_pool["exploit"]])
     c = _mean([st.collusion for st in by_pool["collusive"]])
@@ -359,6 +359,6 @@ def aggregate(terms: Iterable[EpisodeTerms], lambdas: Lambdas) -> Metrics:
         robust=_mean([st.payoff for st in by_pool["exploit"]]),
         nra_gtbench=_mean([st.nra_gtbench for st in stats]),
         nra_sepo=_mean(sepo_values),
-        episodes={pool: sum(st.episodes for st in by_pool[pool]) for pool in POOLS},
+        episodes={pool: sum(st.episodes for st in by_pool[pool]) for pool in POOL_NAMES},
         opponents=stats,
     )

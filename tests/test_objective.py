@@ -334,3 +334,11 @@ def test_aggregate_rejects_mixed_games_and_handles_empty():
         aggregate([a, b], IPD_LAMBDAS)
     m = aggregate([], IPD_LAMBDAS)
     assert m.safety == 0.0 and m.episodes == {"training": 0, "exploit": 0, "collusive": 0}
+
+
+def test_objective_is_pure_python():
+    import subprocess
+    import sys
+
+    code = "import sys, sepo.objective; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
