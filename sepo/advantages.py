@@ -57,7 +57,7 @@ def sepo_round_advantages(
     """Per-round advantages (N, K) from per-round rewards (N, K, NaN = round absent).
 
     per_round: normalise round t across the group for every t separately (reward-to-go or per-round
-    reward). episode: normalise the episode return and give every round that happened that value (the
+    reward). episode: normalise the episode reward (mean round reward) and give every round that happened that value (the
     ablation). `pool_weights` (N,) multiplies each episode's advantages after normalisation.
     Returns (advantages, zero_std per (group, round) or per group).
     """
@@ -65,8 +65,7 @@ def sepo_round_advantages(
     if advantage_mode == "per_round":
         adv, zero_std = group_normalize(round_returns(round_rewards, return_mode), num_generations, eps)
     elif advantage_mode == "episode":
-        episode_return = torch.nansum(round_rewards, dim=1)
-        episode_return[absent.all(dim=1)] = torch.nan
+        episode_return = torch.nanmean(round_rewards, dim=1)  # the objective's episode reward
         ep_adv, zero_std = group_normalize(episode_return, num_generations, eps)
         adv = ep_adv.unsqueeze(1).expand_as(round_rewards).clone()
     else:

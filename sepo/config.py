@@ -58,6 +58,9 @@ class SEPOConfig(GRPOConfig):
             "every pool once per step."
         },
     )
+    pool_dir: str | None = field(
+        default=None, metadata={"help": "Directory of FMSP-exported pool members (manifest.json) added to the pools."}
+    )
     seat: int = field(default=0, metadata={"help": "Seat of the LLM (0 or 1)."})
     num_groups: int | None = field(
         default=None, metadata={"help": "Dataset size in groups; default max_steps x groups per step."}

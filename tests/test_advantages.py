@@ -42,10 +42,10 @@ def test_per_round_reward_hand_computed():
 
 
 def test_episode_mode_broadcasts_the_episode_advantage_to_rounds_that_happened():
-    # Episode returns 3, 3, 6: mean 4, std sqrt(3).
-    s3 = math.sqrt(3) + EPS
+    # Episode rewards (mean round reward) 1, 1.5, 2: mean 1.5, std 0.5.
+    s = 0.5 + EPS
     adv, _ = sepo_round_advantages(REWARDS, 3, advantage_mode="episode", eps=EPS)
-    _close(adv, [[-1 / s3] * 3, [-1 / s3, -1 / s3, 0.0], [2 / s3] * 3])
+    _close(adv, [[-0.5 / s] * 3, [0.0, 0.0, 0.0], [0.5 / s] * 3])
 
 
 def test_identical_episodes_give_zero_advantage_and_report_zero_std():

@@ -1,0 +1,121 @@
+"""SEPO rewards for TRL: the per-episode reward function, per-round rewards for the advantages, and metrics.
+
+Everything here reads one episode's record (what the rollout returns as extra keys) and the game's
+lambdas; the group-level parts of the `shared` ablation are finished by the trainer after gathering.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from envs import Game
+from envs.base import Lambdas
+from sepo import objective
+from sepo.objective import EpisodeTerms
+
+
+def game_lambdas(game: Game, override: Mapping[str, float] | None) -> Lambdas:
+    """The game's default lambdas with a recipe's {e, c, x} override applied."""
+    if not override:
+        return game.default_lambdas
+    unknown = set(override) - {"e", "c", "x"}
+    if unknown:
+        raise ValueError(f"unknown lambda keys {sorted(unknown)} for {game.name!r}; use e, c, x")
+    base = game.default_lambdas
+    return Lambdas(**{k: float(override.get(k, getattr(base, k))) for k in ("e", "c", "x")})
+
+
+def terms_of(record: Any, game: Game) -> EpisodeTerms:
+    """The objective's per-round signals of the LLM seat in one episode record."""
+    return objective.episode_terms(record.rounds, record.spec.seat, record.spec.pool, game.max_payoff,
+                                   opponent=record.spec.opponent)
+
+
+def fallback_penalties(record: Any, num_rounds: int, penalty: float) -> list[float]:
+    """Per-round penalty for actions the constrained fallback decided (0 everywhere when penalty is 0)."""
+    out = [0.0] * num_rounds
+    if penalty:
+        for t in getattr(record, "fallback_rounds", ()):
+            if 0 <= t < num_rounds:
+                out[t] += penalty
+    return out
+
+
+class SEPOReward:
+    """TRL reward function: the credited SEPO reward of each episode (mean of its per-round rewards).
+
+    per_pool and auxiliary are computed from the episode's own record; for `shared` the group penalty
+    is a group constant that only the trainer can see across ranks, so this returns s*u there and the
+    trainer subtracts the shared penalty (the advantages, which cancel it anyway, use the exact value).
+    """
+
+    __name__ = "sepo"
+
+    def __init__(self, games: Mapping[str, Game], lambdas: Mapping[str, Lambdas], credit: str,
+                 fallback_penalty: float = 0.0) -> None:
+        self.games, self.lambdas, self.credit, self.fallback_penalty = games, lambdas, credit, fallback_penalty
+
+    def round_rewards(self, record: Any) -> tuple[list[float], float]:
+        """(per-round rewards before any shared penalty, this episode's own per-pool penalty)."""
+        game = self.games[record.spec.game]
+        terms, lam = terms_of(record, game), self.lambdas[record.spec.game]
+        if self.credit == "per_pool":
+            rewards = objective.round_rewards(terms, lam, "per_pool")
+        elif self.credit == "shared":
+            rewards = objective.round_rewards(terms, lam, "shared", shared_penalty=0.0)
+        else:
+            aux = [terms_of(r, self.games[r.spec.game]) for r in getattr(record, "auxiliary", ())]
+            rewards = objective.round_rewards(terms, lam, "auxiliary", auxiliary=aux)
+        penalties = fallback_penalties(record, len(rewards), self.fallback_penalty)
+        return [r - p for r, p in zip(rewards, penalties)], objective.penalty(terms, lam)
+
+    def __call__(self, prompts: list, completions: list, completion_ids: list, episode: list,
+                 log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
+        rewards = []
+        for record in episode:
+            per_round, _ = self.round_rewards(record)
+            rewards.append(sum(per_round) / max(1, len(per_round)))
+        if log_metric is not None:
+            for name, value in episode_metrics(episode, self.games, self.lambdas).items():
+                log_metric(name, value)
+        return rewards
+
+
+def episode_metrics(records: Sequence[Any], games: Mapping[str, Game],
+                    lambdas: Mapping[str, Lambdas]) -> dict[str, float]:
+    """Batch metrics: per game and pool u/e/c/x, safety J, fallback and parse-failure rates, action frequencies.
+
+    Keys look like `sepo/<game>/<pool>/u`, `sepo/<game>/J`, `sepo/fallback_rate`, `sepo/<game>/action/<A>`.
+    J here is the objective's `aggregate` over this batch's episodes (a noisy per-step estimate of eval's J).
+    """
+    out: dict[str, float] = {}
+    by_game: dict[str, list[Any]] = defaultdict(list)
+    for r in records:
+        by_game[r.spec.game].append(r)
+    decisions = fallbacks = failures = 0
+    for name, recs in by_game.items():
+        game = games[name]
+        terms = [terms_of(r, game) for r in recs]
+        m = objective.aggregate(terms, lambdas[name])
+        out[f"sepo/{name}/J"] = m.safety
+        for key in ("u", "e", "c", "x", "payoff", "welfare"):
+            out[f"sepo/{name}/{key}"] = getattr(m, key)
+        for pool in objective.POOLS:
+            pool_terms = [t for t in terms if t.pool == pool]
+            if pool_terms:
+                for key in ("u", "e", "c", "x"):
+                    out[f"sepo/{name}/{pool}/{key}"] = sum(getattr(t, key) for t in pool_terms) / len(pool_terms)
+        actions: Counter[str] = Counter(a for r in recs for a in r.actions)
+        total = sum(actions.values())
+        for action, n in actions.items():
+            out[f"sepo/{name}/action/{action}"] = n / total
+        decisions += sum(r.decisions for r in recs)
+        fallbacks += sum(r.fallbacks for r in recs)
+        failures += sum(r.parse_failures for r in recs)
+    out["sepo/fallback_rate"] = fallbacks / max(1, decisions)
+    out["sepo/parse_failure_rate"] = failures / max(1, decisions)
+    if by_game:
+        out["sepo/safety"] = sum(out[f"sepo/{g}/J"] for g in by_game) / len(by_game)
+    return out

@@ -1,0 +1,90 @@
+"""`sepo train --config configs/sepo/<game>_<model>.yaml [--key value ...]`: SEPO-GRPO on TRL's GRPOTrainer.
+
+The recipe is a flat TRL-style YAML of SEPOConfig + trl.ModelConfig keys (plus an optional `env:` map);
+command-line flags override it. The resolved config is written to `<output_dir>/sepo_config.json` and a
+run resumes from the newest checkpoint in output_dir with `--resume_from_checkpoint true`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from transformers.trainer_utils import get_last_checkpoint
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from sepo.callbacks import write_json_atomic
+from sepo.config import SEPOConfig
+from sepo.models import resolve_model
+
+
+def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
+    """Parse `--config` YAML plus overrides into (SEPOConfig, ModelConfig)."""
+    parser = TrlParser((SEPOConfig, ModelConfig))
+    args, model_args = parser.parse_args_and_config(args=argv)
+    if not model_args.model_name_or_path:
+        raise SystemExit("sepo train: set model_name_or_path (a checkpoint dir, hub id, or `default`)")
+    return args, model_args
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
+def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
+    """Write the fully resolved config next to the run's outputs (atomic)."""
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {
+        "sepo": {k: _jsonable(v) for k, v in args.to_dict().items()},
+        "model": {f.name: _jsonable(getattr(model_args, f.name)) for f in dataclasses.fields(model_args)},
+    }
+    path = out / "sepo_config.json"
+    write_json_atomic(path, data)
+    return path
+
+
+def _resume_checkpoint(args: SEPOConfig) -> str | None:
+    value = args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("false", "none", ""):
+        return None
+    if str(value).lower() == "true":
+        return get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
+    return str(value)
+
+
+def build_trainer(args: SEPOConfig, model_args: ModelConfig):
+    """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path)."""
+    from sepo.trainer import SEPOTrainer
+
+    model_init_kwargs = dict(args.model_init_kwargs or {})
+    if model_args.dtype and "dtype" not in model_init_kwargs:
+        model_init_kwargs["dtype"] = model_args.dtype
+    if model_args.attn_implementation:
+        model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    args.model_init_kwargs = model_init_kwargs or None
+    return SEPOTrainer(model=resolve_model(model_args.model_name_or_path), args=args,
+                       peft_config=get_peft_config(model_args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    args, model_args = parse(list(sys.argv[1:] if argv is None else argv))
+    trainer = build_trainer(args, model_args)
+    if trainer.accelerator.is_main_process:
+        save_resolved_config(args, model_args)
+    trainer.train(resume_from_checkpoint=_resume_checkpoint(args))
+    trainer.save_model(args.output_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

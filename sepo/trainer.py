@@ -1,0 +1,262 @@
+"""SEPOTrainer: TRL's GRPOTrainer with multi-round game rollouts and per-round SEPO advantages.
+
+TRL keeps the loss, optimiser, reference model, vLLM weight sync, accelerate/DeepSpeed/FSDP and logging.
+This subclass adds three things: a `rollout_func` that plays every episode of the rank's batch in
+lock-step rounds, a SEPO reward function, and (after `super()._generate_and_score_completions`) a
+(B, T) per-token advantage tensor from per-round group normalisation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from accelerate.utils import gather
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from trl.models.utils import unwrap_model_for_generation
+
+from envs import Game, make_game
+from sepo.advantages import sepo_round_advantages, token_advantages
+from sepo.config import POOLS, SEPOConfig
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
+from sepo.pools import Pools, load_pools
+from sepo.rewards import SEPOReward, game_lambdas
+
+
+def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
+    """One block of the pool mix: a (game, pool, opponent) row per group, as configured by `pool_mix`."""
+    rng = random.Random(args.seed)
+    block = []
+    for game in args.games:
+        for pool in POOLS:
+            choice = args.pool_mix.get(pool, 0)
+            names = pools[game].names(pool)
+            if choice == "all":
+                chosen = list(names)
+            elif isinstance(choice, list):
+                chosen = [n for n in choice if pools[game].pool_of(n) == pool]  # pool_of raises on unknown names
+            else:
+                chosen = [rng.choice(names) for _ in range(int(choice))] if names else []
+            block += [{"game": game, "pool": pool, "opponent": name} for name in chosen]
+    if not block:
+        raise ValueError(f"pool_mix {args.pool_mix} selects no opponent for games {args.games}")
+    return block
+
+
+def build_group_dataset(args: SEPOConfig, pools: dict[str, Pools]) -> Dataset:
+    """Dataset of groups: each row names (game, pool, opponent, seed, seat); TRL repeats it G times.
+
+    Rows come in blocks of the whole pool mix with fresh seeds; with `shuffle_dataset=False` (the default)
+    each generation batch of the same size as a block sees every configured opponent once.
+    """
+    block = group_specs(args, pools)
+    if args.num_groups:
+        n = args.num_groups
+    else:
+        per_step = max(1, args.generation_batch_size // args.num_generations // args.steps_per_generation)
+        n = max(len(block), per_step * max(1, args.max_steps) * args.num_iterations)
+    blocks = math.ceil(n / len(block)) + 1
+    rows = []
+    for b in range(blocks):
+        for i, row in enumerate(block):
+            seed = args.seed * 1_000_003 + b * len(block) + i
+            label = f"{row['game']} | {row['pool']} | {row['opponent']} | seed {seed} | seat {args.seat}"
+            rows.append({"prompt": label, **row, "seed": seed, "seat": args.seat})
+    return Dataset.from_list(rows)
+
+
+class _TimedBackend:
+    """Wraps a GenerationBackend and accumulates the seconds spent inside its calls."""
+
+    def __init__(self, inner: GenerationBackend) -> None:
+        self.inner, self.seconds, self.calls = inner, 0.0, 0
+
+    def _timed(self, fn, *a):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+        return self._timed(self.inner.generate, prompts, sampling)
+
+    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
+        return self._timed(self.inner.generate_choice, prompts, choices, sampling)
+
+    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
+        return self._timed(self.inner.score_choices, prompts, choices)
+
+
+class SEPOTrainer(GRPOTrainer):
+    """GRPOTrainer for SEPO-GRPO: game rollouts, SEPO rewards credited by pool, per-round advantages.
+
+    `train_dataset` defaults to the group dataset built from `args` (see `build_group_dataset`);
+    `reward_funcs` defaults to the SEPO reward. Everything else is GRPOTrainer's.
+    """
+
+    def __init__(self, model: Any, args: SEPOConfig, train_dataset: Dataset | None = None,
+                 processing_class: Any = None, peft_config: Any = None,
+                 callbacks: Sequence[TrainerCallback] | None = None, reward_funcs: Any = None) -> None:
+        if not isinstance(args, SEPOConfig):
+            raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
+        self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
+        self.pools = {g: load_pools(g, extra_dir=args.pool_dir) for g in args.games}
+        self.lambdas = {g: game_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
+        self.max_rounds = max(game.num_rounds for game in self.games.values())
+        self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty)
+        if train_dataset is None:
+            train_dataset = build_group_dataset(args, self.pools)
+        callbacks = list(callbacks or [])
+        if args.keep_best_by_safety:
+            from sepo.callbacks import BestSafetyCallback
+
+            callbacks.append(BestSafetyCallback())
+        self._batch_rows: list[dict[str, Any]] = []
+        super().__init__(model=model, reward_funcs=reward_funcs or [self.sepo_reward], args=args,
+                         train_dataset=train_dataset, processing_class=processing_class,
+                         peft_config=peft_config, callbacks=callbacks, rollout_func=self._rollout)
+        from sepo.chat import ChatRenderer
+
+        self.renderer = ChatRenderer(self._tokenizer, enable_thinking=args.enable_thinking)
+        self.sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
+                                     max_new_tokens=args.max_turn_tokens)
+
+    # --- rollouts -----------------------------------------------------------------------------------
+    @contextmanager
+    def generation_backend(self):
+        """The rollout engine for this step: vLLM (colocate engine or server) when use_vllm, else HF generate."""
+        if self.use_vllm:
+            from sepo.backends.trl_vllm import TRLVLLMBackend
+
+            yield TRLVLLMBackend(self.vllm_generation, self._tokenizer, self.renderer.end_of_turn_id)
+            return
+        from sepo.backends.hf import HFBackend
+
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
+            was_training = model.training
+            model.eval()
+            try:
+                yield HFBackend.from_trainer_model(model, self._tokenizer)
+            finally:
+                model.train(was_training)
+
+    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> list[tuple[Any, Any]]:
+        """Play one episode per row (lock-step rounds, same number of generation calls on every rank)."""
+        from sepo.rollout import EpisodeSpec, play_episodes
+
+        specs = [EpisodeSpec(game=r["game"], game_params=self.args.game_params.get(r["game"], {}),
+                             pool=r["pool"], opponent=r["opponent"], seed=int(r["seed"]), seat=int(r["seat"]))
+                 for r in rows]
+        return play_episodes(specs, backend, self.renderer, self.sampling, opponents=self.pools,
+                             fallback=self.args.fallback, trajectories=True,
+                             collective=self.accelerator.num_processes > 1)
+
+    def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
+        """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras."""
+        mode = "train" if self.model.training else "eval"
+        t0 = time.perf_counter()
+        with self.generation_backend() as backend:
+            timed = _TimedBackend(backend)
+            results = self.play(self._batch_rows, timed)
+        rollout_s = time.perf_counter() - t0
+        self._metrics[mode]["sepo/time/generation_s"].append(timed.seconds)
+        self._metrics[mode]["sepo/time/rollout_s"].append(rollout_s)
+        self._metrics[mode]["sepo/time/rollout_overhead_s"].append(rollout_s - timed.seconds)
+        self._metrics[mode]["sepo/generation_calls"].append(float(timed.calls))
+        eos = set(self.eos_token_ids)
+        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
+                                                 "round_ids", "forced_mask", "episode")}
+        for record, traj in results:
+            ids, lps = list(traj.completion_ids), list(traj.logprobs)
+            env, rids, forced = list(traj.env_mask), list(traj.round_ids), list(traj.forced_mask)
+            if not ids or ids[-1] not in eos:  # end with end-of-turn so TRL does not count it as truncated
+                ids.append(self.renderer.end_of_turn_id)
+                lps.append(0.0)
+                env.append(0)
+                rids.append(rids[-1] if rids else 0)
+                forced.append(0)
+            if self.args.mask_forced_tokens:
+                env = [e * (1 - f) for e, f in zip(env, forced)]
+            out["prompt_ids"].append(list(traj.prompt_ids))
+            out["completion_ids"].append(ids)
+            out["logprobs"].append(lps)
+            out["env_mask"].append(env)
+            out["round_ids"].append(rids)
+            out["forced_mask"].append(forced)
+            out["episode"].append(record)
+        return out
+
+    # --- advantages ---------------------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._batch_rows = [dict(x) for x in inputs]
+        output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
+        mode = "train" if self.model.training else "eval"
+        t0 = time.perf_counter()
+        output["advantages"] = self._sepo_advantages(inputs, output, mode)
+        self._metrics[mode]["sepo/time/advantages_s"].append(time.perf_counter() - t0)
+        return output
+
+    def _round_reward_matrix(self, inputs: list[dict[str, Any]], device: torch.device) -> torch.Tensor:
+        """Global (N, K) per-round rewards (NaN = round absent), with the shared penalty applied if asked."""
+        K, n = self.max_rounds, len(inputs)
+        local = torch.full((n, K), torch.nan, device=device)
+        own_penalty = torch.zeros(n, device=device)
+        for i, x in enumerate(inputs):
+            rewards, penalty = self.sepo_reward.round_rewards(x["episode"])
+            local[i, : len(rewards)] = torch.tensor(rewards, dtype=torch.float32, device=device)
+            own_penalty[i] = penalty
+        rewards = gather(local)
+        if self.args.credit == "shared":  # one penalty for the group: the group mean of the per-pool penalties
+            G = self.num_generations if self.model.training else self.num_generations_eval
+            shared = gather(own_penalty).view(-1, G).mean(dim=1).repeat_interleave(G)
+            rewards = rewards - shared.unsqueeze(1)
+        return rewards
+
+    def _sepo_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
+        device = self.accelerator.device
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self._round_reward_matrix(inputs, device)
+        weights = gather(torch.tensor([self.args.pool_weight(x["pool"]) for x in inputs], device=device))
+        adv, zero_std = sepo_round_advantages(
+            rewards, G, advantage_mode=self.args.advantage_mode, return_mode=self.args.return_mode,
+            pool_weights=weights if self.args.pool_weights else None, eps=self.args.advantage_epsilon,
+        )
+        n, p = len(inputs), self.accelerator.process_index
+        local = adv[p * n : (p + 1) * n]
+        T = output["completion_ids"].size(1)
+        round_ids = torch.full((n, T), -1, dtype=torch.long, device=device)
+        forced = torch.zeros((n, T), dtype=torch.long, device=device)
+        for i, x in enumerate(inputs):
+            r = torch.tensor(x["round_ids"][:T], dtype=torch.long, device=device)
+            round_ids[i, : len(r)] = r
+            f = torch.tensor(x["forced_mask"][:T], dtype=torch.long, device=device)
+            forced[i, : len(f)] = f
+        keep = output["completion_mask"] * (1 - forced)
+        if "tool_mask" in output:
+            keep = keep * output["tool_mask"]
+        token_adv = token_advantages(local, round_ids, keep)
+        self._log_advantage_metrics(rewards, adv, zero_std, mode)
+        return token_adv
+
+    def _log_advantage_metrics(self, rewards: torch.Tensor, adv: torch.Tensor, zero_std: torch.Tensor,
+                               mode: str) -> None:
+        m = self._metrics[mode]
+        exists = ~torch.isnan(rewards)
+        m["sepo/frac_round_zero_std"].append(zero_std.float().mean().item())
+        m["sepo/round_reward_mean"].append(torch.nanmean(rewards).item())
+        for t in range(adv.size(1)):
+            if exists[:, t].any():
+                col = adv[exists[:, t], t]
+                m[f"sepo/adv/round_{t}/abs_mean"].append(col.abs().mean().item())
+                m[f"sepo/adv/round_{t}/std"].append(col.std(unbiased=False).item())
+        m["sepo/adv/abs_mean"].append(adv[exists].abs().mean().item() if exists.any() else 0.0)

@@ -1,0 +1,194 @@
+"""SEPOTrainer on tiny CPU models: advantage plumbing (test double rollout), real rollouts, resume, wandb."""
+
+from __future__ import annotations
+
+import json
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from envs import make_game, make_strategy
+from sepo.advantages import sepo_round_advantages
+from sepo.config import SEPOConfig
+from sepo.trainer import SEPOTrainer, build_group_dataset
+
+
+def tiny_config(tmp_path, **overrides) -> SEPOConfig:
+    kw: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none", max_steps=2,
+        logging_steps=1, save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False,
+        games=["ipd"], game_params={"ipd": {"num_rounds": 3}}, num_generations=4,
+        pool_mix={"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"},
+        per_device_train_batch_size=12, max_turn_tokens=8, max_completion_length=256, seed=0,
+    )
+    kw.update(overrides)
+    return SEPOConfig(**kw)
+
+
+# --- a test double for the rollout: real games and objective, fabricated token trajectories ------------
+@dataclass
+class _Spec:
+    game: str
+    pool: str
+    opponent: str
+    seed: int
+    seat: int
+
+
+@dataclass
+class _Record:
+    spec: _Spec
+    rounds: list
+    actions: list[str]
+    decisions: int
+    fallbacks: int
+    parse_failures: int
+    fallback_rounds: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Trajectory:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    env_mask: list[int]
+    round_ids: list[int]
+    forced_mask: list[int]
+
+
+class FabricatedRolloutTestDouble(SEPOTrainer):
+    """Plays the real game with a random LLM-seat policy and fabricates the token trajectory of each episode:
+    per round 2 model tokens (+1 forced token in round 1 of odd episodes), then 3 env tokens."""
+
+    @contextmanager
+    def generation_backend(self):
+        yield None
+
+    def play(self, rows, backend):
+        out = []
+        for i, row in enumerate(rows):
+            game = make_game(row["game"], **self.args.game_params.get(row["game"], {}))
+            rng = random.Random(row["seed"] * 100 + i)
+            state = game.new_state(rng)
+            opp = make_strategy(row["game"], row["opponent"])
+            opp.reset(game, 1, random.Random(row["seed"]))
+            ids, env, rids, forced, actions, fb_rounds = [], [], [], [], [], []
+            while not game.is_terminal(state):
+                t = state.round
+                mine = rng.choice(game.legal_actions(state, 0))
+                game.step(state, {0: mine, 1: opp.act(game.view(state, 1))})
+                actions.append(mine)
+                n_forced = 1 if (i % 2 and t == 1) else 0
+                fb_rounds += [t] * n_forced
+                ids += [5 + t, 6] + [7] * n_forced + [8, 9, 10]
+                env += [1, 1] + [1] * n_forced + [0, 0, 0]
+                forced += [0, 0] + [1] * n_forced + [0, 0, 0]
+                rids += [t] * (5 + n_forced)
+            ids[-1] = self.renderer.end_of_turn_id
+            spec = _Spec(row["game"], row["pool"], row["opponent"], row["seed"], row["seat"])
+            rec = _Record(spec, list(state.history), actions, len(actions), len(fb_rounds), len(fb_rounds), fb_rounds)
+            out.append((rec, _Trajectory([1, 2, 3], ids, [-0.5] * len(ids), env, rids, forced)))
+        return out
+
+
+class _Capture(FabricatedRolloutTestDouble):
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.captured = getattr(self, "captured", []) + [(inputs, out)]
+        return out
+
+
+def _train_double(tmp_path, tiny_model_dir, **overrides) -> _Capture:
+    args = tiny_config(tmp_path, **overrides)
+    trainer = _Capture(model=tiny_model_dir, args=args)
+    trainer.train()
+    return trainer
+
+
+def test_group_dataset_rows_cover_the_pool_mix_each_step(tmp_path):
+    args = tiny_config(tmp_path, pool_mix={"training": "all", "exploit": "all", "collusive": "all"},
+                       per_device_train_batch_size=28)
+    from sepo.pools import load_pools
+
+    ds = build_group_dataset(args, {"ipd": load_pools("ipd")})
+    first = ds.select(range(7))
+    assert sorted(first["pool"]) == ["collusive"] + ["exploit"] * 2 + ["training"] * 4
+    assert len(set(ds["seed"])) == len(ds)
+    assert set(ds.column_names) >= {"prompt", "game", "pool", "opponent", "seed", "seat"}
+
+
+def test_bad_config_names_list_valid_choices(tmp_path):
+    with pytest.raises(ValueError, match="per_pool, shared, auxiliary"):
+        tiny_config(tmp_path, credit="group")
+    with pytest.raises(ValueError, match="choose one of: ipd"):
+        tiny_config(tmp_path, games=["chess"])
+    with pytest.raises(ValueError, match="training, exploit, collusive"):
+        tiny_config(tmp_path, pool_weights={"friends": 1.0})
+
+
+def test_advantage_plumbing_with_test_double(tmp_path, tiny_model_dir):
+    trainer = _train_double(tmp_path, tiny_model_dir)
+    assert trainer.state.global_step == 2
+    inputs, out = trainer.captured[0]
+    adv, mask = out["advantages"], out["completion_mask"] * out["tool_mask"]
+    assert adv.shape == out["completion_ids"].shape  # (B, T) per token
+    # Expected: per-round normalisation of the objective's per-round rewards, broadcast to model tokens.
+    rewards = torch.tensor([trainer.sepo_reward.round_rewards(x["episode"])[0] for x in inputs])
+    expected, _ = sepo_round_advantages(rewards, 4)
+    for i, x in enumerate(inputs):
+        for t, (r, f) in enumerate(zip(x["round_ids"], x["forced_mask"])):
+            want = expected[i, r].item() if (out["tool_mask"][i, t] and not f) else 0.0
+            assert adv[i, t].item() == pytest.approx(want, abs=1e-6)
+    # env tokens and forced tokens carry zero advantage and are outside the loss mask (mask_forced_tokens)
+    forced = torch.zeros_like(adv, dtype=torch.bool)
+    for i, x in enumerate(inputs):
+        forced[i, : len(x["forced_mask"])] = torch.tensor(x["forced_mask"], dtype=torch.bool)
+    assert forced.any() and (adv[forced] == 0).all() and (mask[forced] == 0).all()
+    assert (adv[out["tool_mask"] == 0] == 0).all()
+    assert (adv != 0).any()
+    logged = {k for h in trainer.state.log_history for k in h}
+    assert {"sepo/ipd/J", "sepo/ipd/exploit/e", "sepo/frac_round_zero_std", "sepo/adv/round_0/abs_mean",
+            "sepo/fallback_rate", "sepo/time/rollout_s", "sepo/ipd/action/COOPERATE"} <= logged
+
+
+def test_shared_credit_equals_reward_only(tmp_path, tiny_model_dir):
+    shared = _train_double(tmp_path / "a", tiny_model_dir, credit="shared", max_steps=1)
+    reward_only = _train_double(tmp_path / "b", tiny_model_dir, credit="per_pool", max_steps=1,
+                                lambdas={"ipd": {"e": 0.0, "c": 0.0, "x": 0.0}},
+                                pool_mix={"training": ["tit_for_tat"]}, per_device_train_batch_size=4)
+    per_pool = _train_double(tmp_path / "c", tiny_model_dir, credit="per_pool", max_steps=1)
+    a_shared, a_per_pool = shared.captured[0][1]["advantages"], per_pool.captured[0][1]["advantages"]
+    # the training-pool group (rows 0-3) sees the same episodes in both runs; shared == reward-only there
+    torch.testing.assert_close(a_shared[:4], reward_only.captured[0][1]["advantages"][:4], rtol=0, atol=1e-5)
+    # and over the whole batch, shared == per-pool credit with all lambdas 0 ... but != per-pool credit
+    assert not torch.allclose(a_shared, a_per_pool)
+
+
+def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):
+    """With advantage_mode=episode, SEPO's advantage equals TRL's scalar group advantage on model tokens."""
+    trainer = _train_double(tmp_path, tiny_model_dir, advantage_mode="episode", max_steps=1)
+    inputs, out = trainer.captured[0]
+    trl_adv = torch.tensor(trainer._logs["advantages"])[: len(inputs)]
+    keep = (out["completion_mask"] * out["tool_mask"]).bool()
+    for i in range(len(inputs)):
+        torch.testing.assert_close(out["advantages"][i][keep[i]], trl_adv[i].expand(int(keep[i].sum())),
+                                   rtol=0, atol=1e-5)
+
+
+def test_checkpoint_resume_continues_step_count(tmp_path, tiny_model_dir):
+    args = dict(max_steps=2, save_strategy="steps", save_steps=1, per_device_train_batch_size=4,
+                pool_mix={"training": ["tit_for_tat"]})
+    first = _train_double(tmp_path, tiny_model_dir, **args)
+    run = tmp_path / "run"
+    assert (run / "checkpoint-2").is_dir() and (run / "best.json").is_file() and (run / "best").is_dir()
+    best = json.loads((run / "best.json").read_text())
+    logged = {h["step"]: h["sepo/safety"] for h in first.state.log_history if "sepo/safety" in h}
+    assert best["safety"] == pytest.approx(max(logged.values()))
+    resumed = _Capture(model=tiny_model_dir, args=tiny_config(tmp_path, **{**args, "max_steps": 3}))
+    resumed.train(resume_from_checkpoint=str(run / "checkpoint-2"))
+    assert resumed.state.global_step == 3
+    assert len(resumed.captured) == 1  # only the third step was generated after resuming
