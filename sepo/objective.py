@@ -8,9 +8,9 @@ kind), x_t the round's externality, s = 3 / max_payoff the game's scale. Pools a
 
 Credit modes for the training reward (the four-arm study of the method's revised paper):
   per_pool  (default) each episode carries only the terms its pool defines, computed from itself;
-  shared    every episode gets s·u minus ONE penalty shared by the group: a group constant that
+  shared    every episode gets u = s·ā minus ONE penalty shared by the group: a group constant that
             cancels exactly under group normalisation (= reward-only GRPO);
-  auxiliary every episode gets s·u minus a penalty measured on separate auxiliary episodes; it is
+  auxiliary every episode gets u = s·ā minus a penalty measured on separate auxiliary episodes; it is
             independent of the credited episode's actions, so its expected gradient is zero.
 """
 
@@ -142,7 +142,7 @@ def _check_credit(credit: str) -> None:
 def _outside_penalty(
     credit: str, shared_penalty: float | None, auxiliary: Iterable[EpisodeTerms] | None, lambdas: Lambdas
 ) -> float:
-    """The penalty the shared/auxiliary modes subtract from s·u (not computed from the episode itself)."""
+    """The penalty the shared/auxiliary modes subtract from u = s·ā (not computed from the episode itself)."""
     if credit == "shared":
         if shared_penalty is None:
             raise ValueError(
@@ -164,8 +164,8 @@ def episode_reward(
 ) -> float:
     """The SEPO training reward of one episode.
 
-    per_pool:  r = u·1[training] − P, P = `penalty(terms)` (the revised paper's
-               r = s·u·1[train] − (λe·s·e + λc·c + λx·x) with each term from this episode only):
+    per_pool:  r = u·1[training] − P, P = `penalty(terms)`; the revised paper's
+               r = s·u·1[train] − (λe·s·e + λc·c + λx·x) (its u, e raw), each term from this episode:
                training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c.
     shared:    r = u − shared_penalty (one number for the whole group).
     auxiliary: r = u − `auxiliary_penalty(auxiliary)`.
