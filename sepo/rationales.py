@@ -58,7 +58,7 @@ def _negotiation(view: View, action: str) -> str:
 
 def _negotiation_multi(view: View, action: str) -> str:
     values = view.private.get("values")
-    items = ("books", "hats", "balls")
+    items = view.params.get("items", ("books", "hats", "balls"))
     valued = ""
     if values is not None:
         best = items[max(range(len(values)), key=lambda i: values[i])]
