@@ -221,7 +221,8 @@ def _import_class(entry: Mapping[str, Any], file: Path, digest: str) -> type:
             n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module_name
         )
         raise PoolError(
-            f"{where}: no class {entry['class_name']!r}; classes defined there: {', '.join(classes) or 'none'}"
+            f"{where}: no class {entry['class_name']!r}; "
+            f"classes defined there: {', '.join(classes) or 'none'}"
         )
     if not callable(getattr(cls, "act", None)):
         raise PoolError(f"{where}: class {entry['class_name']!r} has no act(view) method")
@@ -345,7 +346,8 @@ class Pools:
     def _member(self, name: str) -> PoolMember:
         if name not in self.registry:
             raise PoolError(
-                f"{name!r} is not in any pool of {self.game!r}; pool members: {', '.join(sorted(self.registry))}"
+                f"{name!r} is not in any pool of {self.game!r}; "
+                f"pool members: {', '.join(sorted(self.registry))}"
             )
         return self.registry[name]
 
@@ -380,7 +382,8 @@ def load_pools(
         for name in members[pool]:
             if name not in scripted and name not in extras:
                 raise PoolError(
-                    f"unknown strategy {name!r} in the {pool!r} pool of {game!r}; choose from: {', '.join(known)}"
+                    f"unknown strategy {name!r} in the {pool!r} pool of {game!r}; "
+                    f"choose from: {', '.join(known)}"
                 )
     check_separation(game, members)
     registry: dict[str, PoolMember] = {}

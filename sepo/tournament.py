@@ -69,7 +69,7 @@ def round_robin(
     rounds: int | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Play the round robin; returns {"game", "rounds", "pairs": [{"a", "b", "mean_payoff_a", "mean_payoff_b"}]}.
+    """Play the round robin: {"game", "rounds", "pairs": [{"a", "b", "mean_payoff_a", "mean_payoff_b"}]}.
 
     Each unordered pair {a, b} (a == b included) plays `episodes` episodes in each seat order; the
     per-round means are Σ payoffs / Σ rounds over all 2·episodes episodes. Seeds are derived from

@@ -228,7 +228,7 @@ def _ipd_terms(opponent: str, pool: str, p: float, rng: random.Random):
 
 
 def test_auxiliary_penalty_is_independent_of_the_credited_actions():
-    """P_aux has zero correlation with the credited episode's score ∇logπ = Σ_t (1[C_t] − p), per-pool does not."""
+    """P_aux is uncorrelated with the credited episode's score ∇logπ = Σ_t (1[C_t] − p); per-pool is not."""
     p, n, rng = 0.6, 1500, random.Random(2)
     aux_pen, credited_score, per_pool_pen, per_pool_score = [], [], [], []
     for _ in range(n):
@@ -313,7 +313,7 @@ def test_aggregate_by_hand():
 
 
 def test_aggregate_scaled_terms_and_safety_at_lambdas():
-    # negotiation-like (s = 0.3): J = s·payoff − λe·s·exploit − λc·c − λx·x, the formula the paper's numbers fit
+    # negotiation-like (s = 0.3): J = s·payoff − λe·s·exploit − λc·c − λx·x (fits the paper's numbers)
     lam = Lambdas(e=2.4, c=2.4, x=2.4)
     eps = [
         episode_terms(rounds_of([5, 5, 0, 5], [5, 5, 0, 5], x=[0, 0, 1, 0]), 0, "training", 10.0, "balanced"),
@@ -340,5 +340,5 @@ def test_objective_is_pure_python():
     import subprocess
     import sys
 
-    code = "import sys, sepo.objective; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    code = "import sys, sepo.objective; assert not {'torch', 'transformers'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
