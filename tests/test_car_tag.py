@@ -157,3 +157,20 @@ def test_benchmark_pairing_time(capsys):
     assert never.survived.min() == 1000 and 0.0 <= out["score_b"] < 0.1
     with capsys.disabled():
         print(f"\n[car_tag] one baseline pairing + one full 100x1000-step pairing: {elapsed:.3f} s")
+
+
+def test_match_and_unit_test_run_inside_the_sandbox():
+    from fmsp.sandbox import Sandbox
+
+    domain = make_car_tag(n_games=20)
+    p, e = domain.baselines("pursuer")[0].to_dict(), domain.baselines("evader")[1].to_dict()
+    result = Sandbox().run(domain.match_entry, [[p, e, domain.match_config()]], domain.allowed_imports)
+    assert result.ok, result.error
+    assert result.value[0] == play_match(p, e, domain.match_config())
+    sneaky = code(
+        "import os\nclass C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return 0.0\n"
+    )
+    result = Sandbox().run(
+        domain.unit_test_entry, [[sneaky, "pursuer", domain.match_config()]], domain.allowed_imports
+    )
+    assert not result.ok and "not allowed" in result.error

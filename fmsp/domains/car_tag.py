@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from fmsp.baselines import baseline_codes
+from fmsp.baselines.car_tag.evader_flee import FleeDirectly
+from fmsp.baselines.car_tag.pursuer_pure_pursuit import PurePursuit
 from fmsp.domain import PolicyCode
 from fmsp.domains.loading import instantiate
 
@@ -255,9 +257,6 @@ def play_match(policy_a: Mapping[str, Any], policy_b: Mapping[str, Any], config:
 def unit_test(policy: Mapping[str, Any], side: str, config: Mapping[str, Any]) -> None:
     """Unit-test entry: the class loads, has a name and description, and plays short games against a
     human baseline with finite, in-range outputs of the right shape. Raises AssertionError."""
-    from fmsp.baselines.car_tag.evader_flee import FleeDirectly
-    from fmsp.baselines.car_tag.pursuer_pure_pursuit import PurePursuit
-
     assert side in SIDES, f"side must be one of {SIDES}, got {side!r}"
     instance = instantiate(policy, ("__call__",))
     for attr in ("name", "description"):

@@ -14,23 +14,23 @@ class PolicyLoadError(AssertionError):
 
 
 def instantiate(policy: Mapping[str, Any], methods: tuple[str, ...]) -> Any:
-    """Exec `policy["code"]` in a fresh namespace and instantiate the one class defining `methods`.
-
-    Runs inside the sandbox worker, whose import guard restricts what the code may import. When the
+    """Compile `policy["code"]` (fmsp-core's `load_policy`: fresh namespace, private builtins, and in the
+    sandbox worker import-restricted) and instantiate the one class defining `methods`. When the
     code defines several such classes, the one whose class name or `name` attribute equals
     `policy["name"]` wins.
     """
+    from fmsp.sandbox_worker import load_policy
+
     name = str(policy.get("name", "policy"))
-    namespace: dict[str, Any] = {"__name__": "fmsp_policy"}
     try:
-        exec(compile(str(policy["code"]), f"<policy {name}>", "exec"), namespace)
+        namespace = load_policy(dict(policy))
     except SyntaxError as exc:
         raise PolicyLoadError(f"policy {name!r} does not compile: {exc}") from None
     classes = [
         obj
         for obj in namespace.values()
         if isinstance(obj, type)
-        and obj.__module__ == "fmsp_policy"
+        and obj.__module__ == namespace["__name__"]
         and all(callable(getattr(obj, m, None)) for m in methods)
     ]
     if len(classes) > 1:
