@@ -12,11 +12,10 @@ Callers pass `purpose` ("generate", "repair", "judge") and `side` as keyword met
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -186,9 +185,22 @@ class ScriptedFM:
             raise ValueError("ScriptedFM needs at least one policy and one judge answer")
         self.name = name
         self.usage = Usage()
-        self._policies = {side: itertools.cycle([_scripted(code, i) for i, code in enumerate(codes)])
+        self._policies = {side: [_scripted(code, i) for i, code in enumerate(codes)]
                           for side, codes in by_side.items() if codes}  # fmt: skip
-        self._judge = itertools.cycle(judge_answers)
+        self._judge = list(judge_answers)
+        self._position: dict[str, int] = {}  # replay position per stream: resumable via get_state/set_state
+
+    def _next(self, stream: str, items: list[Any]) -> Any:
+        index = self._position.get(stream, 0)
+        self._position[stream] = index + 1
+        return items[index % len(items)]
+
+    def get_state(self) -> dict[str, Any]:
+        return {"position": dict(self._position), "usage": asdict(self.usage)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._position = dict(state["position"])
+        self.usage = Usage(**state["usage"])
 
     @classmethod
     def from_path(cls, path: str | Path, judge_answers: list[str]) -> ScriptedFM:
@@ -206,12 +218,12 @@ class ScriptedFM:
     def complete(self, messages: Messages, **kw: Any) -> Completion:
         self.usage.calls += 1
         if kw.get("purpose") == "judge":
-            return Completion(text=next(self._judge), usage=Usage(calls=1))
+            return Completion(text=self._next("judge", self._judge), usage=Usage(calls=1))
         side = kw.get("side")
-        source = self._policies.get(side) or self._policies.get("*")
-        if source is None:
+        stream = side if side in self._policies else "*"
+        if stream not in self._policies:
             raise FMError(f"ScriptedFM has no policies for side {side!r} (has {sorted(self._policies)})")
-        policy = next(source)
+        policy = self._next(stream, self._policies[stream])
         text = f"NAME: {policy.name}\nDESCRIPTION: {policy.description}\n```python\n{policy.code}```\n"
         return Completion(text=text, usage=Usage(calls=1))
 

