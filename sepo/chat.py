@@ -99,8 +99,9 @@ class ChatRenderer:
         """Text the generation prompt adds inside the assistant turn (e.g. Qwen's empty `<think>` block with
         thinking off), so a recorded turn can be re-rendered exactly as the model saw it."""
         with_prompt = self._apply(messages, add_generation_prompt=True, tokenize=True)
-        closed = self._apply([*messages, {"role": "assistant", "content": ""}], add_generation_prompt=False,
-                             tokenize=True)
+        closed = self._apply(
+            [*messages, {"role": "assistant", "content": ""}], add_generation_prompt=False, tokenize=True
+        )
         n = 0
         while n < min(len(with_prompt), len(closed)) and with_prompt[n] == closed[n]:
             n += 1
@@ -128,8 +129,11 @@ class ChatRenderer:
         history = [*base, {"role": "assistant", "content": self.assistant_prefill(base) + "a1"}]
         prefix = list(self._apply(history, add_generation_prompt=False, tokenize=True))
         prefix = prefix[: len(prefix) - prefix[::-1].index(self.end_of_turn_id)]
-        full = list(self._apply([*history, {"role": "user", "content": "u2"}], add_generation_prompt=True,
-                                tokenize=True))
+        full = list(
+            self._apply(
+                [*history, {"role": "user", "content": "u2"}], add_generation_prompt=True, tokenize=True
+            )
+        )
         return full[: len(prefix)] == prefix
 
     def _use_training_template(self) -> None:
@@ -170,7 +174,9 @@ class ChatRenderer:
         """The first special token the template writes after an assistant message's content."""
         text = self.render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}])
         tail = text[text.rindex(_MARK) + len(_MARK) :]
-        special = set(self.tokenizer.all_special_ids) | set(getattr(self.tokenizer, "added_tokens_decoder", {}))
+        special = set(self.tokenizer.all_special_ids) | set(
+            getattr(self.tokenizer, "added_tokens_decoder", {})
+        )
         for t in self.tokenizer.encode(tail, add_special_tokens=False):
             if t in special:
                 return int(t)

@@ -89,7 +89,10 @@ class HFBackend:
         path = resolve_model(name_or_path)
         adapter_config = Path(path) / "adapter_config.json"
         if adapter is None and adapter_config.is_file():
-            adapter, path = path, resolve_model(json.loads(adapter_config.read_text())["base_model_name_or_path"])
+            adapter, path = (
+                path,
+                resolve_model(json.loads(adapter_config.read_text())["base_model_name_or_path"]),
+            )
         if isinstance(dtype, str) and dtype != "auto":
             if not isinstance(getattr(torch, dtype, None), torch.dtype):
                 raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16, float16 or auto")
@@ -182,7 +185,9 @@ class HFBackend:
             raise ValueError("every prompt needs at least one token id")
         width = max(len(p.ids) for p in prompts)
         device = self.device
-        ids = torch.tensor([[self.pad_id] * (width - len(p.ids)) + list(p.ids) for p in prompts], device=device)
+        ids = torch.tensor(
+            [[self.pad_id] * (width - len(p.ids)) + list(p.ids) for p in prompts], device=device
+        )
         attn = torch.tensor([[0] * (width - len(p.ids)) + [1] * len(p.ids) for p in prompts], device=device)
         trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None
         recorder = _LogprobRecorder()

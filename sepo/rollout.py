@@ -1,0 +1,354 @@
+"""Batched lock-step rollouts: many game episodes against opponents, one generation call per decision step.
+
+Every loop iteration advances all unfinished episodes by one decision of the LLM seat: one
+`backend.generate` for every episode whose LLM seat must act, at most one `backend.generate_choice` for the
+turns that did not parse (constrained fallback), then the opponents act and the games step. Each episode is
+recorded twice: as an `EpisodeRecord` (rounds, turns, fallbacks; JSON-able) and as a token-level
+`Trajectory` (what TRL's `rollout_func` returns: prompt ids, completion ids with sampling logprobs, an
+env mask that is 0 on environment tokens, per-token round ids and a mask of fallback-forced tokens).
+
+Call counts: without `collective`, an iteration makes one generate call, plus one generate_choice call only
+when some turn needs the fallback, so the count depends on the data. Distributed generation that is a
+collective (vLLM server mode: every rank must call equally often) needs `collective=True` (or an int
+bound agreed by all ranks): then every iteration makes exactly one generate and one generate_choice call,
+empty lists included, for a fixed number of iterations.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
+from sepo.chat import ChatRenderer
+from sepo.decoding import FALLBACK_CUE, fallback_prompt_ids
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
+
+OpponentFactory = Callable[[], Strategy]
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play. The same spec always gives the same private values and opponent behaviour
+    (both rngs derive from `seed` only), so a GRPO group of identical specs faces one opponent stream."""
+
+    game: str
+    game_params: dict[str, Any]
+    pool: str
+    opponent: str
+    seed: int
+    seat: int = 0
+
+
+@dataclass
+class TurnRecord:
+    """One decision of the LLM seat. `text` is the model's own text (before any fallback cue)."""
+
+    round: int
+    text: str
+    action: str
+    parsed: bool
+    fallback: bool
+    n_model_tokens: int
+    n_forced_tokens: int
+
+
+@dataclass
+class EpisodeRecord:
+    """The outcome of one episode from the LLM seat's point of view."""
+
+    spec: EpisodeSpec
+    rounds: list[RoundResult]
+    turns: list[TurnRecord]
+    agent_seat: int
+    totals: tuple[float, float]
+    n_fallbacks: int
+    n_parse_failures: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        return {
+            "spec": asdict(self.spec),
+            "rounds": [
+                {
+                    "index": r.index,
+                    "payoffs": list(r.payoffs),
+                    "signals": [asdict(s) for s in r.signals],
+                    "record": dict(r.record),
+                }
+                for r in self.rounds
+            ],
+            "turns": [asdict(t) for t in self.turns],
+            "agent_seat": self.agent_seat,
+            "totals": list(self.totals),
+            "n_fallbacks": self.n_fallbacks,
+            "n_parse_failures": self.n_parse_failures,
+        }
+
+
+@dataclass
+class Trajectory:
+    """Token-level record of one episode, aligned per completion token.
+
+    env_mask: 1 on tokens the policy sampled (its own text and fallback-forced action tokens), 0 on
+        environment tokens (user turns, template glue, the fallback cue).
+    round_ids: the round each token belongs to (env-turn tokens carry the round they introduce).
+    forced_mask: 1 on tokens chosen by the constrained fallback decode (masked from the loss by default).
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    round_ids: list[int] = field(default_factory=list)
+    forced_mask: list[int] = field(default_factory=list)
+
+    def extend(self, ids: Sequence[int], logprobs: Sequence[float] | None, env: int, rnd: int, forced: int):
+        self.completion_ids.extend(ids)
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.env_mask.extend([env] * len(ids))
+        self.round_ids.extend([rnd] * len(ids))
+        self.forced_mask.extend([forced] * len(ids))
+
+
+@dataclass
+class _Episode:
+    """Mutable per-episode state inside `play_episodes`."""
+
+    spec: EpisodeSpec
+    game: Game
+    state: GameState
+    opponent: Strategy
+    messages: list[dict[str, str]] = field(default_factory=list)
+    traj: Trajectory | None = None
+    turns: list[TurnRecord] = field(default_factory=list)
+    prefill: str = ""
+    n_fallbacks: int = 0
+    n_parse_failures: int = 0
+    # the current turn, between generation and the game step
+    turn_ids: list[int] = field(default_factory=list)
+    action: str | None = None
+
+    @property
+    def context(self) -> list[int]:
+        return self.traj.prompt_ids + self.traj.completion_ids
+
+    def agent_to_act(self) -> bool:
+        return not self.game.is_terminal(self.state) and self.spec.seat in self.game.current_players(
+            self.state
+        )
+
+
+def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _Episode:
+    if spec.seat not in (0, 1):
+        raise ValueError(f"seat must be 0 or 1, got {spec.seat!r}")
+    game = make_game(spec.game, **spec.game_params)
+    state = game.new_state(random.Random(f"{spec.seed}:game"))
+    if opponents is not None and spec.opponent in opponents:
+        opponent = opponents[spec.opponent]()
+    else:
+        opponent = make_strategy(spec.game, spec.opponent)
+    opponent.reset(game, 1 - spec.seat, random.Random(f"{spec.seed}:opponent"))
+    return _Episode(spec=spec, game=game, state=state, opponent=opponent)
+
+
+def _step(ep: _Episode, agent_action: str | None) -> None:
+    """Let the opponent choose for its seats at this decision point and step the game."""
+    actions = {} if agent_action is None else {ep.spec.seat: agent_action}
+    for seat in ep.game.current_players(ep.state):
+        if seat != ep.spec.seat:
+            actions[seat] = ep.opponent.act(ep.game.view(ep.state, seat))
+    ep.game.step(ep.state, actions)
+
+
+def _advance_opponent(ep: _Episode) -> None:
+    """Play opponent-only decision points (sequential games) until the LLM seat acts or the game ends."""
+    while not ep.game.is_terminal(ep.state) and not ep.agent_to_act():
+        _step(ep, None)
+
+
+def _open_turn(ep: _Episode, renderer: ChatRenderer) -> Prompt:
+    """Append the observation as a user turn (env tokens) and return the prompt for the model's turn."""
+    obs = ep.game.observation(ep.state, ep.spec.seat)
+    if ep.traj is None:
+        ep.messages = [
+            {"role": "system", "content": ep.game.system_prompt(ep.spec.seat)},
+            {"role": "user", "content": obs},
+        ]
+        ep.traj = Trajectory(prompt_ids=renderer.prompt_ids(ep.messages))
+        ep.prefill = renderer.assistant_prefill(ep.messages)
+    else:
+        env_ids = renderer.env_turn_ids(ep.messages, obs)
+        ep.messages.append({"role": "user", "content": obs})
+        ep.traj.extend(env_ids, None, env=0, rnd=ep.state.round, forced=0)
+    return Prompt(ids=ep.context, messages=[dict(m) for m in ep.messages])
+
+
+def _model_turn(ep: _Episode, gen: Generation, renderer: ChatRenderer, keep_open: bool) -> bool:
+    """Record the model's tokens and try to parse them; returns True if the turn produced an action.
+
+    A turn that did not end with end-of-turn (truncated, or stopped by another stop token, which is dropped)
+    never parses. When the fallback will continue the turn (`keep_open`), the end-of-turn is left out.
+    """
+    eot = renderer.end_of_turn_id
+    ids, lps = list(gen.token_ids), list(gen.logprobs)
+    if ids and ids[-1] != eot and gen.finished:
+        ids, lps = ids[:-1], lps[:-1]
+    ended = bool(ids) and ids[-1] == eot
+    text = renderer.decode_turn(ids)
+    action = ep.game.parse_action(renderer.strip_thinking(text), ep.state, ep.spec.seat) if ended else None
+    if action is None and ended and keep_open:
+        ids, lps = ids[:-1], lps[:-1]
+    ep.traj.extend(ids, lps, env=1, rnd=ep.state.round, forced=0)
+    ep.turn_ids, ep.action = ids, action
+    ep.turns.append(
+        TurnRecord(
+            round=ep.state.round,
+            text=text,
+            action=action or "",
+            parsed=action is not None,
+            fallback=False,
+            n_model_tokens=len(ids),
+            n_forced_tokens=0,
+        )
+    )
+    if action is None:
+        ep.n_parse_failures += 1
+    return action is not None
+
+
+def _fallback_prompt(ep: _Episode, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
+    context = ep.context[: len(ep.context) - len(ep.turn_ids)]
+    ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id)
+    prefix = ep.prefill + renderer.decode_turn(ep.turn_ids) + FALLBACK_CUE
+    return Prompt(ids=ids, messages=[dict(m) for m in ep.messages], assistant_prefix=prefix), cue
+
+
+def _forced_turn(ep: _Episode, cue: list[int], gen: Generation, legal: list[str], renderer: ChatRenderer):
+    """Append the cue (env tokens) and the constrained action tokens + end-of-turn (forced tokens)."""
+    by_key = {a.casefold(): a for a in legal}
+    action = by_key.get(gen.text.strip().casefold())
+    if action is None or not gen.token_ids or gen.token_ids[-1] != renderer.end_of_turn_id:
+        raise RuntimeError(
+            f"constrained decode returned {gen.text!r} (ids {gen.token_ids}), not one of {legal} + end-of-turn"
+        )
+    ep.traj.extend(cue, None, env=0, rnd=ep.state.round, forced=0)
+    ep.traj.extend(gen.token_ids, gen.logprobs, env=1, rnd=ep.state.round, forced=1)
+    ep.turn_ids = [*ep.turn_ids, *cue, *gen.token_ids]
+    ep.action = action
+    ep.n_fallbacks += 1
+    turn = ep.turns[-1]
+    turn.action, turn.fallback, turn.n_forced_tokens = action, True, len(gen.token_ids)
+
+
+def _close_unparsed(ep: _Episode, renderer: ChatRenderer) -> None:
+    """No fallback: end the turn (a synthetic end-of-turn if it was cut off) and play a seeded random
+    legal action, so the episode continues and the failure is counted."""
+    if not ep.turn_ids or ep.turn_ids[-1] != renderer.end_of_turn_id:
+        ep.traj.extend([renderer.end_of_turn_id], None, env=0, rnd=ep.state.round, forced=1)
+        ep.turn_ids = [*ep.turn_ids, renderer.end_of_turn_id]
+    rng = random.Random(f"{ep.spec.seed}:unparsed:{len(ep.turns)}")
+    ep.action = ep.turns[-1].action = rng.choice(ep.game.legal_actions(ep.state, ep.spec.seat))
+
+
+def _seeded(sampling: SamplingSpec, iteration: int, call: int) -> SamplingSpec:
+    if sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=sampling.seed * 1_000_003 + 2 * iteration + call)
+
+
+def decision_bound(game: Game) -> int:
+    """Upper bound on the LLM seat's decisions per episode: `game.max_decisions_per_seat` if the game
+    defines it, else one per round for simultaneous-move games and two per round for alternating ones
+    (Kuhn: at most bet/pass then call/fold per hand)."""
+    bound = getattr(game, "max_decisions_per_seat", None)
+    if bound is not None:
+        return int(bound)
+    sequential = len(game.current_players(game.new_state(random.Random(0)))) == 1
+    return game.num_rounds * (2 if sequential else 1)
+
+
+def play_episodes(
+    specs: Sequence[EpisodeSpec],
+    backend: GenerationBackend,
+    renderer: ChatRenderer,
+    sampling: SamplingSpec,
+    *,
+    opponents: Mapping[str, OpponentFactory] | None = None,
+    fallback: bool = True,
+    trajectories: bool = True,
+    progress: bool = False,
+    max_turn_tokens: int | None = None,
+    collective: bool | int = False,
+) -> list[tuple[EpisodeRecord, Trajectory | None]]:
+    """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
+
+    opponents: name -> zero-argument Strategy factory, consulted before the game's scripted strategies
+        (e.g. FMSP pool members).
+    fallback: constrained decode for turns that do not parse; without it such turns play a seeded random
+        legal action (still counted as parse failures).
+    max_turn_tokens: longest model turn (default `sampling.max_new_tokens`); longer turns are cut and go to
+        the fallback.
+    collective: True (or an int number of iterations, identical on all ranks) makes the call sequence fixed:
+        exactly one generate and one generate_choice call per iteration for `decision_bound` iterations.
+    """
+    episodes = [_start(spec, opponents) for spec in specs]
+    if isinstance(collective, bool):
+        n_iter = max((decision_bound(ep.game) for ep in episodes), default=0) if collective else None
+    else:
+        n_iter = int(collective)
+    turn_sampling = replace(sampling, max_new_tokens=max_turn_tokens or sampling.max_new_tokens)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_iter, desc="rollout decisions", unit="step")
+    iteration = 0
+    while True:
+        for ep in episodes:
+            _advance_opponent(ep)
+        acting = [ep for ep in episodes if ep.agent_to_act()]
+        if n_iter is None and not acting:
+            break
+        if n_iter is not None and iteration >= n_iter:
+            if acting:
+                raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
+            break
+        gens = backend.generate(
+            [_open_turn(ep, renderer) for ep in acting], _seeded(turn_sampling, iteration, 0)
+        )
+        pending = [ep for ep, gen in zip(acting, gens) if not _model_turn(ep, gen, renderer, fallback)]
+        if fallback and (pending or n_iter is not None):
+            prompts, cues = zip(*[_fallback_prompt(ep, renderer) for ep in pending]) if pending else ((), ())
+            legal = [ep.game.legal_actions(ep.state, ep.spec.seat) for ep in pending]
+            forced = backend.generate_choice(list(prompts), legal, _seeded(sampling, iteration, 1))
+            for ep, cue, gen, acts in zip(pending, cues, forced, legal):
+                _forced_turn(ep, cue, gen, acts, renderer)
+        elif pending:
+            for ep in pending:
+                _close_unparsed(ep, renderer)
+        for ep in acting:
+            ep.messages.append(
+                {"role": "assistant", "content": ep.prefill + renderer.decode_turn(ep.turn_ids)}
+            )
+            _step(ep, ep.action)
+        iteration += 1
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return [(_record(ep), ep.traj if trajectories else None) for ep in episodes]
+
+
+def _record(ep: _Episode) -> EpisodeRecord:
+    return EpisodeRecord(
+        spec=ep.spec,
+        rounds=list(ep.state.history),
+        turns=ep.turns,
+        agent_seat=ep.spec.seat,
+        totals=(ep.state.totals[0], ep.state.totals[1]),
+        n_fallbacks=ep.n_fallbacks,
+        n_parse_failures=ep.n_parse_failures,
+    )
