@@ -1,0 +1,443 @@
+"""`fmsp eval`: Elo over a shared population and QD-score of finished FMSP runs, with plots.
+
+Elo. The population of each side is the domain's human-designed baselines plus, from every run, the
+`top` active archive members by archive quality and `random` further active members (seeded), as in
+FMSP's evaluation. Every policy of the first side plays every policy of the second (sandboxed, the
+domain's match config). A Bradley-Terry model, P(a beats b) = sigmoid(t_a - t_b), is fitted by
+maximum likelihood to the fractional match scores (score_a as a's share of the win; for non-constant-
+sum domains score_a / (score_a + score_b)) with a weak Gaussian prior that keeps unbeaten players
+finite, and put on the Elo scale R = 1000 + 400 * t / ln(10) (mean 1000). Confidence intervals are
+percentiles over bootstrap refits on pairings resampled with replacement.
+
+QD-score. Per side, the code embeddings of every active member of every run are projected on the 2-D
+PCA plane fitted on all of them together; one common `cells` x `cells` grid spans the projected
+points' bounding box. A run's map holds in each cell the best quality of its members falling there
+(quality = mean score against the other side's human baselines, a reference shared by all runs);
+empty cells count 0. QD-score = the sum over cells of the map (Pugh et al. 2015); `qd_score_mean`
+divides by the number of cells (the "mean of the map" form FMSP reports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from fmsp.archive import Archive, ArchiveEntry, atomic_write
+from fmsp.domain import Domain, PolicyCode
+
+ELO_SCALE = 400.0 / math.log(10.0)
+
+
+# --- Bradley-Terry / Elo ------------------------------------------------------------------------
+
+
+def fit_bradley_terry(
+    first: np.ndarray, second: np.ndarray, score: np.ndarray, n_players: int, prior: float = 0.01
+) -> np.ndarray:
+    """MLE strengths t (mean 0) from matches `first[k]` vs `second[k]` where `first` won a share `score[k]`.
+
+    Newton's method on the penalised log-likelihood (strictly concave thanks to the prior).
+    """
+    first, second, score = np.asarray(first), np.asarray(second), np.asarray(score, dtype=float)
+    t = np.zeros(n_players)
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(t[first] - t[second])))
+        resid = score - p
+        grad = np.bincount(first, resid, n_players) - np.bincount(second, resid, n_players) - prior * t
+        w = p * (1.0 - p)
+        hess = prior * np.eye(n_players)
+        np.add.at(hess, (first, first), w)
+        np.add.at(hess, (second, second), w)
+        np.add.at(hess, (first, second), -w)
+        np.add.at(hess, (second, first), -w)
+        step = np.linalg.solve(hess, grad)
+        t += step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return t - t.mean()
+
+
+def elo_ratings(
+    first: Sequence[int], second: Sequence[int], score: Sequence[float], n_players: int,
+    n_boot: int = 200, seed: int = 0, level: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Elo ratings (mean 1000) and bootstrap percentile CIs (lower, upper) from match scores."""
+    first, second, score = np.asarray(first), np.asarray(second), np.asarray(score, dtype=float)
+    elo = 1000.0 + ELO_SCALE * fit_bradley_terry(first, second, score, n_players)
+    rng = np.random.default_rng(seed)
+    boots = np.empty((n_boot, n_players))
+    for b in range(n_boot):
+        k = rng.integers(0, len(score), len(score))
+        boots[b] = 1000.0 + ELO_SCALE * fit_bradley_terry(first[k], second[k], score[k], n_players)
+    alpha = (1.0 - level) / 2.0
+    return elo, np.quantile(boots, alpha, axis=0), np.quantile(boots, 1.0 - alpha, axis=0)
+
+
+def win_share(score_a: float, score_b: float) -> float:
+    """a's share of the win: score_a when scores sum to 1, else score_a / (score_a + score_b) (0.5 if both 0)."""
+    total = score_a + score_b
+    return 0.5 if total <= 0 else score_a / total
+
+
+# --- QD-score -------------------------------------------------------------------------------------
+
+
+def fit_pca(x: np.ndarray, dims: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and the top `dims` principal axes (rows) of the rows of `x`."""
+    mean = x.mean(axis=0)
+    _, _, vt = np.linalg.svd(x - mean, full_matrices=False)
+    axes = np.zeros((dims, x.shape[1]))
+    axes[: min(dims, len(vt))] = vt[:dims]
+    return mean, axes
+
+
+def qd_map(points: np.ndarray, quality: np.ndarray, lo: np.ndarray, hi: np.ndarray, cells: int) -> np.ndarray:
+    """The `cells` x `cells` map: best quality of the points in each cell of the box [lo, hi], 0 if empty."""
+    grid = np.zeros((cells, cells))
+    span = np.where(hi > lo, hi - lo, 1.0)
+    idx = np.clip(((points - lo) / span * cells).astype(int), 0, cells - 1)
+    for (i, j), q in zip(idx, quality):
+        grid[i, j] = max(grid[i, j], q)
+    return grid
+
+
+# --- runs and populations ------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """A finished FMSP run: its name, directory, config dict and one archive per side."""
+
+    name: str
+    path: Path
+    config: dict[str, Any]
+    archives: dict[str, Archive]
+
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    """Read a run directory written by `fmsp run` (config.yaml + archive/<side>/)."""
+    from fmsp.config import load_config
+
+    path = Path(path)
+    if not (path / "archive").is_dir():
+        raise FileNotFoundError(f"{path} is not an FMSP run directory (no archive/ folder)")
+    config = load_config(path / "config.yaml").to_dict() if (path / "config.yaml").exists() else {}
+    archives = {
+        d.name: Archive.load(d) for d in sorted((path / "archive").iterdir()) if (d / "meta.json").exists()
+    }
+    return Run(name or path.name, path, config, archives)
+
+
+def generated_members(archive: Archive) -> list[ArchiveEntry]:
+    """Active, FM-written members (seed baselines excluded)."""
+    return [e for e in archive.elites() if e.origin != "baseline"]
+
+
+def select_members(archive: Archive, top: int, n_random: int, rng: random.Random) -> list[ArchiveEntry]:
+    """The `top` members by archive quality, then `n_random` of the rest drawn uniformly."""
+    members = generated_members(archive)
+    ranked = sorted(members, key=lambda e: -(e.quality if e.quality is not None else -math.inf))
+    rest = ranked[top:]
+    return ranked[:top] + rng.sample(rest, min(n_random, len(rest)))
+
+
+@dataclass(frozen=True)
+class Player:
+    """One population member: where it comes from and its code."""
+
+    label: str
+    run: str  # "baseline" for the domain's human-designed policies
+    side: str
+    policy: PolicyCode
+
+
+def _code_key(policy: PolicyCode) -> str:
+    return hashlib.sha256(policy.code.encode()).hexdigest()
+
+
+def build_population(domain: Domain, runs: Sequence[Run], top: int, n_random: int, seed: int) -> list[Player]:
+    """Baselines plus each run's selection, per side; identical code is kept once."""
+    rng = random.Random(seed)
+    players: list[Player] = []
+    seen: set[tuple[str, str]] = set()
+    for side in domain.sides:
+        candidates = [Player(f"baseline:{p.name}", "baseline", side, p) for p in domain.baselines(side)]
+        for run in runs:
+            picked = select_members(run.archives[side], top, n_random, rng) if side in run.archives else []
+            candidates += [Player(f"{run.name}:{e.id}:{e.name}", run.name, side, e.policy()) for e in picked]
+        for player in candidates:
+            key = (side, _code_key(player.policy))
+            if key not in seen:
+                seen.add(key)
+                players.append(player)
+    return players
+
+
+# --- playing matches -----------------------------------------------------------------------------
+
+MatchRunner = Callable[[list[tuple[PolicyCode, PolicyCode]]], list[dict[str, Any] | None]]
+
+
+def sandbox_runner(domain: Domain, sandbox: Any, chunk: int = 32) -> MatchRunner:
+    """Plays (first-side, second-side) pairs in the sandbox, `chunk` per worker; a failing chunk is
+    replayed one match per worker and matches that still fail come back as None."""
+
+    def run_one(entry: str, a: dict, b: dict, config: dict) -> dict:
+        result = sandbox.run(entry, [[a, b, config]], domain.allowed_imports)
+        if not result.ok:
+            raise RuntimeError(result.error)
+        return result.value[0]
+
+    def play(pairs: list[tuple[PolicyCode, PolicyCode]]) -> list[dict[str, Any] | None]:
+        config = domain.match_config()
+        out: list[dict[str, Any] | None] = []
+        if getattr(domain, "interactive", False):  # e.g. Gandalf: the trusted harness drives the phases
+            for a, b in tqdm(pairs, desc="matches", leave=False):
+                try:
+                    out.append(domain.play(run_one, a, b))  # type: ignore[attr-defined]
+                except RuntimeError:
+                    out.append(None)
+            return out
+        for start in tqdm(range(0, len(pairs), chunk), desc="matches", leave=False):
+            calls = [[a.to_dict(), b.to_dict(), config] for a, b in pairs[start : start + chunk]]
+            result = sandbox.run(domain.match_entry, calls, domain.allowed_imports)
+            if result.ok:
+                out += result.value
+                continue
+            for call in calls:
+                single = sandbox.run(domain.match_entry, [call], domain.allowed_imports)
+                out.append(single.value[0] if single.ok else None)
+        return out
+
+    return play
+
+
+# --- the evaluation ------------------------------------------------------------------------------
+
+
+def elo_table(domain: Domain, players: list[Player], play: MatchRunner, n_boot: int, seed: int) -> list[dict]:
+    """Round robin between the sides, then Elo with bootstrap CIs; one row per player."""
+    first = [i for i, p in enumerate(players) if p.side == domain.sides[0]]
+    second = [i for i, p in enumerate(players) if p.side == domain.sides[1]]
+    pairs = [(i, j) for i in first for j in second]
+    results = play([(players[i].policy, players[j].policy) for i, j in pairs])
+    kept = [
+        (i, j, win_share(r["score_a"], r["score_b"])) for (i, j), r in zip(pairs, results) if r is not None
+    ]
+    if not kept:
+        raise RuntimeError("no match of the round robin finished; check the policies and the sandbox limits")
+    a, b, s = (np.array(x) for x in zip(*kept))
+    elo, lo, hi = elo_ratings(a, b, s, len(players), n_boot=n_boot, seed=seed)
+    failed = {i for (i, j), r in zip(pairs, results) if r is None} | {
+        j for (i, j), r in zip(pairs, results) if r is None
+    }
+    return [
+        {"label": p.label, "run": p.run, "side": p.side, "name": p.policy.name, "elo": float(elo[k]),
+         "ci_low": float(lo[k]), "ci_high": float(hi[k]), "had_failed_matches": k in failed}
+        for k, p in enumerate(players)
+    ]  # fmt: skip
+
+
+def quality_vs_baselines(
+    domain: Domain, side: str, entries: list[ArchiveEntry], play: MatchRunner
+) -> np.ndarray:
+    """Mean score of each entry against the other side's human baselines (failed matches count 0)."""
+    other = domain.sides[1 - domain.sides.index(side)]
+    refs = domain.baselines(other)
+    first = side == domain.sides[0]
+    pairs = [(e.policy(), r) if first else (r, e.policy()) for e in entries for r in refs]
+    results = play(pairs)
+    key = "score_a" if first else "score_b"
+    scores = np.array([0.0 if r is None else float(r[key]) for r in results]).reshape(len(entries), len(refs))
+    return scores.mean(axis=1)
+
+
+def qd_scores(domain: Domain, runs: Sequence[Run], play: MatchRunner, cells: int) -> dict[str, Any]:
+    """Per side and run: the QD map on the shared PCA grid and its QD-score (see module docstring)."""
+    out: dict[str, Any] = {}
+    for side in domain.sides:
+        members = {r.name: generated_members(r.archives[side]) if side in r.archives else [] for r in runs}
+        embeddings = {
+            r.name: np.array([r.archives[side].embedding(e.id) for e in members[r.name]]).reshape(
+                len(members[r.name]), -1
+            )
+            for r in runs
+        }
+        pooled = [e for e in embeddings.values() if len(e)]
+        if not pooled:
+            continue
+        all_emb = np.concatenate(pooled)
+        mean, axes = fit_pca(all_emb)
+        projected = {name: (e - mean) @ axes.T for name, e in embeddings.items()}
+        all_points = np.concatenate([p for p in projected.values() if len(p)])
+        lo, hi = all_points.min(axis=0), all_points.max(axis=0)
+        out[side] = {"bounds": [lo.tolist(), hi.tolist()], "cells": cells, "runs": {}}
+        for run in runs:
+            quality = (
+                quality_vs_baselines(domain, side, members[run.name], play)
+                if members[run.name]
+                else np.zeros(0)
+            )
+            grid = qd_map(projected[run.name], quality, lo, hi, cells)
+            out[side]["runs"][run.name] = {
+                "qd_score": float(grid.sum()), "qd_score_mean": float(grid.mean()),
+                "filled_cells": int(np.count_nonzero(grid)), "members": len(quality),
+                "map": grid.tolist(), "points": projected[run.name].tolist(), "quality": quality.tolist(),
+            }  # fmt: skip
+    return out
+
+
+# --- plots ----------------------------------------------------------------------------------------
+
+
+def plot_elo(rows: list[dict], sides: Sequence[str], path: Path) -> None:
+    """Elo with CIs per player, grouped by run, one panel per side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted({r["run"] for r in rows}, key=lambda n: (n != "baseline", n))
+    colors = {run: plt.get_cmap("tab10")(i % 10) for i, run in enumerate(runs)}
+    fig, axes = plt.subplots(1, len(sides), figsize=(7 * len(sides), 5), squeeze=False)
+    for ax, side in zip(axes[0], sides):
+        side_rows = sorted(
+            (r for r in rows if r["side"] == side), key=lambda r: (runs.index(r["run"]), -r["elo"])
+        )
+        for x, r in enumerate(side_rows):
+            err = [[r["elo"] - r["ci_low"]], [r["ci_high"] - r["elo"]]]
+            ax.errorbar(x, r["elo"], yerr=err, fmt="o", color=colors[r["run"]], capsize=3)
+        ax.set_xticks(range(len(side_rows)), [r["name"][:18] for r in side_rows], rotation=75, fontsize=7)
+        ax.set_title(f"{side}: Elo with 95% bootstrap CI")
+        ax.set_ylabel("Elo")
+        for run in runs:
+            ax.plot([], [], "o", color=colors[run], label=run)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save_figure(fig, path)
+
+
+def plot_maps(qd: dict[str, Any], out_dir: Path) -> list[Path]:
+    """One archive map per side and run on the shared grid; returns the PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for side, data in qd.items():
+        (lo0, lo1), (hi0, hi1) = data["bounds"]
+        for run, r in data["runs"].items():
+            fig, ax = plt.subplots(figsize=(5, 4.5))
+            image = ax.imshow(np.array(r["map"]).T, origin="lower", extent=(lo0, hi0, lo1, hi1), aspect="auto",
+                              vmin=0.0, vmax=1.0, cmap="viridis")  # fmt: skip
+            if r["points"]:
+                pts = np.array(r["points"])
+                ax.scatter(pts[:, 0], pts[:, 1], s=10, c="white", edgecolors="black", linewidths=0.5)
+            fig.colorbar(image, ax=ax, label="best quality in cell")
+            ax.set_title(f"{run} / {side}: QD-score {r['qd_score']:.2f} ({r['filled_cells']} cells)")
+            ax.set_xlabel("PC 1")
+            ax.set_ylabel("PC 2")
+            path = out_dir / f"map_{_safe(run)}_{_safe(side)}.png"
+            _save_figure(fig, path)
+            paths.append(path)
+    return paths
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def _save_figure(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120), ".png")
+    plt.close(fig)
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+
+def evaluate(
+    domain: Domain, runs: Sequence[Run], play: MatchRunner, out_dir: Path, *, top: int = 3, n_random: int = 15,
+    cells: int = 10, n_boot: int = 200, seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """Elo table, QD-scores and plots for `runs`; writes results.json, elo.png and map_*.png to `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    players = build_population(domain, runs, top, n_random, seed)
+    rows = elo_table(domain, players, play, n_boot, seed)
+    qd = qd_scores(domain, runs, play, cells)
+    summary = {
+        run.name: {
+            side: {
+                "mean_elo": float(
+                    np.mean(
+                        [r["elo"] for r in rows if r["run"] == run.name and r["side"] == side] or [np.nan]
+                    )
+                ),
+                "max_elo": float(
+                    max([r["elo"] for r in rows if r["run"] == run.name and r["side"] == side] or [np.nan])
+                ),
+                "qd_score": qd.get(side, {}).get("runs", {}).get(run.name, {}).get("qd_score"),
+            }
+            for side in domain.sides
+        }
+        for run in runs
+    }
+    results = {"domain": domain.name, "runs": {r.name: str(r.path) for r in runs}, "summary": summary,
+               "elo": rows, "qd": qd}  # fmt: skip
+    atomic_write(
+        out_dir / "results.json", lambda fh: fh.write(json.dumps(results, indent=2).encode()), ".json"
+    )
+    plot_elo(rows, domain.sides, out_dir / "elo.png")
+    plot_maps(qd, out_dir)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fmsp.domains import make_domain
+    from fmsp.sandbox import Sandbox, SandboxLimits
+
+    parser = argparse.ArgumentParser(prog="fmsp eval", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--run", action="append", required=True, metavar="[NAME=]DIR", help="a run directory (repeat)"
+    )
+    parser.add_argument("--out", required=True, help="output directory for results.json and the plots")
+    parser.add_argument("--domain", help="domain name (default: from the first run's config.yaml)")
+    parser.add_argument("--domain-config", default=None, help="JSON overrides of the domain config")
+    parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--random", type=int, default=15, dest="n_random")
+    parser.add_argument("--cells", type=int, default=10)
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per sandbox job")
+    args = parser.parse_args(argv)
+    runs = []
+    for spec in args.run:
+        name, _, path = spec.rpartition("=")
+        try:
+            runs.append(load_run(path, name or None))
+        except (FileNotFoundError, ValueError) as exc:
+            parser.error(str(exc))
+    domain_name = args.domain or runs[0].config.get("domain")
+    if not domain_name:
+        parser.error("--domain is required when the run has no config.yaml")
+    domain_config = (
+        json.loads(args.domain_config) if args.domain_config else runs[0].config.get("domain_config", {})
+    )
+    domain = make_domain(domain_name, **domain_config)
+    sandbox = Sandbox(SandboxLimits(timeout_s=args.timeout, cpu_s=int(args.timeout)))
+    results = evaluate(domain, runs, sandbox_runner(domain, sandbox), Path(args.out), top=args.top,
+                       n_random=args.n_random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed)  # fmt: skip
+    print(json.dumps(results["summary"], indent=2))
+    return 0
