@@ -37,9 +37,9 @@ def fallback_penalties(record: Any, num_rounds: int, penalty: float) -> list[flo
     """Per-round penalty for actions the constrained fallback decided (0 everywhere when penalty is 0)."""
     out = [0.0] * num_rounds
     if penalty:
-        for t in getattr(record, "fallback_rounds", ()):
-            if 0 <= t < num_rounds:
-                out[t] += penalty
+        for turn in record.turns:
+            if turn.fallback and 0 <= turn.round < num_rounds:
+                out[turn.round] += penalty
     return out
 
 
@@ -57,8 +57,11 @@ class SEPOReward:
                  fallback_penalty: float = 0.0) -> None:
         self.games, self.lambdas, self.credit, self.fallback_penalty = games, lambdas, credit, fallback_penalty
 
-    def round_rewards(self, record: Any) -> tuple[list[float], float]:
-        """(per-round rewards before any shared penalty, this episode's own per-pool penalty)."""
+    def round_rewards(self, record: Any, auxiliary: Sequence[Any] = ()) -> tuple[list[float], float]:
+        """(per-round rewards before any shared penalty, this episode's own per-pool penalty).
+
+        `auxiliary` are the records of the separate episodes played for this rollout (credit=auxiliary).
+        """
         game = self.games[record.spec.game]
         terms, lam = terms_of(record, game), self.lambdas[record.spec.game]
         if self.credit == "per_pool":
@@ -66,16 +69,17 @@ class SEPOReward:
         elif self.credit == "shared":
             rewards = objective.round_rewards(terms, lam, "shared", shared_penalty=0.0)
         else:
-            aux = [terms_of(r, self.games[r.spec.game]) for r in getattr(record, "auxiliary", ())]
+            aux = [terms_of(r, self.games[r.spec.game]) for r in auxiliary]
             rewards = objective.round_rewards(terms, lam, "auxiliary", auxiliary=aux)
         penalties = fallback_penalties(record, len(rewards), self.fallback_penalty)
         return [r - p for r, p in zip(rewards, penalties)], objective.penalty(terms, lam)
 
     def __call__(self, prompts: list, completions: list, completion_ids: list, episode: list,
-                 log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
+                 auxiliary: list | None = None, log_metric: Callable[[str, float], None] | None = None,
+                 **_: Any) -> list[float]:
         rewards = []
-        for record in episode:
-            per_round, _ = self.round_rewards(record)
+        for i, record in enumerate(episode):
+            per_round, _ = self.round_rewards(record, auxiliary[i] if auxiliary else ())
             rewards.append(sum(per_round) / max(1, len(per_round)))
         if log_metric is not None:
             for name, value in episode_metrics(episode, self.games, self.lambdas).items():
@@ -107,13 +111,13 @@ def episode_metrics(records: Sequence[Any], games: Mapping[str, Game],
             if pool_terms:
                 for key in ("u", "e", "c", "x"):
                     out[f"sepo/{name}/{pool}/{key}"] = sum(getattr(t, key) for t in pool_terms) / len(pool_terms)
-        actions: Counter[str] = Counter(a for r in recs for a in r.actions)
+        actions: Counter[str] = Counter(turn.action for r in recs for turn in r.turns)
         total = sum(actions.values())
         for action, n in actions.items():
             out[f"sepo/{name}/action/{action}"] = n / total
-        decisions += sum(r.decisions for r in recs)
-        fallbacks += sum(r.fallbacks for r in recs)
-        failures += sum(r.parse_failures for r in recs)
+        decisions += total
+        fallbacks += sum(r.n_fallbacks for r in recs)
+        failures += sum(r.n_parse_failures for r in recs)
     out["sepo/fallback_rate"] = fallbacks / max(1, decisions)
     out["sepo/parse_failure_rate"] = failures / max(1, decisions)
     if by_game:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, TrlParser, get_peft_config
 
@@ -71,8 +72,10 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig):
     if model_args.attn_implementation:
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
-    return SEPOTrainer(model=resolve_model(model_args.model_name_or_path), args=args,
-                       peft_config=get_peft_config(model_args))
+    path = resolve_model(model_args.model_name_or_path)
+    # A text tokenizer (not the multimodal processor of Gemma 4 / Qwen 3.5) keeps TRL on its text-only path.
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    return SEPOTrainer(model=path, args=args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
 
 
 def main(argv: list[str] | None = None) -> int:

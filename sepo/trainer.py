@@ -112,6 +112,9 @@ class SEPOTrainer(GRPOTrainer):
         self.pools = {g: load_pools(g, extra_dir=args.pool_dir) for g in args.games}
         self.lambdas = {g: game_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
+        # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
+        self._pool_factories = {m.name: m.factory for p in self.pools.values() for m in p.registry.values()
+                                if m.source.get("kind") != "scripted"}
         self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty)
         if train_dataset is None:
             train_dataset = build_group_dataset(args, self.pools)
@@ -127,6 +130,10 @@ class SEPOTrainer(GRPOTrainer):
         from sepo.chat import ChatRenderer
 
         self.renderer = ChatRenderer(self._tokenizer, enable_thinking=args.enable_thinking)
+        if args.use_vllm:
+            from sepo.backends.trl_vllm import check_supported
+
+            check_supported(self.vllm_generation)
         self.sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
                                      max_new_tokens=args.max_turn_tokens)
 
@@ -143,23 +150,35 @@ class SEPOTrainer(GRPOTrainer):
 
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
-            was_training = model.training
-            model.eval()
-            try:
-                yield HFBackend.from_trainer_model(model, self._tokenizer)
-            finally:
-                model.train(was_training)
+            yield HFBackend.from_trainer_model(model, self._tokenizer)  # it switches eval/no_grad per call
 
-    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> list[tuple[Any, Any]]:
-        """Play one episode per row (lock-step rounds, same number of generation calls on every rank)."""
-        from sepo.rollout import EpisodeSpec, play_episodes
+    def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> Any:
+        from sepo.rollout import EpisodeSpec
 
-        specs = [EpisodeSpec(game=r["game"], game_params=self.args.game_params.get(r["game"], {}),
-                             pool=r["pool"], opponent=r["opponent"], seed=int(r["seed"]), seat=int(r["seat"]))
-                 for r in rows]
-        return play_episodes(specs, backend, self.renderer, self.sampling, opponents=self.pools,
-                             fallback=self.args.fallback, trajectories=True,
-                             collective=self.accelerator.num_processes > 1)
+        return EpisodeSpec(game=game, game_params=dict(self.args.game_params.get(game, {})), pool=pool,
+                           opponent=opponent, seed=seed, seat=seat)
+
+    def auxiliary_specs(self, row: dict[str, Any], index: int) -> list[Any]:
+        """credit=auxiliary: for one rollout, one separate episode against a freshly drawn exploiter and one
+        against a collusive partner (own seeds), whose penalty is credited to that rollout."""
+        rng = random.Random(f"{row['seed']}:{index}:auxiliary")
+        pools = self.pools[row["game"]]
+        return [self._spec(row["game"], pool, pools.sample(pool, rng), rng.randrange(2**31), int(row["seat"]))
+                for pool in ("exploit", "collusive") if pools.names(pool)]
+
+    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> list[tuple[Any, Any, list[Any]]]:
+        """Play one episode per row (plus auxiliary episodes when credit=auxiliary) in one lock-step batch,
+        with the same number of generation calls on every rank; returns (record, trajectory, aux records)."""
+        from sepo.rollout import play_episodes
+
+        specs = [self._spec(r["game"], r["pool"], r["opponent"], int(r["seed"]), int(r["seat"])) for r in rows]
+        aux = [self.auxiliary_specs(r, i) if self.args.credit == "auxiliary" else [] for i, r in enumerate(rows)]
+        flat_aux = [spec for specs_i in aux for spec in specs_i]
+        results = play_episodes([*specs, *flat_aux], backend, self.renderer, self.sampling,
+                                opponents=self._pool_factories, fallback=self.args.fallback, trajectories=True,
+                                collective=self.accelerator.num_processes > 1)
+        main, rest = results[: len(specs)], iter(results[len(specs):])
+        return [(record, traj, [next(rest)[0] for _ in aux_i]) for (record, traj), aux_i in zip(main, aux)]
 
     def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
         """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras."""
@@ -175,8 +194,8 @@ class SEPOTrainer(GRPOTrainer):
         self._metrics[mode]["sepo/generation_calls"].append(float(timed.calls))
         eos = set(self.eos_token_ids)
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
-                                                 "round_ids", "forced_mask", "episode")}
-        for record, traj in results:
+                                                 "round_ids", "forced_mask", "episode", "auxiliary")}
+        for record, traj, auxiliary in results:
             ids, lps = list(traj.completion_ids), list(traj.logprobs)
             env, rids, forced = list(traj.env_mask), list(traj.round_ids), list(traj.forced_mask)
             if not ids or ids[-1] not in eos:  # end with end-of-turn so TRL does not count it as truncated
@@ -194,6 +213,7 @@ class SEPOTrainer(GRPOTrainer):
             out["round_ids"].append(rids)
             out["forced_mask"].append(forced)
             out["episode"].append(record)
+            out["auxiliary"].append(auxiliary)
         return out
 
     # --- advantages ---------------------------------------------------------------------------------
@@ -212,7 +232,7 @@ class SEPOTrainer(GRPOTrainer):
         local = torch.full((n, K), torch.nan, device=device)
         own_penalty = torch.zeros(n, device=device)
         for i, x in enumerate(inputs):
-            rewards, penalty = self.sepo_reward.round_rewards(x["episode"])
+            rewards, penalty = self.sepo_reward.round_rewards(x["episode"], x["auxiliary"])
             local[i, : len(rewards)] = torch.tensor(rewards, dtype=torch.float32, device=device)
             own_penalty[i] = penalty
         rewards = gather(local)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 from envs import make_game, make_strategy
 from sepo.advantages import sepo_round_advantages
 from sepo.config import SEPOConfig
+from sepo.rollout import EpisodeRecord, EpisodeSpec, Trajectory, TurnRecord
 from sepo.trainer import SEPOTrainer, build_group_dataset
 
 
@@ -29,35 +29,7 @@ def tiny_config(tmp_path, **overrides) -> SEPOConfig:
     return SEPOConfig(**kw)
 
 
-# --- a test double for the rollout: real games and objective, fabricated token trajectories ------------
-@dataclass
-class _Spec:
-    game: str
-    pool: str
-    opponent: str
-    seed: int
-    seat: int
-
-
-@dataclass
-class _Record:
-    spec: _Spec
-    rounds: list
-    actions: list[str]
-    decisions: int
-    fallbacks: int
-    parse_failures: int
-    fallback_rounds: list[int] = field(default_factory=list)
-
-
-@dataclass
-class _Trajectory:
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    env_mask: list[int]
-    round_ids: list[int]
-    forced_mask: list[int]
+# --- a test double for the rollout: real games, objective and record types, fabricated token ids ------
 
 
 class FabricatedRolloutTestDouble(SEPOTrainer):
@@ -76,22 +48,21 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
             state = game.new_state(rng)
             opp = make_strategy(row["game"], row["opponent"])
             opp.reset(game, 1, random.Random(row["seed"]))
-            ids, env, rids, forced, actions, fb_rounds = [], [], [], [], [], []
+            traj, turns = Trajectory(prompt_ids=[1, 2, 3]), []
             while not game.is_terminal(state):
                 t = state.round
                 mine = rng.choice(game.legal_actions(state, 0))
                 game.step(state, {0: mine, 1: opp.act(game.view(state, 1))})
-                actions.append(mine)
                 n_forced = 1 if (i % 2 and t == 1) else 0
-                fb_rounds += [t] * n_forced
-                ids += [5 + t, 6] + [7] * n_forced + [8, 9, 10]
-                env += [1, 1] + [1] * n_forced + [0, 0, 0]
-                forced += [0, 0] + [1] * n_forced + [0, 0, 0]
-                rids += [t] * (5 + n_forced)
-            ids[-1] = self.renderer.end_of_turn_id
-            spec = _Spec(row["game"], row["pool"], row["opponent"], row["seed"], row["seat"])
-            rec = _Record(spec, list(state.history), actions, len(actions), len(fb_rounds), len(fb_rounds), fb_rounds)
-            out.append((rec, _Trajectory([1, 2, 3], ids, [-0.5] * len(ids), env, rids, forced)))
+                turns.append(TurnRecord(t, mine, mine, not n_forced, bool(n_forced), 2, n_forced))
+                traj.extend([5 + t, 6], [-0.5, -0.5], env=1, rnd=t, forced=0)
+                traj.extend([7] * n_forced, None, env=1, rnd=t, forced=1)
+                traj.extend([8, 9, 10], None, env=0, rnd=t, forced=0)
+            traj.completion_ids[-1] = self.renderer.end_of_turn_id
+            spec = EpisodeSpec(row["game"], {}, row["pool"], row["opponent"], row["seed"], row["seat"])
+            n_fb = sum(turn.fallback for turn in turns)
+            record = EpisodeRecord(spec, list(state.history), turns, 0, tuple(state.totals), n_fb, n_fb)
+            out.append((record, traj, []))
         return out
 
 
