@@ -1,0 +1,146 @@
+"""`fmsp export`: copy chosen SEPO-game policies of an FMSP run into a SEPO pool directory.
+
+    fmsp export --run runs/fmsp/ipd_qdsp --select top:3,diverse:2 --pool exploit --game ipd --out pools/ipd
+
+writes `policies/<name>.py` (the archived code, unchanged) and merges the members into `manifest.json`
+(format `sepo-pool-manifest/1`, read by `sepo.pools.load_pool_dir`), then loads the directory back with
+that loader, so a member that would not load (or fails its smoke episodes) is reported at once.
+Selection: `top:k` takes the k active generated members of best archive quality; `diverse:k` then adds,
+k times, the member farthest (cosine distance of code embeddings) from everything selected so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fmsp.archive import Archive, ArchiveEntry, atomic_write
+from fmsp.evaluation import Run, generated_members, load_run
+
+MANIFEST_FORMAT = "sepo-pool-manifest/1"
+POOL_SIDES = {"exploit": "exploiter", "collusive": "cooperator", "training": "cooperator"}
+
+
+def parse_selection(spec: str) -> list[tuple[str, int]]:
+    """`top:3,diverse:2` -> [("top", 3), ("diverse", 2)]; a clear ValueError otherwise."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        kind, _, count = part.partition(":")
+        if kind not in ("top", "diverse") or not count.isdigit():
+            raise ValueError(f"bad selection {part!r}: use top:K and/or diverse:K, e.g. top:3,diverse:2")
+        out.append((kind, int(count)))
+    return out
+
+
+def select(archive: Archive, selection: list[tuple[str, int]]) -> list[tuple[ArchiveEntry, str]]:
+    """The chosen members with the rule that chose each, in selection order."""
+    members = generated_members(archive)
+    chosen: list[tuple[ArchiveEntry, str]] = []
+    for kind, count in selection:
+        rest = [e for e in members if all(e.id != c.id for c, _ in chosen)]
+        if kind == "top":
+            rest.sort(key=lambda e: -(e.quality if e.quality is not None else -np.inf))
+            chosen += [(e, "top") for e in rest[:count]]
+            continue
+        for _ in range(min(count, len(rest))):
+            if not chosen:  # nothing to be far from yet: start from the best
+                pick = max(rest, key=lambda e: e.quality if e.quality is not None else -np.inf)
+            else:
+                picked = np.array([archive.embedding(c.id) for c, _ in chosen])
+                dist = [float(np.min(1.0 - picked @ archive.embedding(e.id))) for e in rest]
+                pick = rest[int(np.argmax(dist))]
+            chosen.append((pick, "diverse"))
+            rest.remove(pick)
+    return chosen
+
+
+def policy_class_name(code: str) -> str:
+    """The top-level class of `code` that defines `act` (exactly one is required)."""
+    classes = [
+        node.name
+        for node in ast.parse(code).body
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(f, ast.FunctionDef) and f.name == "act" for f in node.body)
+    ]
+    if len(classes) != 1:
+        raise ValueError(f"expected exactly one class with an `act` method, found {classes}")
+    return classes[0]
+
+
+def member_name(prefix: str, method: str, game: str, entry_id: str) -> str:
+    """A snake_case pool name such as fmsp_qdsp_ipd_007 (from the entry id's number)."""
+    number = int(re.findall(r"\d+", entry_id)[-1]) if re.search(r"\d", entry_id) else 0
+    name = re.sub(r"[^a-z0-9_]", "_", f"{prefix}_{method}_{game}_{number:03d}".lower())
+    return name if name[0].isalpha() else f"p_{name}"
+
+
+def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out: Path,
+           side: str | None = None, prefix: str = "fmsp") -> list[dict[str, Any]]:  # fmt: skip
+    """Write the selected policies and merge them into `out/manifest.json`; returns the new entries."""
+    side = side or POOL_SIDES[pool]
+    if run.config.get("domain") not in (None, game):
+        raise ValueError(f"run {run.path} searched domain {run.config['domain']!r}, not the game {game!r}")
+    if side not in run.archives:
+        raise ValueError(f"run {run.path} has no archive for side {side!r}; it has {', '.join(run.archives)}")
+    method = str(run.config.get("variant", "fmsp"))
+    (out / "policies").mkdir(parents=True, exist_ok=True)
+    entries = []
+    for entry, rule in select(run.archives[side], selection):
+        name = member_name(prefix, method, game, entry.id)
+        data = entry.code.encode()
+        atomic_write(out / "policies" / f"{name}.py", lambda fh, data=data: fh.write(data), ".py")
+        entries.append({
+            "name": name, "game": game, "pool": pool, "file": f"policies/{name}.py",
+            "class_name": policy_class_name(entry.code), "description": " ".join(entry.description.split())[:200],
+            "source": {"method": method, "run": str(run.path), "entry_id": entry.id, "iteration": entry.iteration,
+                       "quality": entry.quality, "selected_by": rule, "side": side},
+            "sha256": hashlib.sha256(data).hexdigest(), "view": "dict",
+        })  # fmt: skip
+    manifest_path = out / "manifest.json"
+    old = json.loads(manifest_path.read_text())["members"] if manifest_path.exists() else []
+    new_names = {e["name"] for e in entries}
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "members": [m for m in old if m["name"] not in new_names] + entries,
+    }
+    atomic_write(manifest_path, lambda fh: fh.write(json.dumps(manifest, indent=2).encode()), ".json")
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sepo.pools import POOL_NAMES, PoolError, load_pool_dir
+
+    parser = argparse.ArgumentParser(prog="fmsp export", description=__doc__.split("\n")[0])
+    parser.add_argument("--run", required=True, help="FMSP run directory of a SEPO-game domain")
+    parser.add_argument("--select", default="top:3,diverse:2", help="e.g. top:3,diverse:2")
+    parser.add_argument("--pool", required=True, choices=POOL_NAMES)
+    parser.add_argument("--game", required=True)
+    parser.add_argument(
+        "--out", required=True, help="pool directory (created; an existing manifest is merged)"
+    )
+    parser.add_argument(
+        "--side", default=None, help="archive side (default: exploiter for exploit, else cooperator)"
+    )
+    parser.add_argument("--prefix", default="fmsp")
+    args = parser.parse_args(argv)
+    try:
+        entries = export(load_run(args.run), parse_selection(args.select), args.pool, args.game, Path(args.out),
+                         args.side, args.prefix)  # fmt: skip
+        loaded = load_pool_dir(args.out, args.game)
+    except (ValueError, FileNotFoundError, PoolError) as exc:
+        parser.exit(1, f"fmsp export: {exc}\n")
+    print(
+        f"exported {len(entries)} policies to {args.out} ({len(loaded)} {args.game} members load and pass smoke tests)"
+    )
+    for e in entries:
+        print(
+            f"  {e['name']:<28} {e['source']['selected_by']:<8} quality={e['source']['quality']}  {e['description']}"
+        )
+    return 0

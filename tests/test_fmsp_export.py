@@ -1,0 +1,124 @@
+"""`fmsp export`: selection rules, manifest format, and the round trip into sepo.pools.load_pool_dir."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from envs import make_game, play_episode
+from fmsp.archive import Archive, ArchiveEntry
+from fmsp.config import FMSPConfig, save_config
+from fmsp.export import main, parse_selection, select
+from sepo.pools import load_pool_dir, load_pools
+
+POLICY = '''class DefectAfter{k}:
+    """Cooperates for {k} rounds, then defects."""
+
+    name = "defect_after_{k}"
+    description = "cooperate {k} rounds, then defect"
+
+    def reset(self, game, seat, rng):
+        self.rng = rng
+
+    def act(self, view):
+        return "COOPERATE" if view["round"] < {k} else "DEFECT"
+'''
+
+
+def make_ipd_run(path) -> Archive:
+    """An ipd QDSP run with 5 exploiters; embeddings put member 4 far from the others."""
+    path.mkdir(parents=True)
+    save_config(FMSPConfig(domain="ipd", variant="qdsp"), path / "config.yaml")
+    archive = Archive("exploiter", 3, path / "archive" / "exploiter")
+    vectors = [[1, 0, 0], [0.99, 0.14, 0], [0.98, 0.2, 0], [0.97, 0.24, 0], [0, 0, 1]]
+    for k, v in enumerate(vectors):
+        entry = ArchiveEntry(id=archive.next_id(), name=f"defect_after_{k}", description=f"cooperate {k} rounds\nthen defect",
+                             code=POLICY.format(k=k), side="exploiter", iteration=k, scores={"quality": 0.1 * k})  # fmt: skip
+        archive.add(entry, np.array(v) / np.linalg.norm(v))
+    baseline = ArchiveEntry(id=archive.next_id(), name="always_defect", description="", code="x = 1\n",
+                            side="exploiter", iteration=0, origin="baseline", scores={"quality": 9.0})  # fmt: skip
+    archive.add(baseline, np.array([0, 1.0, 0]))
+    return archive
+
+
+def test_selection_rules(tmp_path):
+    archive = make_ipd_run(tmp_path / "run")
+    assert parse_selection("top:3,diverse:2") == [("top", 3), ("diverse", 2)]
+    with pytest.raises(ValueError, match="top:K"):
+        parse_selection("best:3")
+    chosen = select(archive, [("top", 2), ("diverse", 1)])
+    # top by quality: members 4 and 3 (the baseline is never exported); then farthest from both: member 0
+    assert [(e.name, rule) for e, rule in chosen] == [
+        ("defect_after_4", "top"), ("defect_after_3", "top"), ("defect_after_0", "diverse")
+    ]  # fmt: skip
+    chosen = select(archive, [("diverse", 2)])  # start from the best, then the farthest from it
+    assert [e.name for e, _ in chosen] == ["defect_after_4", "defect_after_0"]
+
+
+def test_export_round_trip_through_load_pool_dir(tmp_path, capsys):
+    make_ipd_run(tmp_path / "run")
+    out = tmp_path / "pools"
+    argv = [
+        "--run",
+        str(tmp_path / "run"),
+        "--select",
+        "top:2,diverse:1",
+        "--pool",
+        "exploit",
+        "--game",
+        "ipd",
+    ]
+    assert main([*argv, "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == "sepo-pool-manifest/1"
+    names = [m["name"] for m in manifest["members"]]
+    assert names == ["fmsp_qdsp_ipd_004", "fmsp_qdsp_ipd_003", "fmsp_qdsp_ipd_000"]
+    assert all(m["view"] == "dict" and "\n" not in m["description"] for m in manifest["members"])
+    members = load_pool_dir(out)
+    assert [m.name for m in members] == names and {m.pool for m in members} == {"exploit"}
+    # exporting again merges (no duplicates); the pools accept the members and they play
+    assert main([*argv, "--out", str(out)]) == 0
+    assert len(json.loads((out / "manifest.json").read_text())["members"]) == 3
+    pools = load_pools("ipd", extra_dir=out)
+    assert "fmsp_qdsp_ipd_003" in pools.names("exploit")
+    strategy = pools.make("fmsp_qdsp_ipd_003", "ipd")
+    episode = play_episode(make_game("ipd"), [strategy, pools.make("tit_for_tat", "ipd")], random.Random(0))
+    actions = [r.record for r in episode.rounds]
+    assert len(actions) == 8 and episode.totals[0] == pytest.approx(
+        3 * 3 + 5 + 1 * 4
+    )  # C,C,C,D then mutual D
+
+
+def test_export_errors_are_clear(tmp_path, capsys):
+    make_ipd_run(tmp_path / "run")
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--run",
+                str(tmp_path / "run"),
+                "--pool",
+                "exploit",
+                "--game",
+                "kuhn",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    assert "not the game 'kuhn'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--run",
+                str(tmp_path / "run"),
+                "--pool",
+                "collusive",
+                "--game",
+                "ipd",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    assert "no archive for side 'cooperator'" in capsys.readouterr().err
