@@ -51,12 +51,17 @@ class IteratedPrisonersDilemma(Game):
         self.num_rounds = num_rounds
         self.R, self.S, self.T, self.P = float(R), float(S), float(T), float(P)
         self.max_payoff = self.R  # scale s = 3 / R, as in the method
-        self._payoffs: dict[tuple[str, str], tuple[float, float]] = {
-            (COOPERATE, COOPERATE): (self.R, self.R),
-            (COOPERATE, DEFECT): (self.S, self.T),
-            (DEFECT, COOPERATE): (self.T, self.S),
-            (DEFECT, DEFECT): (self.P, self.P),
-        }
+        # (payoffs, signals) per action pair: every round's outcome is looked up, never recomputed
+        self._outcomes: dict[tuple[str, str], tuple[tuple[float, float], tuple[Signals, Signals]]] = {}
+        table = {(COOPERATE, COOPERATE): (self.R, self.R), (COOPERATE, DEFECT): (self.S, self.T),
+                 (DEFECT, COOPERATE): (self.T, self.S), (DEFECT, DEFECT): (self.P, self.P)}  # fmt: skip
+        for (a0, a1), (p0, p1) in table.items():
+            externality = max(0.0, (self.R - (p0 + p1) / 2) / self.R)
+            signals = (
+                Signals(collusion=float(a0 == DEFECT), externality=externality),
+                Signals(collusion=float(a1 == DEFECT), externality=externality),
+            )
+            self._outcomes[(a0, a1)] = ((p0, p1), signals)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -74,27 +79,20 @@ class IteratedPrisonersDilemma(Game):
 
     def payoffs(self, a0: str, a1: str) -> tuple[float, float]:
         """Per-seat payoffs of one round."""
-        return self._payoffs[(a0, a1)]
+        return self._outcomes[(a0, a1)][0]
 
     def step(self, state: IPDState, actions: Mapping[int, str]) -> RoundResult:
         if state.done:
             raise IllegalActionError("ipd: the episode is over")
-        for seat in (0, 1):
-            if actions.get(seat) not in ACTIONS:
-                raise IllegalActionError(
-                    f"ipd: seat {seat} played {actions.get(seat)!r}; legal actions are {', '.join(ACTIONS)}"
-                )
-        a0, a1 = actions[0], actions[1]
-        p0, p1 = self._payoffs[(a0, a1)]
-        externality = max(0.0, (self.R - (p0 + p1) / 2) / self.R)
+        a0, a1 = actions.get(0), actions.get(1)
+        if a0 not in ACTIONS or a1 not in ACTIONS:
+            seat, bad = (0, a0) if a0 not in ACTIONS else (1, a1)
+            raise IllegalActionError(
+                f"ipd: seat {seat} played {bad!r}; legal actions are {', '.join(ACTIONS)}"
+            )
+        (p0, p1), signals = self._outcomes[(a0, a1)]
         result = RoundResult(
-            index=state.round,
-            payoffs=(p0, p1),
-            signals=(
-                Signals(collusion=float(a0 == DEFECT), externality=externality),
-                Signals(collusion=float(a1 == DEFECT), externality=externality),
-            ),
-            record={"actions": [a0, a1]},
+            index=state.round, payoffs=(p0, p1), signals=signals, record={"actions": [a0, a1]}
         )
         state.history.append(result)
         state.totals[0] += p0

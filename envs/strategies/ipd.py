@@ -9,12 +9,10 @@ suspicious_tit_for_tat = SuspiciousTitForTat, prober = Prober, alternator = Alte
 
 from __future__ import annotations
 
-from envs.base import Strategy, View
+import random
+
+from envs.base import Game, Strategy, View
 from envs.ipd import COOPERATE, DEFECT
-
-
-def _opp_moves(view: View) -> list[str]:
-    return [h["opp_action"] for h in view.history]
 
 
 class TitForTat(Strategy):
@@ -33,8 +31,16 @@ class GrimTrigger(Strategy):
     name = "grim_trigger"
     description = "Cooperate until the opponent defects once, then defect forever."
 
+    def reset(self, game: Game, seat: int, rng: random.Random) -> None:
+        super().reset(game, seat, rng)
+        self._seen = 0  # rounds of this episode already scanned for a defection
+        self._triggered = False
+
     def act(self, view: View) -> str:
-        return DEFECT if DEFECT in _opp_moves(view) else COOPERATE
+        if not self._triggered:  # scan only the rounds not seen yet: O(1) per move
+            self._triggered = any(h["opp_action"] == DEFECT for h in view.history[self._seen :])
+            self._seen = len(view.history)
+        return DEFECT if self._triggered else COOPERATE
 
 
 class AlwaysDefect(Strategy):
@@ -116,7 +122,8 @@ class TitForTwoTats(Strategy):
     description = "Defect only after two consecutive opponent defections."
 
     def act(self, view: View) -> str:
-        return DEFECT if _opp_moves(view)[-2:] == [DEFECT, DEFECT] else COOPERATE
+        h = view.history
+        return DEFECT if len(h) >= 2 and h[-1]["opp_action"] == h[-2]["opp_action"] == DEFECT else COOPERATE
 
 
 class WinStayLoseShift(Strategy):
@@ -155,10 +162,10 @@ class Prober(Strategy):
     def act(self, view: View) -> str:
         if view.round < 3:
             return (DEFECT, COOPERATE, COOPERATE)[view.round]
-        opp = _opp_moves(view)
-        if opp[1:3] == [COOPERATE, COOPERATE]:
+        h = view.history
+        if h[1]["opp_action"] == h[2]["opp_action"] == COOPERATE:
             return DEFECT
-        return opp[-1]
+        return h[-1]["opp_action"]
 
 
 class Alternator(Strategy):
