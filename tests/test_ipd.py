@@ -218,6 +218,16 @@ def test_tit_for_tat_copies_and_grim_never_forgives():
     assert all(a == D for a, _ in moves[first_d + 1 :])
 
 
+def test_grim_trigger_state_is_per_episode():
+    """Grim keeps a trigger between rounds; `reset` clears it, so one instance can play many episodes."""
+    game = make_game("ipd")
+    grim = make_strategy("ipd", "grim_trigger")
+    punished = play_episode(game, [grim, make_strategy("ipd", "alternating_defect")], random.Random(0))
+    assert [r.record["actions"][0] for r in punished.rounds] == [C] + [D] * 7
+    fresh = play_episode(game, [grim, make_strategy("ipd", "always_cooperate")], random.Random(0))
+    assert [r.record["actions"][0] for r in fresh.rounds] == [C] * 8
+
+
 def test_fixed_patterns():
     assert [a for a, _ in play("alternating_defect", "always_cooperate")[0]] == [D, C] * 4
     assert [a for a, _ in play("alternator", "always_cooperate")[0]] == [C, D] * 4
