@@ -42,7 +42,7 @@ class SentenceTransformerEmbedder:
         self.name = model
         self.batch_size = batch_size
         self._model = SentenceTransformer(model, device=device)
-        self.dim = int(self._model.get_sentence_embedding_dimension())
+        self.dim = int(self._model.get_embedding_dimension())
 
     def embed(self, texts: list[str]) -> np.ndarray:
         vectors = self._model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,

@@ -32,7 +32,11 @@ from fmsp.prompts import (
     parse_verdict,
     repair_messages,
 )
-from fmsp.sandbox import Sandbox
+from fmsp.sandbox import Sandbox, SandboxResult
+
+
+class _PhaseFailed(RuntimeError):
+    """A sandboxed phase of an interactive match failed (its SandboxResult is kept by the caller)."""
 
 
 @dataclass(frozen=True)
@@ -125,10 +129,33 @@ class FMSPSearch:
     def _matches(self, side: str, pairs: list[tuple[PolicyCode, PolicyCode]]) -> tuple[list[float] | None, Any]:
         """Scores of `side`'s policy in each (policy, opponent) pair, all in one sandbox job."""
         calls = [self._match_args(side, p, o) for p, o in pairs]
+        if getattr(self.domain, "interactive", False):
+            return self._interactive_matches(side, calls)
         result = self.sandbox.run(self.domain.match_entry, calls, self.domain.allowed_imports)
         if not result.ok:
             return None, result
         return [self._score(side, v) for v in result.value], result
+
+    def _interactive_matches(self, side: str, calls: list[list[Any]]) -> tuple[list[float] | None, Any]:
+        """Domains whose trusted harness drives a match (`domain.play`, e.g. Gandalf's target LLM) between
+        sandboxed phases; every phase runs in its own sandbox job."""
+        failure: list[SandboxResult] = []
+
+        def run_entry(entry: str, policy_a: dict, policy_b: dict, config: dict) -> dict:
+            result = self.sandbox.run(entry, [[policy_a, policy_b, config]], self.domain.allowed_imports)
+            if not result.ok:
+                failure.append(result)
+                raise _PhaseFailed(result.error)
+            return result.value[0]
+
+        values = []
+        for policy_a, policy_b, _ in calls:
+            try:
+                values.append(self.domain.play(run_entry, policy_a, policy_b))
+            except _PhaseFailed:
+                return None, failure[-1]
+        wall = SandboxResult(ok=True, value=values)
+        return [self._score(side, v) for v in values], wall
 
     def other(self, side: str) -> str:
         return self.domain.sides[1 - self.domain.sides.index(side)]
