@@ -10,8 +10,8 @@ env mask that is 0 on environment tokens, per-token round ids and a mask of fall
 Call counts: without `collective`, an iteration makes one generate call, plus one generate_choice call only
 when some turn needs the fallback, so the count depends on the data. Distributed generation that is a
 collective (vLLM server mode: every rank must call equally often) needs `collective=True` (or an int
-bound agreed by all ranks): then every iteration makes exactly one generate and one generate_choice call,
-empty lists included, for a fixed number of iterations.
+bound agreed by all ranks): then every iteration makes exactly one generate call and (with the fallback on)
+one generate_choice call, empty lists included, for a fixed number of iterations.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class EpisodeRecord:
     totals: tuple[float, float]
     n_fallbacks: int
     n_parse_failures: int
+    messages: list[dict[str, str]] = field(default_factory=list)  # the conversation as chat messages
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -85,6 +86,7 @@ class EpisodeRecord:
             "totals": list(self.totals),
             "n_fallbacks": self.n_fallbacks,
             "n_parse_failures": self.n_parse_failures,
+            "messages": [dict(m) for m in self.messages],
         }
 
 
@@ -351,4 +353,5 @@ def _record(ep: _Episode) -> EpisodeRecord:
         totals=(ep.state.totals[0], ep.state.totals[1]),
         n_fallbacks=ep.n_fallbacks,
         n_parse_failures=ep.n_parse_failures,
+        messages=ep.messages,
     )

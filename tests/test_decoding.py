@@ -1,0 +1,125 @@
+"""Trie-constrained fallback decoding and exact action scoring."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sepo.decoding import (
+    FALLBACK_CUE,
+    ActionTrie,
+    TrieLogitsProcessor,
+    action_variants,
+    build_trie,
+    fallback_prompt_ids,
+    score_actions,
+)
+from sepo.tiny_models import build_tiny_model, build_tokenizer
+
+ACTION_SETS = [
+    ["COOPERATE", "DEFECT"],
+    ["1", "2", "3"],
+    [str(d) for d in range(1, 10)],
+    ["PASS", "BET", "CALL", "FOLD"],
+    ["[0, 0, 1]", "[1, 2, 3]", "[2, 0, 4]", "[1, 2, 0]"],
+]
+TOK = build_tokenizer("llama")
+EOT = TOK.convert_tokens_to_ids("<|im_end|>")
+CONTEXT = TOK.encode("I think they will retaliate." + FALLBACK_CUE, add_special_tokens=False)
+
+
+def test_variants_are_in_context_and_spaced():
+    for actions in ACTION_SETS:
+        for action in actions:
+            variants = action_variants(TOK, CONTEXT, action)
+            texts = {TOK.decode(CONTEXT + v)[len(TOK.decode(CONTEXT)) :] for v in variants}
+            assert texts == {action, " " + action}
+
+
+def _constrained_rollout(actions, seed, greedy):
+    """Drive the processor by hand over random logits, like generate would."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = 3
+    tries = [build_trie(TOK, CONTEXT, actions) for _ in range(rows)]
+    proc = TrieLogitsProcessor(tries, len(CONTEXT), EOT)
+    ids = torch.tensor([CONTEXT] * rows)
+    for _ in range(tries[0].max_depth + 1):
+        scores = torch.randn(rows, len(TOK), generator=gen) * 10
+        scores = proc(ids, scores)
+        if greedy:
+            nxt = scores.argmax(-1)
+        else:
+            nxt = torch.multinomial(torch.softmax(scores, -1), 1, generator=gen).squeeze(1)
+        ids = torch.cat([ids, nxt[:, None]], 1)
+    return ids[:, len(CONTEXT) :].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(ACTION_SETS), st.integers(0, 2**31 - 1), st.booleans())
+def test_trie_only_yields_legal_actions_then_eos(actions, seed, greedy):
+    trie = build_trie(TOK, CONTEXT, actions)
+    for row in _constrained_rollout(actions, seed, greedy):
+        end = row.index(EOT)  # the end-of-turn token is always reached within max_depth + 1 steps
+        assert all(t == EOT for t in row[end:])
+        assert trie.action_of(row[:end]) in actions
+        assert TOK.decode(row[:end]).strip() in actions
+
+
+def test_trie_prefix_actions_allow_both_continuation_and_end():
+    trie = ActionTrie({"1": [[7]], "10": [[7, 9]]})
+    proc = TrieLogitsProcessor([trie], 0, eos_id=2)
+    assert sorted(proc.allowed(0, [7])) == [2, 9]
+    assert proc.allowed(0, [7, 9]) == [2]
+    assert proc.allowed(0, [5]) == [2]  # off the trie: only end the turn
+    with pytest.raises(ValueError, match="at least one action"):
+        ActionTrie({})
+    with pytest.raises(ValueError, match="no legal actions"):
+        build_trie(TOK, CONTEXT, [])
+
+
+def test_fallback_prompt_keeps_text_drops_eot_and_appends_cue():
+    turn = TOK.encode("I am unsure", add_special_tokens=False) + [EOT]
+    ids, cue = fallback_prompt_ids([1, 2], turn, TOK, EOT)
+    assert ids == [1, 2, *turn[:-1], *cue]
+    assert TOK.decode(cue) == FALLBACK_CUE == "\nFinal action:"
+
+
+MODEL, MTOK = build_tiny_model("llama", seed=3)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sampled_from(ACTION_SETS), st.text("abcdefgh ", min_size=1, max_size=30))
+def test_scores_are_a_distribution(actions, text):
+    prompts = [
+        MTOK.encode(text, add_special_tokens=False),
+        MTOK.encode("round 3 " + text, add_special_tokens=False),
+    ]
+    probs = score_actions(MODEL, MTOK, prompts, [actions, actions[:2]], EOT, batch_size=5)
+    for row, acts in zip(probs, [actions, actions[:2]]):
+        assert len(row) == len(acts) and all(p > 0 for p in row)
+        assert sum(row) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_scores_match_unpadded_teacher_forcing():
+    prompts = [
+        MTOK.encode("you are a player", add_special_tokens=False),
+        MTOK.encode("bid", add_special_tokens=False),
+    ]
+    actions = ["1", "2", "3"]
+    got = score_actions(MODEL, MTOK, prompts, [actions, actions], EOT, batch_size=4)
+    with torch.no_grad():
+        for prompt, row in zip(prompts, got):
+            liks = []
+            for a in actions:
+                total = 0.0
+                for v in action_variants(MTOK, prompt, a):
+                    seq = torch.tensor([prompt + v + [EOT]])
+                    lp = torch.log_softmax(MODEL(seq).logits[0, :-1].float(), -1)
+                    total += float(
+                        lp[torch.arange(len(prompt) - 1, seq.shape[1] - 1), seq[0, len(prompt) :]].sum().exp()
+                    )
+                liks.append(total)
+            expected = [x / sum(liks) for x in liks]
+            assert row == pytest.approx(expected, rel=1e-4)
