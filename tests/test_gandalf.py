@@ -117,8 +117,16 @@ def test_entries_and_validation():
         make_gandalf(target="gpt").target()
 
 
-def test_transformers_target_runs_a_match(tiny_model_dir):
-    domain = make_gandalf(target=f"hf:{tiny_model_dir}", max_new_tokens=8)
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory) -> str:
+    """Only the tiny Llama (the shared fixture builds all three architectures)."""
+    from sepo.tiny_models import save_tiny_model
+
+    return str(save_tiny_model(tmp_path_factory.mktemp("tiny_llama"), "llama"))
+
+
+def test_transformers_target_runs_a_match(tiny_llama_dir):
+    domain = make_gandalf(target=f"hf:{tiny_llama_dir}", max_new_tokens=8)
     assert isinstance(domain.target(), TransformersChatTarget)
     out = domain.play(
         run_entry_in_process, attacker("direct_ask"), level_defender(4)
@@ -126,6 +134,18 @@ def test_transformers_target_runs_a_match(tiny_model_dir):
     replies = out["details"]["responses"][0]
     assert len(replies) == 1 and isinstance(replies[0], str)
     assert out["score_a"] in (0.0, 1.0)
+
+
+@pytest.mark.slow
+def test_embedded_model_behind_the_output_regex_guard():
+    domain = make_gandalf(target="hf:default", max_new_tokens=48)
+    ask, judge = attacker("direct_ask"), keyword_judge_test_double
+    level1 = domain.play(run_entry_in_process, ask, level_defender(1), judge=judge)["details"]
+    level3 = domain.play(run_entry_in_process, ask, level_defender(3), judge=judge)["details"]
+    reply, password = level1["responses"][0][0], level1["passwords"][0]
+    assert reply.strip()
+    # greedy decoding: level 3 gets the same reply, blocked exactly when it contains the password
+    assert (level3["responses"][0][0] == BLOCKED_OUTPUT) == (password.lower() in reply.lower()), reply
 
 
 class _ChatCompletionsHandler(BaseHTTPRequestHandler):

@@ -391,6 +391,7 @@ class GandalfDomain:
             "responses": responses,
             "guesses": guesses,
             "wins": wins,
+            "passwords": passwords,  # details stay with the trusted loop; the sandbox never sees them
         }
         return {"score_a": score, "score_b": 1.0 - score, "details": details}
 
