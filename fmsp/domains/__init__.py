@@ -1,8 +1,8 @@
 """FMSP domains by name: Car Tag, Gandalf and every SEPO game of `envs` (exploiter vs cooperator).
 
-    >>> from fmsp.domains import make_domain
-    >>> domain = make_domain("car_tag", n_games=50)
-    >>> domain = make_domain("ipd")          # a SEPO game as an FMSP domain
+>>> from fmsp.domains import make_domain
+>>> domain = make_domain("car_tag", n_games=50)
+>>> domain = make_domain("ipd")          # a SEPO game as an FMSP domain
 """
 
 from __future__ import annotations
