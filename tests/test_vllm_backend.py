@@ -56,6 +56,27 @@ def prompts_for(tokenizer, n: int) -> list[Prompt]:
     ]  # fmt: skip
 
 
+def hf_choice_probabilities(model_dir: str, tokenizer, prompts: list[Prompt], choices: list[list[str]]):
+    """Reference: transformers in float32, teacher-forced log-likelihood of choice tokens + end-of-turn,
+    softmax-normalised over each prompt's choices."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    result = []
+    for prompt, options in zip(prompts, choices):
+        logliks = []
+        for choice in options:
+            cont = tokenizer.encode(choice, add_special_tokens=False) + [tokenizer.eos_token_id]
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt.ids + cont])).logits[0, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            start = len(prompt.ids) - 1
+            logliks.append(sum(logp[start + k, t].item() for k, t in enumerate(cont)))
+        result.append(torch.softmax(torch.tensor(logliks), dim=0).tolist())
+    return result
+
+
 def check_generation(g: Generation, backend: VLLMBackend, max_new: int) -> None:
     assert len(g.token_ids) == len(g.logprobs) > 0
     assert all(lp <= 0.0 and math.isfinite(lp) for lp in g.logprobs)
@@ -127,9 +148,6 @@ def test_generate_choice_always_valid(backend):
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_score_choices_exact_against_transformers(backend, model_dir):
-    import torch
-    from transformers import AutoModelForCausalLM
-
     prompts = prompts_for(backend.tokenizer, 6)
     choices = [CHOICE_SETS[i % len(CHOICE_SETS)] for i in range(5)] + [["DEFECT"]]
     probs = backend.score_choices(prompts, choices)
@@ -137,17 +155,6 @@ def test_score_choices_exact_against_transformers(backend, model_dir):
     assert all(sum(p) == pytest.approx(1.0, abs=1e-9) for p in probs)
     assert probs[-1] == [1.0]
 
-    # Reference: transformers, float32, teacher-forced log-likelihood of choice tokens + end-of-turn.
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    eot = backend.tokenizer.eos_token_id
-    for prompt, options, got in zip(prompts, choices, probs):
-        logliks = []
-        for choice in options:
-            cont = backend.tokenizer.encode(choice, add_special_tokens=False) + [eot]
-            ids = torch.tensor([prompt.ids + cont])
-            with torch.no_grad():
-                logp = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
-            start = len(prompt.ids) - 1
-            logliks.append(sum(logp[start + k, t].item() for k, t in enumerate(cont)))
-        want = torch.softmax(torch.tensor(logliks), dim=0).tolist()
-        assert got == pytest.approx(want, abs=0.01)
+    want = hf_choice_probabilities(model_dir, backend.tokenizer, prompts, choices)
+    for got, ref in zip(probs, want):
+        assert got == pytest.approx(ref, abs=0.01)

