@@ -39,6 +39,7 @@ class EvalConfig:
     models: list[str] = field(default_factory=lambda: ["default"], metadata={"help": "[Label=]model specs"})
     games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "game names"})
     episodes_per_opponent: int = field(default=16, metadata={"help": "episodes per (pool, opponent)"})
+    pools: list[str] = field(default_factory=lambda: list(POOL_NAMES), metadata={"help": "pools to play"})
     temperature: float = 0.8
     top_p: float = 0.95
     greedy: bool = field(default=False, metadata={"help": "greedy decoding instead of sampling"})
@@ -69,12 +70,12 @@ def _labelled(spec: str) -> tuple[str, str]:
     return Path(spec).name or spec, spec
 
 
-def episode_specs(game: str, pools, episodes_per_opponent: int, seed: int) -> list:
+def episode_specs(game: str, pools, episodes_per_opponent: int, seed: int, which=POOL_NAMES) -> list:
     """Every (pool, opponent) × episodes, with seats alternating and per-episode seeds fixed by `seed`."""
     from sepo.rollout import EpisodeSpec
 
     specs = []
-    for pool in POOL_NAMES:
+    for pool in which:
         for opponent in pools.names(pool):
             for i in range(episodes_per_opponent):
                 episode_seed = random.Random(f"{seed}/{game}/{pool}/{opponent}/{i}").randrange(2**31)
@@ -167,9 +168,10 @@ def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[st
     pools = load_pools(game_name, extra_dir=cfg.pools_dir)
     sampling = SamplingSpec(temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy,
                             max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed)
-    specs = episode_specs(game_name, pools, cfg.episodes_per_opponent, cfg.seed)
-    results = play_episodes(specs, backend, renderer, sampling, opponents=lambda spec: pools.make(spec.opponent),
-                            fallback=True, trajectories=False, progress=cfg.progress)
+    specs = episode_specs(game_name, pools, cfg.episodes_per_opponent, cfg.seed, cfg.pools)
+    factories = {name: (lambda n=name: pools.make(n)) for pool in POOL_NAMES for name in pools.names(pool)}
+    results = play_episodes(specs, backend, renderer, sampling, opponents=factories, fallback=True,
+                            trajectories=False, progress=cfg.progress)
     records = [rec for rec, _ in results]
     terms: list[EpisodeTerms] = [
         episode_terms(rec.rounds, rec.agent_seat, spec.pool, game.max_payoff, spec.opponent)
@@ -318,6 +320,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
     for game in cfg.games:
         if game not in envs.GAMES:
             raise envs.UnknownNameError(f"unknown game {game!r}; choose one of: {', '.join(envs.GAMES)}")
+    for pool in cfg.pools:
+        if pool not in POOL_NAMES:
+            raise envs.UnknownNameError(f"unknown pool {pool!r}; choose one of: {', '.join(POOL_NAMES)}")
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = None

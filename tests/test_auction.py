@@ -196,7 +196,7 @@ def test_registry_names_and_descriptions():
     registry = strategy_registry("auction")
     assert set(registry) == {
         "truthful", "conservative", "shaded", "aggressive", "adaptive", "collusive_low_bid",
-        "value_bid", "aggressive_value", "random",
+        "value_bid", "aggressive_value", "adaptive_value", "random",
     }  # fmt: skip
     for name, cls in registry.items():
         assert cls.name == name and cls.description and "\n" not in cls.description
@@ -240,13 +240,20 @@ def test_fixed_and_value_based_bidders_behave_as_documented():
         ("shaded", lambda v, p: 1),
         ("collusive_low_bid", lambda v, p: 1),
         ("aggressive", lambda v, p: 3),
-        ("value_bid", lambda v, p: v - 1),
-        ("aggressive_value", lambda v, p: min(v, 3)),
+        ("value_bid", lambda v, p: 1 if v == 2 else 2),
+        ("aggressive_value", lambda v, p: 1 if v == 2 else 3),
         ("adaptive", lambda v, p: 2 if p == 0 else min(p + 1, 3)),
     ]:
         decisions = _bids(name, seeds=range(30))
         assert all(bid == rule(value, prev) for value, bid, prev in decisions), name
-    assert {bid for v, bid, _ in _bids("value_bid", seeds=range(30))} == {1, 3}
+    assert {bid for v, bid, _ in _bids("value_bid", seeds=range(30))} == {1, 2}
+
+
+def test_adaptive_value_answers_the_opponents_average_bid():
+    for opponent, high_bid in [("aggressive", 3), ("conservative", 2)]:
+        decisions = _bids("adaptive_value", opponent=opponent, seeds=range(20))
+        assert {b for v, b, p in decisions if v == 2} == {1}
+        assert {b for v, b, p in decisions if v == 4 and p} == {high_bid}
 
 
 def test_random_bidders_have_the_documented_distributions():

@@ -86,23 +86,40 @@ class Adaptive(Strategy):
 
 
 class ValueBid(Strategy):
-    """Bids its value minus 1 (value 2 -> 1, value 4 -> 3), so every win scores exactly 1."""
+    """The method's value bidder: the low bid with the low value, the middle bid with the high value
+    (value 2 -> 1, value 4 -> 2 on the default bids), so every win keeps a surplus."""
 
     name = "value_bid"
-    description = "Bid value - 1 (2 -> 1, 4 -> 3): every win scores 1."
+    description = "Low value: bid 1; high value: bid 2 (every win keeps a surplus)."
 
     def act(self, view: View) -> str:
-        return _clamp(view, view.private["value"] - 1)
+        return _clamp(view, 1 if view.private["value"] <= 2 else 2)
 
 
 class AggressiveValue(Strategy):
-    """Bids its full value, capped at the highest bid (value 2 -> 2, value 4 -> 3): wins often, thin margins."""
+    """The method's aggressive value bidder: the low bid with the low value, the highest bid with the high
+    value (value 2 -> 1, value 4 -> 3): wins contested rounds on thin margins."""
 
     name = "aggressive_value"
-    description = "Bid the full value capped at the highest bid (2 -> 2, 4 -> 3)."
+    description = "Low value: bid 1; high value: bid the highest bid."
 
     def act(self, view: View) -> str:
-        return _clamp(view, view.private["value"])
+        return view.legal_actions[0] if view.private["value"] <= 2 else view.legal_actions[-1]
+
+
+class AdaptiveValue(Strategy):
+    """The method's adaptive demonstrator: like value_bid in the first round; afterwards the low bid with the
+    low value, and with the high value the highest bid if the opponent has bid 2.5 or more on average,
+    else 2."""
+
+    name = "adaptive_value"
+    description = "Value-based; with the high value, bids 3 against opponents averaging >= 2.5, else 2."
+
+    def act(self, view: View) -> str:
+        if view.private["value"] <= 2:
+            return view.legal_actions[0]
+        bids = [int(h["opp_action"]) for h in view.history]
+        return _clamp(view, 3 if bids and sum(bids) / len(bids) >= 2.5 else 2)
 
 
 class RandomBid(Strategy):
@@ -126,6 +143,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
         CollusiveLowBid,
         ValueBid,
         AggressiveValue,
+        AdaptiveValue,
         RandomBid,
     )
 }
