@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         save_resolved_config(args, model_args)
     trainer.train(resume_from_checkpoint=_resume_checkpoint(args))
     trainer.save_model(args.output_dir)
+    if "wandb" in (args.report_to or []) and trainer.accelerator.is_main_process:
+        import wandb
+
+        wandb.finish()  # flush the run (summary and history) before the process exits
     return 0
 
 

@@ -194,3 +194,55 @@ def test_two_lora_steps_per_game_with_real_rollouts(game, tmp_path, tiny_model_d
     assert logs["sepo/fallback_rate"] == pytest.approx(1.0)
     assert logs["completions/clipped_ratio"] == 0.0  # episodes end with end-of-turn, not truncated
     assert f"sepo/{game}/J" in logs and "kl" in logs
+
+
+def test_sepo_train_cli_recipe_overrides_and_wandb_offline(tmp_path, tiny_model_dir, monkeypatch):
+    """`sepo train --config <recipe> --key value`: resolved config saved, SEPO metrics in the wandb run files."""
+    from sepo.train import main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_PROJECT", "sepo-test")
+    out = tmp_path / "cli_run"
+    rc = main(["--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", tiny_model_dir,
+               "--output_dir", str(out), "--max_steps", "1", "--num_generations", "2",
+               "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+               "--pool_mix", '{"training": ["tit_for_tat"], "collusive": "all"}',
+               "--game_params", '{"ipd": {"num_rounds": 2}}', "--max_turn_tokens", "4",
+               "--lora_target_modules", "q_proj", "v_proj", "--report_to", "wandb", "--save_strategy", "no"])
+    assert rc == 0
+    resolved = json.loads((out / "sepo_config.json").read_text())
+    assert resolved["sepo"]["max_steps"] == 1 and resolved["sepo"]["credit"] == "per_pool"
+    assert resolved["sepo"]["learning_rate"] == 1e-5 and resolved["model"]["lora_r"] == 16
+    assert (out / "adapter_model.safetensors").is_file()
+    runs = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    keys = _wandb_history_keys(runs[0])
+    for key in ("train/sepo/safety", "train/sepo/ipd/J", "train/sepo/ipd/training/u", "train/sepo/ipd/collusive/c",
+                "train/sepo/fallback_rate", "train/sepo/frac_round_zero_std", "train/sepo/time/generation_s",
+                "train/sepo/adv/round_0/abs_mean", "train/kl", "train/reward"):
+        assert key in keys, key
+
+
+def _wandb_history_keys(path) -> set[str]:
+    """Metric names in an offline wandb run file: its leveldb-style log (7-byte file header, 32 KiB blocks,
+    chunks with crc/length/type headers) of wandb_internal_pb2.Record protobufs."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, buf, keys = path.read_bytes(), 7, b"", set()
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # block trailer padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(buf)
+            if record.WhichOneof("record_type") == "history":
+                keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
+    return keys
