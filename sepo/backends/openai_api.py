@@ -149,7 +149,7 @@ class OpenAIBackend:
 
     @property
     def server(self) -> ServerKind:
-        """ "vllm" when the endpoint is a vLLM server (its model list says owned_by "vllm"), else "openai"."""
+        """The endpoint kind: "vllm" when its model list says owned_by "vllm", else "openai" (asked once)."""
         if self._server is None:
             models = self._call(self.client.models.list)
             owners = {m.id: getattr(m, "owned_by", None) for m in models.data}
@@ -180,14 +180,14 @@ class OpenAIBackend:
         return list(prompt.messages)
 
     @staticmethod
-    def _generation(choice: Any, text: str | None = None) -> Generation:
+    def _generation(choice: Any) -> Generation:
         """A Generation from a chat choice; token ids only where the server returned them (vLLM)."""
         extra = choice.model_extra or {}
         content = choice.logprobs.content if choice.logprobs is not None and choice.logprobs.content else []
         return Generation(
             token_ids=list(extra.get("token_ids") or []),
             logprobs=[t.logprob for t in content],
-            text=choice.message.content or "" if text is None else text,
+            text=choice.message.content or "",
             finished=choice.finish_reason == "stop",
         )
 
