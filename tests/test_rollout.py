@@ -1,0 +1,294 @@
+"""Lock-step rollouts: every game end to end, parse-success and fallback paths, token bookkeeping, call counts,
+determinism, and one IPD run with the embedded SmolLM2 model."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+import envs
+from envs import Strategy, UnknownNameError
+from sepo.backends.hf import HFBackend
+from sepo.decoding import FALLBACK_CUE
+from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.rollout import EpisodeSpec, decision_bound, play_episodes
+from sepo.tiny_models import ARCHS
+
+SAMPLING = SamplingSpec(temperature=1.0, top_p=0.95, max_new_tokens=8, seed=0)
+SCRIPTED = SamplingSpec(max_new_tokens=32, seed=0)  # long enough for the scripted answers
+
+
+class ScriptedBackendTestDouble:
+    """Test double for a model that answers in a fixed way: `generate` returns `script(prompt_index)` as the
+    turn (tokenised, + end-of-turn, cut at max_new_tokens like a real backend); constrained decoding and
+    scoring go to the real HF backend it wraps. Stands in for a trained policy, which tiny random models
+    are not (they almost never produce a parseable answer)."""
+
+    def __init__(self, real: HFBackend, script):
+        self.real, self.script = real, script
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+        out = []
+        for i, _ in enumerate(prompts):
+            text = self.script(i)
+            ids = self.real.tokenizer.encode(text, add_special_tokens=False) + [self.real.end_of_turn_id]
+            finished = len(ids) <= sampling.max_new_tokens
+            ids = ids[: sampling.max_new_tokens]
+            out.append(Generation(ids, [-0.5] * len(ids), text, finished))
+        return out
+
+    def generate_choice(self, prompts, choices, sampling):
+        return self.real.generate_choice(prompts, choices, sampling)
+
+    def score_choices(self, prompts, choices):
+        return self.real.score_choices(prompts, choices)
+
+
+class CallCounter:
+    """Wraps a backend and records (method, batch size) of every call."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def generate(self, prompts, sampling):
+        self.calls.append(("generate", len(prompts)))
+        return self.inner.generate(prompts, sampling)
+
+    def generate_choice(self, prompts, choices, sampling):
+        self.calls.append(("generate_choice", len(prompts)))
+        return self.inner.generate_choice(prompts, choices, sampling)
+
+    def score_choices(self, prompts, choices):
+        return self.inner.score_choices(prompts, choices)
+
+    def count(self, method: str) -> int:
+        return sum(1 for m, _ in self.calls if m == method)
+
+
+class AlwaysCooperateMember(Strategy):
+    """A custom pool member passed through `opponents` (a real Strategy, not a stand-in)."""
+
+    name = "pool_member"
+
+    def act(self, view):
+        return "COOPERATE"
+
+
+@pytest.fixture(scope="module")
+def backends(tiny_model_dirs) -> dict[str, HFBackend]:
+    return {arch: HFBackend.from_model(tiny_model_dirs[arch], device="cpu") for arch in ARCHS}
+
+
+def _specs(game: str, opponent: str, n: int, params=None, seed0: int = 0) -> list[EpisodeSpec]:
+    return [
+        EpisodeSpec(game, dict(params or {}), "training", opponent, seed=seed0 + i, seat=i % 2)
+        for i in range(n)
+    ]
+
+
+def _segments(traj, tokenizer, predicate) -> list[str]:
+    """Decoded maximal runs of completion tokens whose (env, forced) flags satisfy `predicate`."""
+    runs, current = [], []
+    for t, e, f in zip(traj.completion_ids, traj.env_mask, traj.forced_mask):
+        if predicate(e, f):
+            current.append(t)
+        elif current:
+            runs.append(tokenizer.decode(current))
+            current = []
+    if current:
+        runs.append(tokenizer.decode(current))
+    return runs
+
+
+def _check_episode(rec, traj, backend: HFBackend, exact_text: bool) -> None:
+    game = envs.make_game(rec.spec.game, **rec.spec.game_params)
+    tok, eot = backend.tokenizer, backend.end_of_turn_id
+    n = len(traj.completion_ids)
+    assert n == len(traj.logprobs) == len(traj.env_mask) == len(traj.round_ids) == len(traj.forced_mask)
+    assert traj.completion_ids[-1] == eot and traj.env_mask[-1] == 1
+    assert len(rec.rounds) == game.num_rounds
+    assert traj.round_ids == sorted(traj.round_ids) and set(traj.round_ids) == set(range(game.num_rounds))
+    assert [r.index for r in rec.rounds] == list(range(game.num_rounds))
+    assert rec.totals == pytest.approx(tuple(sum(r.payoffs[s] for r in rec.rounds) for s in (0, 1)))
+    assert rec.n_fallbacks == sum(t.fallback for t in rec.turns)
+    assert rec.n_parse_failures == sum(not t.parsed for t in rec.turns)
+    assert all(
+        t.parsed != t.fallback for t in rec.turns
+    )  # with the fallback on, each turn is one or the other
+    # Every turn closes with exactly one end-of-turn; env turns and cues are masked, and the observations
+    # the game produced are in the masked part.
+    assert sum(1 for t, e in zip(traj.completion_ids, traj.env_mask) if t == eot and e == 1) == len(rec.turns)
+    env_text = "".join(_segments(traj, tok, lambda e, f: e == 0))
+    for m in rec.messages[2:]:
+        if m["role"] == "user":
+            assert m["content"] in env_text
+    forced = _segments(traj, tok, lambda e, f: f == 1)
+    assert [s.replace(tok.decode([eot]), "").strip() for s in forced] == [
+        t.action for t in rec.turns if t.fallback
+    ]
+    assert env_text.count(FALLBACK_CUE) == rec.n_fallbacks
+    assert all(lp <= 0.0 for lp in traj.logprobs)
+    json.dumps(rec.to_dict())
+    if exact_text:  # the trajectory is the conversation exactly as the template renders it
+        rendered = backend.renderer.render(rec.messages)
+        eot_text = tok.convert_ids_to_tokens(eot)
+        assert (
+            tok.decode(traj.prompt_ids + traj.completion_ids)
+            == rendered[: rendered.rindex(eot_text) + len(eot_text)]
+        )
+
+
+@pytest.mark.parametrize("game", list(envs.GAMES))
+def test_every_game_end_to_end_with_tiny_model(game, backends):
+    opponent = next(iter(envs.strategy_registry(game)))
+    specs = _specs(game, opponent, 2, {"num_hands" if game == "kuhn" else "num_rounds": 3})
+    results = play_episodes(specs, backends["llama"], backends["llama"].renderer, SAMPLING)
+    for rec, traj in results:
+        _check_episode(rec, traj, backends["llama"], exact_text=True)
+        assert rec.n_fallbacks >= 1  # random weights: the fallback path is the common one
+    if game == "kuhn":  # sequential: possibly several decisions per hand, round_ids = hand index
+        assert all(len(rec.turns) >= len(rec.rounds) for rec, _ in results)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parse_success_and_fallback_paths_token_exact(arch, backends):
+    real = backends[arch]
+    scripted = ScriptedBackendTestDouble(
+        real, lambda i: "They retaliate.\nDEFECT" if i % 2 == 0 else "maybe later"
+    )
+    results = play_episodes(
+        _specs("ipd", "tit_for_tat", 4, {"num_rounds": 3}), scripted, real.renderer, SCRIPTED
+    )
+    for k, (rec, traj) in enumerate(results):
+        _check_episode(rec, traj, real, exact_text=True)
+        model_text = _segments(traj, real.tokenizer, lambda e, f: e == 1 and f == 0)
+        if k % 2 == 0:  # parsed every round, nothing forced
+            assert rec.n_fallbacks == 0 and not any(traj.forced_mask)
+            assert [t.action for t in rec.turns] == ["DEFECT"] * 3
+            assert [r.record["actions"][rec.agent_seat] for r in rec.rounds] == ["DEFECT"] * 3
+        else:  # never parses: the model's text is kept, then cue + forced action
+            assert rec.n_fallbacks == rec.n_parse_failures == 3
+            assert all(seg.startswith("maybe later") for seg in model_text)
+            assert all(t.text == "maybe later" and t.n_forced_tokens >= 2 for t in rec.turns)
+
+
+def test_lock_step_call_counts(backends):
+    real = backends["llama"]
+    counts = []
+    for n in (2, 5):
+        counter = CallCounter(real)
+        play_episodes(_specs("ipd", "tit_for_tat", n, {"num_rounds": 4}), counter, real.renderer, SAMPLING)
+        assert counter.count("generate") == 4  # one call per round, whatever the batch size
+        assert [b for m, b in counter.calls if m == "generate"] == [n] * 4
+        counts.append(counter.count("generate_choice"))
+    assert counts == [4, 4]  # random model: some turn needs the fallback every round
+
+    scripted = CallCounter(ScriptedBackendTestDouble(real, lambda i: "COOPERATE"))
+    play_episodes(_specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, real.renderer, SCRIPTED)
+    assert scripted.count("generate") == 4 and scripted.count("generate_choice") == 0  # data-dependent
+    scripted.calls.clear()
+    play_episodes(
+        _specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, real.renderer, SCRIPTED, collective=True
+    )
+    assert scripted.count("generate") == 4 and scripted.count("generate_choice") == 4  # fixed, empty calls
+    assert ("generate_choice", 0) in scripted.calls
+
+    kuhn = envs.make_game("kuhn", num_hands=3)
+    assert decision_bound(kuhn) == 2 * kuhn.num_rounds
+    counter = CallCounter(ScriptedBackendTestDouble(real, lambda i: "PASS"))
+    results = play_episodes(
+        _specs("kuhn", "nash", 3, {"num_hands": 3}), counter, real.renderer, SCRIPTED, collective=True
+    )
+    assert counter.count("generate") == counter.count("generate_choice") == decision_bound(kuhn)
+    assert all(len(rec.rounds) == kuhn.num_rounds for rec, _ in results)
+    with pytest.raises(RuntimeError, match="more than collective=2"):
+        play_episodes(
+            _specs("ipd", "tit_for_tat", 1, {"num_rounds": 4}), real, real.renderer, SAMPLING, collective=2
+        )
+
+
+def test_determinism_and_group_opponent_stream(backends):
+    real = backends["gemma4"]
+    specs = _specs("kuhn", "random_legal", 2, {"num_hands": 2})
+    a = play_episodes(specs, real, real.renderer, SAMPLING)
+    b = play_episodes(specs, real, real.renderer, SAMPLING)
+    assert [t.__dict__ for _, t in a] == [t.__dict__ for _, t in b]
+    assert [r.to_dict() for r, _ in a] == [r.to_dict() for r, _ in b]
+
+    scripted = ScriptedBackendTestDouble(backends["llama"], lambda i: "DEFECT")
+    group = [EpisodeSpec("ipd", {"num_rounds": 6}, "training", "mixed", seed=7, seat=0)] * 4 + [
+        EpisodeSpec("ipd", {"num_rounds": 6}, "training", "mixed", seed=8, seat=0)
+    ]
+    results = play_episodes(group, scripted, backends["llama"].renderer, SCRIPTED)
+    streams = [[r.record["actions"][1] for r in rec.rounds] for rec, _ in results]
+    assert streams[0] == streams[1] == streams[2] == streams[3] != streams[4]
+    assert {"COOPERATE", "DEFECT"} == set(streams[0] + streams[4])  # a random opponent, same draws per seed
+
+    deals = play_episodes(
+        [EpisodeSpec("kuhn", {"num_hands": 3}, "training", "nash", seed=3, seat=1)] * 2,
+        scripted,
+        backends["llama"].renderer,
+        SCRIPTED,
+    )
+    assert [r.record["cards"] for r in deals[0][0].rounds] == [r.record["cards"] for r in deals[1][0].rounds]
+
+
+def test_fallback_off_and_truncation(backends):
+    real = backends["llama"]
+    counter = CallCounter(real)
+    results = play_episodes(
+        _specs("ipd", "tit_for_tat", 2, {"num_rounds": 3}), counter, real.renderer, SAMPLING, fallback=False
+    )
+    assert counter.count("generate_choice") == 0
+    for rec, traj in results:
+        assert rec.n_fallbacks == 0 and rec.n_parse_failures == 3 == len(rec.turns)
+        assert traj.completion_ids[-1] == real.end_of_turn_id
+        assert all(t.action in ("COOPERATE", "DEFECT") for t in rec.turns)
+
+    # A turn longer than max_turn_tokens is cut and goes to the fallback even if it would have parsed.
+    scripted = ScriptedBackendTestDouble(real, lambda i: "I will think about this at great length.\nDEFECT")
+    results = play_episodes(
+        _specs("ipd", "tit_for_tat", 2, {"num_rounds": 3}),
+        scripted,
+        real.renderer,
+        SCRIPTED,
+        max_turn_tokens=3,
+    )
+    for rec, traj in results:
+        assert rec.n_fallbacks == 3 and all(t.n_model_tokens == 3 for t in rec.turns)
+        _check_episode(rec, traj, real, exact_text=True)
+
+
+def test_custom_opponents_and_bad_names(backends):
+    real = backends["llama"]
+    results = play_episodes(
+        _specs("ipd", "pool_member", 2, {"num_rounds": 3}),
+        real,
+        real.renderer,
+        SAMPLING,
+        opponents={"pool_member": AlwaysCooperateMember},
+        trajectories=False,
+    )
+    for rec, traj in results:
+        assert traj is None
+        assert Counter(r.record["actions"][1 - rec.agent_seat] for r in rec.rounds) == {"COOPERATE": 3}
+    with pytest.raises(UnknownNameError, match="tit_for_tat"):
+        play_episodes(_specs("ipd", "nobody", 1), real, real.renderer, SAMPLING)
+    with pytest.raises(ValueError, match="seat"):
+        play_episodes(
+            [EpisodeSpec("ipd", {}, "training", "tit_for_tat", seed=0, seat=2)], real, real.renderer, SAMPLING
+        )
+
+
+@pytest.mark.slow
+def test_ipd_with_embedded_smollm2():
+    backend = HFBackend.from_model("default", device="cpu")
+    specs = [
+        EpisodeSpec("ipd", {"num_rounds": 3}, "training", "tit_for_tat", seed=s, seat=0) for s in range(2)
+    ]
+    results = play_episodes(specs, backend, backend.renderer, SamplingSpec(max_new_tokens=24, seed=0))
+    for rec, traj in results:
+        _check_episode(rec, traj, backend, exact_text=True)
+        assert all(t.text.strip() for t in rec.turns)  # an instruction-tuned model writes something each turn
