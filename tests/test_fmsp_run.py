@@ -106,6 +106,7 @@ def test_resume_after_failure_mid_iteration_matches_uninterrupted_run(tmp_path, 
     assert again == strip
 
 
+@pytest.mark.slow  # ~90 s on 2 shared cores: three CLI processes, each loading the embedder
 def test_cli_car_tag_qdsp_with_scripted_double_and_sigkill_resume(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "fmsp.cli", "run", "--config", "configs/fmsp/car_tag_qdsp_scripted.yaml",
@@ -142,3 +143,23 @@ def _wait_for(predicate, timeout_s: float) -> None:
             pass
         time.sleep(0.05)
     raise AssertionError("timed out waiting for the run")
+
+
+@pytest.mark.parametrize("model", ["tiny", pytest.param("default", marks=pytest.mark.slow)])
+def test_local_transformers_fm_real_path(tmp_path, embedder, tiny_model_dir, model):
+    """A real (weak) model: its answers mostly fail; the repair loop and the counters must say so honestly."""
+    from fmsp.fm import LocalTransformersFM
+
+    fm = LocalTransformersFM(model=tiny_model_dir if model == "tiny" else "default", max_tokens=96)
+    config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=2, output_dir=str(tmp_path),
+                        max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
+    summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm, embedder=embedder,
+                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+    recs = records(tmp_path)
+    assert len(recs) == 2 and summary["fm_usage"]["calls"] >= 2
+    assert summary["fm_usage"]["completion_tokens"] > 0
+    attempts = [a for r in recs for a in r["attempts"]]
+    failed = [a for a in attempts if a["stage"] != "passed"]
+    assert summary["counters"]["unit_test_failures"] == len(failed)
+    for r in recs:
+        assert (r["outcome"] == "unit_test_failed") == all(a["stage"] != "passed" for a in r["attempts"])
