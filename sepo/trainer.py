@@ -131,9 +131,10 @@ class SEPOTrainer(GRPOTrainer):
 
         self.renderer = ChatRenderer(self._tokenizer, enable_thinking=args.enable_thinking)
         if args.use_vllm:
-            from sepo.backends.trl_vllm import check_supported
+            from sepo.backends.trl_vllm import check_supported, ensure_weight_sync
 
             check_supported(self.vllm_generation)
+            ensure_weight_sync(self.vllm_generation)
         self.sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
                                      max_new_tokens=args.max_turn_tokens)
 

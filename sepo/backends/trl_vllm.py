@@ -25,6 +25,27 @@ def check_supported(vllm_generation: Any) -> None:
         raise ValueError("SEPO rollouts in colocate mode need vllm_tensor_parallel_size=1 (use server mode for TP)")
 
 
+def ensure_weight_sync(vllm_generation: Any) -> bool:
+    """Make colocate weight sync work where the engine's parameters lost their weight loaders after loading
+    (vLLM CPU kernels repack them; TRL 1.16's per-parameter `load_weights` then fails): push the (PEFT-merged)
+    weights through vLLM's in-place `reload_weights` instead, which restores the loaders, loads and
+    re-processes. Returns True when the replacement was installed; TRL's own sync is kept otherwise."""
+    if vllm_generation.mode != "colocate":
+        return False
+    runner = vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    if all(hasattr(p, "weight_loader") for p in runner.model.parameters()):
+        return False
+    from vllm.model_executor.model_loader.reload.inplace import reload_weights
+
+    def sync_weights() -> None:
+        reload_weights(runner.vllm_config, runner.model, vllm_generation._iter_named_params(), None,
+                       is_checkpoint_format=True)
+        vllm_generation.llm.reset_prefix_cache()
+
+    vllm_generation.sync_weights = sync_weights
+    return True
+
+
 class TRLVLLMBackend:
     """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.generation.GenerationBackend`."""
 
