@@ -297,6 +297,25 @@ def qd_scores(domain: Domain, runs: Sequence[Run], play: MatchRunner, cells: int
     return out
 
 
+def elo_markdown(rows: list[dict], summary: dict[str, Any], sides: Sequence[str]) -> str:
+    """The Elo table (one section per side, best first) and the per-run summary as markdown."""
+    lines = ["# FMSP evaluation", ""]
+    for side in sides:
+        lines += [f"## {side}", "", "| rank | policy | run | Elo | 95% CI |", "|---:|---|---|---:|---|"]
+        ranked = sorted((r for r in rows if r["side"] == side), key=lambda r: -r["elo"])
+        for rank, r in enumerate(ranked, 1):
+            flag = " (failed matches)" if r["had_failed_matches"] else ""
+            lines.append(f"| {rank} | {r['name']}{flag} | {r['run']} | {r['elo']:.0f} | "
+                         f"[{r['ci_low']:.0f}, {r['ci_high']:.0f}] |")  # fmt: skip
+        lines.append("")
+    lines += ["## runs", "", "| run | side | mean Elo | max Elo | QD-score |", "|---|---|---:|---:|---:|"]
+    for run, by_side in summary.items():
+        for side, v in by_side.items():
+            qd = "n/a" if v["qd_score"] is None else f"{v['qd_score']:.3f}"
+            lines.append(f"| {run} | {side} | {v['mean_elo']:.0f} | {v['max_elo']:.0f} | {qd} |")
+    return "\n".join(lines) + "\n"
+
+
 # --- plots ----------------------------------------------------------------------------------------
 
 
@@ -372,7 +391,8 @@ def evaluate(
     domain: Domain, runs: Sequence[Run], play: MatchRunner, out_dir: Path, *, top: int = 3, n_random: int = 15,
     cells: int = 10, n_boot: int = 200, seed: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
-    """Elo table, QD-scores and plots for `runs`; writes results.json, elo.png and map_*.png to `out_dir`."""
+    """Elo table, QD-scores and plots for `runs`; writes results.json, elo.json, elo.md, elo.png and
+    map_<run>_<side>.png to `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     players = build_population(domain, runs, top, n_random, seed)
     rows = elo_table(domain, players, play, n_boot, seed)
@@ -399,6 +419,9 @@ def evaluate(
     atomic_write(
         out_dir / "results.json", lambda fh: fh.write(json.dumps(results, indent=2).encode()), ".json"
     )
+    atomic_write(out_dir / "elo.json", lambda fh: fh.write(json.dumps(rows, indent=2).encode()), ".json")
+    table = elo_markdown(rows, summary, domain.sides).encode()
+    atomic_write(out_dir / "elo.md", lambda fh: fh.write(table), ".md")
     plot_elo(rows, domain.sides, out_dir / "elo.png")
     plot_maps(qd, out_dir)
     return results

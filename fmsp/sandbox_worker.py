@@ -150,6 +150,19 @@ def _error_dict(exc: BaseException, call_index: int | None) -> dict[str, Any]:
             "traceback": "".join(tb)[-4000:], "call_index": call_index}  # fmt: skip
 
 
+def _check_builtins(pristine: dict[str, Any]) -> None:
+    """Fail the call if the shared builtins module changed: policies get private copies of its namespace,
+    but can still reach the module itself (e.g. `abs.__self__`) and rebind what the trusted match code uses."""
+    now = vars(builtins)
+    changed = sorted(k for k in pristine.keys() | now.keys() if now.get(k, _MISSING) is not pristine.get(k, _MISSING))
+    if changed:
+        raise SandboxViolation(f"sandbox: policy code modified the shared builtins module ({', '.join(changed)}); "
+                               "the result of this call is discarded")  # fmt: skip
+
+
+_MISSING = object()
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run `entry(*call)` for every call of the job in this process; stop at the first exception."""
     out, err = _CappedText(job["max_output_chars"]), _CappedText(job["max_output_chars"])
@@ -159,9 +172,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         result["isolation"] = _harden(job)
         sys.stdout, sys.stderr = out, err
         values = []
+        pristine = dict(vars(builtins))  # the guarded builtins as hardened, before any policy code ran
         for index, call in enumerate(job["calls"]):
             try:
-                values.append(func(*call))
+                try:
+                    values.append(func(*call))
+                finally:  # a tampered builtin may also be why the call failed: the violation wins
+                    _check_builtins(pristine)
             except BaseException as exc:  # noqa: BLE001 - untrusted code may raise anything, even SystemExit
                 result.update(_error_dict(exc, index))
                 break

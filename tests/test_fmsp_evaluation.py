@@ -124,6 +124,12 @@ def test_evaluate_runs_in_process_and_through_the_cli(tmp_path):
     assert qd["qd_score"] == pytest.approx(sum(map(sum, qd["map"])))
     assert (tmp_path / "eval" / "elo.png").stat().st_size > 1000
     assert (tmp_path / "eval" / "map_qdsp_pursuer.png").exists()
+    assert json.loads((tmp_path / "eval" / "elo.json").read_text()) == rows
+    table = (tmp_path / "eval" / "elo.md").read_text()
+    best = max((r for r in rows if r["side"] == "evader"), key=lambda r: r["elo"])
+    assert f"| 1 | {best['name']}" in table.split("## evader")[1]
+    # one row per player and per (run, side), plus a header row per side table and for the run table
+    assert table.count("\n| ") == len(rows) + 2 * 2 + 2 + 1
 
     # the CLI through the real sandbox
     rc = main(["--run", f"qdsp={tmp_path / 'qdsp'}", "--run", str(tmp_path / "vfmsp"), "--out", str(tmp_path / "cli"),

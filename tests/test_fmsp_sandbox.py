@@ -167,3 +167,47 @@ def test_api_keys_do_not_reach_the_worker(sandbox, monkeypatch):
     body = "return random._os.environ.get('OPENAI_API_KEY', 'absent')"
     result = run(sandbox, body, prelude="import random")
     assert result.ok and result.value == ["absent"]
+
+
+CONSTANT_EVADER = '''class Still:
+    name = "still"
+    description = "stands still facing east"
+
+    def __call__(self, obs):
+        return 0.0
+'''
+
+
+def car_tag_match(policy_code: str) -> tuple:
+    """A short Car Tag match of the pure-pursuit baseline against `policy_code` (evader) in the sandbox."""
+    from fmsp.domains import make_domain
+
+    domain = make_domain("car_tag", n_games=4, max_steps=50)
+    evader = {"name": "still", "description": "", "code": policy_code, "side": "evader"}
+    pursuer = domain.baselines("pursuer")[0].to_dict()
+    return Sandbox(SandboxLimits(timeout_s=20)).run(domain.match_entry, [[pursuer, evader, domain.match_config()]],
+                                                    domain.allowed_imports)  # fmt: skip
+
+
+def test_real_domain_policy_rebinding_builtins_cannot_change_the_trusted_scoring():
+    """Through loading.instantiate (Car Tag): every policy namespace has its own builtins, so rebinding
+    `float`/`range`/`min` there (the match code scores with them) changes nothing."""
+    clean = car_tag_match(CONSTANT_EVADER)
+    assert clean.ok, clean.error
+    assert clean.value[0]["score_b"] < 1.0  # a standing evader is caught, so a forged 1.0 would show
+    cheat = (
+        "__builtins__['float'] = lambda *a: 1.0\n__builtins__['range'] = lambda *a: iter(())\n"
+        "min = max = None\n" + CONSTANT_EVADER.replace("return 0.0", "__builtins__['min'] = None\n        return 0.0")
+    )  # fmt: skip
+    result = car_tag_match(cheat)
+    assert result.ok, result.error
+    assert result.value == clean.value
+
+
+def test_policy_mutating_the_shared_builtins_module_is_detected():
+    """`abs.__self__` is the real builtins module: a policy can rebind it for the trusted code, which the
+    worker detects after the call; the job fails and no (forged) score comes back."""
+    cheat = CONSTANT_EVADER.replace("return 0.0", "abs.__self__.float = lambda *a: 1.0\n        return 0.0")
+    result = car_tag_match(cheat)
+    assert not result.ok and result.value is None
+    assert result.error_type == "SandboxViolation" and "modified the shared builtins module (float)" in result.error
