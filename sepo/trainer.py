@@ -41,7 +41,11 @@ def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any
             if choice == "all":
                 chosen = list(names)
             elif isinstance(choice, list):
-                chosen = [n for n in choice if pools[game].pool_of(n) == pool]  # pool_of raises on unknown names
+                chosen = list(choice)
+                wrong = [n for n in chosen if pools[game].pool_of(n) != pool]  # pool_of raises on unknown names
+                if wrong:
+                    raise ValueError(f"pool_mix[{pool!r}] names {wrong}, which are not in the {pool!r} pool of "
+                                     f"{game!r}; that pool holds: {', '.join(names)}")
             else:
                 chosen = [rng.choice(names) for _ in range(int(choice))] if names else []
             block += [{"game": game, "pool": pool, "opponent": name} for name in chosen]

@@ -14,7 +14,7 @@ from envs import make_game, make_strategy
 from sepo.advantages import sepo_round_advantages
 from sepo.config import SEPOConfig
 from sepo.rollout import EpisodeRecord, EpisodeSpec, Trajectory, TurnRecord
-from sepo.trainer import SEPOTrainer, build_group_dataset
+from sepo.trainer import SEPOTrainer, build_group_dataset, group_specs
 
 
 def tiny_config(tmp_path, **overrides) -> SEPOConfig:
@@ -99,6 +99,10 @@ def test_bad_config_names_list_valid_choices(tmp_path):
         tiny_config(tmp_path, games=["chess"])
     with pytest.raises(ValueError, match="training, exploit, collusive"):
         tiny_config(tmp_path, pool_weights={"friends": 1.0})
+    from sepo.pools import load_pools
+
+    with pytest.raises(ValueError, match="not in the 'training' pool of 'ipd'; that pool holds: tit_for_tat"):
+        group_specs(tiny_config(tmp_path, pool_mix={"training": ["always_defect"]}), {"ipd": load_pools("ipd")})
 
 
 def test_advantage_plumbing_with_test_double(tmp_path, tiny_model_dir):
