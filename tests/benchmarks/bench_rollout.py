@@ -1,0 +1,168 @@
+"""Benchmark batched lock-step rollouts against one-episode-at-a-time generation.
+
+The method's reference implementation generated one sample at a time with HF `generate`; here the same
+rollout code plays the same IPD episodes (same specs, same sampling settings) once as one lock-step batch and
+once episode by episode (batch size 1 per call), and reports both wall times and their ratio.
+
+    python -m tests.benchmarks.bench_rollout [--episodes 64] [--model tiny|default]
+    python -m tests.benchmarks.bench_rollout --gpu [--arch llama|qwen3_5|gemma4]   # 4B-shaped, bf16, cuda
+
+`--gpu` builds a random-weight model with 4B-class dimensions in bf16 on the GPU, times the batched rollout
+of all episodes and the one-at-a-time reference on `--reference-episodes` of them (extrapolated, labelled),
+and prints generated tokens/s and peak GPU memory. CPU runs use one torch thread by default (`--threads`):
+on small shared machines OpenMP spin-waiting otherwise dominates tiny-model timings. It is self-contained (no downloads) and sized to finish in
+a few minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import torch
+
+from sepo.backends.hf import HFBackend
+from sepo.generation import SamplingSpec
+from sepo.rollout import EpisodeSpec, play_episodes
+
+OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
+
+
+def _backend(model: str, gpu: bool, arch: str) -> HFBackend:
+    if model == "default":
+        return HFBackend.from_model("default", device="cuda" if gpu else "cpu")
+    from sepo.tiny_models import build_tiny_model
+
+    if gpu:
+        with torch.device("cuda"):
+            net, tok = build_tiny_model(arch, shape="4b", dtype=torch.bfloat16)
+        return HFBackend(net.eval(), tok)
+    net, tok = build_tiny_model(arch)
+    return HFBackend(net.eval(), tok)
+
+
+def _specs(episodes: int, rounds: int) -> list[EpisodeSpec]:
+    return [
+        EpisodeSpec(
+            "ipd", {"num_rounds": rounds}, "training", OPPONENTS[i % len(OPPONENTS)], seed=i, seat=i % 2
+        )
+        for i in range(episodes)
+    ]
+
+
+def _sync(gpu: bool) -> None:
+    if gpu:
+        torch.cuda.synchronize()
+
+
+def _model_tokens(results) -> int:
+    return sum(t.n_model_tokens + t.n_forced_tokens for rec, _ in results for t in rec.turns)
+
+
+def run(
+    episodes: int = 64,
+    model: str = "tiny",
+    rounds: int = 8,
+    max_new_tokens: int = 32,
+    gpu: bool = False,
+    arch: str = "llama",
+    reference_episodes: int | None = None,
+) -> dict[str, Any]:
+    """Time batched vs one-at-a-time rollouts of `episodes` IPD episodes; returns the measurements.
+
+    reference_episodes: time the one-at-a-time reference on this many episodes only and extrapolate
+        linearly to `episodes` (default: all of them on CPU, 4 with --gpu).
+    """
+    if gpu and not torch.cuda.is_available():
+        raise SystemExit("--gpu needs a CUDA device")
+    if reference_episodes is None:
+        reference_episodes = min(episodes, 4) if gpu else episodes
+    torch.manual_seed(0)
+    backend = _backend(model, gpu, arch)
+    sampling = SamplingSpec(temperature=0.8, top_p=0.95, max_new_tokens=max_new_tokens, seed=0)
+    specs = _specs(episodes, rounds)
+    play_episodes(specs[:2], backend, backend.renderer, sampling)  # warm-up (kernels, caches)
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
+
+    _sync(gpu)
+    start = time.perf_counter()
+    batched = play_episodes(specs, backend, backend.renderer, sampling, progress=False)
+    _sync(gpu)
+    batched_s = time.perf_counter() - start
+    peak_gb = torch.cuda.max_memory_allocated() / 2**30 if gpu else None
+
+    start = time.perf_counter()
+    sequential = [
+        play_episodes([spec], backend, backend.renderer, sampling)[0] for spec in specs[:reference_episodes]
+    ]
+    _sync(gpu)
+    sequential_s = (time.perf_counter() - start) * episodes / reference_episodes
+
+    tokens = _model_tokens(batched)
+    return {
+        "model": f"{arch}-4b-bf16-random"
+        if gpu and model == "tiny"
+        else (model if model == "default" else arch),
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "episodes": episodes,
+        "rounds": rounds,
+        "max_new_tokens": max_new_tokens,
+        "batched_s": round(batched_s, 3),
+        "one_at_a_time_s": round(sequential_s, 3),
+        "one_at_a_time_extrapolated_from": reference_episodes,
+        "speedup": round(sequential_s / batched_s, 2),
+        "model_tokens": tokens,
+        "batched_tokens_per_s": round(tokens / batched_s, 1),
+        "one_at_a_time_tokens_per_s": round(
+            _model_tokens(sequential) / (sequential_s * reference_episodes / episodes), 1
+        ),
+        "fallback_rate": round(
+            sum(rec.n_fallbacks for rec, _ in batched) / max(1, sum(len(rec.turns) for rec, _ in batched)), 3
+        ),
+        "peak_gpu_memory_gb": round(peak_gb, 2) if peak_gb is not None else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--model", choices=("tiny", "default"), default="tiny")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--gpu", action="store_true", help="4B-shaped random bf16 model on cuda")
+    parser.add_argument("--arch", choices=("llama", "qwen3_5", "gemma4"), default="llama")
+    parser.add_argument("--reference-episodes", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads (both arms)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    result = run(
+        episodes=args.episodes,
+        model=args.model,
+        rounds=args.rounds,
+        max_new_tokens=args.max_new_tokens,
+        gpu=args.gpu,
+        arch=args.arch,
+        reference_episodes=args.reference_episodes,
+    )
+    print(
+        f"batched lock-step : {result['batched_s']:.2f} s  ({result['batched_tokens_per_s']} model tokens/s)"
+    )
+    extrapolated = result["one_at_a_time_extrapolated_from"]
+    note = f", extrapolated from {extrapolated} episodes" if extrapolated != result["episodes"] else ""
+    print(
+        f"one at a time     : {result['one_at_a_time_s']:.2f} s  ({result['one_at_a_time_tokens_per_s']} tokens/s{note})"
+    )
+    print(f"speedup           : {result['speedup']}x")
+    if result["peak_gpu_memory_gb"] is not None:
+        print(f"peak GPU memory   : {result['peak_gpu_memory_gb']} GiB")
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
