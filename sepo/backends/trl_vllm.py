@@ -62,6 +62,8 @@ class TRLVLLMBackend:
     def _collective(self, ids: list[list[int]], generation_kwargs: dict[str, Any]) -> list[Generation]:
         """One `VLLMGeneration.generate` call with this rank's prompts padded to the largest rank's count."""
         counts = gather_object([len(ids)])
+        if max(counts) == 0:  # every rank agrees: nothing to generate, no request
+            return []
         padded = ids + [[self.eot]] * (max(counts) - len(ids))
         saved = self.vg.generation_kwargs
         self.vg.generation_kwargs = {**saved, **generation_kwargs}
@@ -79,13 +81,13 @@ class TRLVLLMBackend:
 
     def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
         if self.local is not None:
-            return self.local.generate(prompts, sampling)
+            return self.local.generate(prompts, sampling) if prompts else []
         kwargs = {"max_tokens": sampling.max_new_tokens, "stop_token_ids": [self.eot]}
         return self._collective([p.ids for p in prompts], kwargs)
 
     def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
         if self.local is not None:
-            return self.local.generate_choice(prompts, choices, sampling)
+            return self.local.generate_choice(prompts, choices, sampling) if prompts else []
         from sepo.backends.vllm import check_batch, choice_max_tokens
 
         check_batch(prompts, choices)
@@ -102,6 +104,6 @@ class TRLVLLMBackend:
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         if self.local is not None:
-            return self.local.score_choices(prompts, choices)
+            return self.local.score_choices(prompts, choices) if prompts else []
         raise NotImplementedError("score_choices needs prompt logprobs, which TRL's vLLM server client does not "
                                   "return; use colocate mode or the HF backend for choice scoring")
