@@ -356,6 +356,10 @@ def plot_maps(qd: dict[str, Any], out_dir: Path) -> list[Path]:
     paths = []
     for side, data in qd.items():
         (lo0, lo1), (hi0, hi1) = data["bounds"]
+        if hi0 - lo0 < 1e-9:  # a single point (or identical ones) along an axis: show a unit-wide cell range
+            lo0, hi0 = lo0 - 0.5, hi0 + 0.5
+        if hi1 - lo1 < 1e-9:
+            lo1, hi1 = lo1 - 0.5, hi1 + 0.5
         for run, r in data["runs"].items():
             fig, ax = plt.subplots(figsize=(5, 4.5))
             image = ax.imshow(np.array(r["map"]).T, origin="lower", extent=(lo0, hi0, lo1, hi1), aspect="auto",

@@ -1,14 +1,18 @@
-"""Test doubles and a toy domain for the FMSP core tests.
+"""Test doubles, spies and a toy domain for the FMSP core tests.
 
 `ScriptedFMTestDouble` stands in for a strong code-writing FM (which cannot run here): it is `fmsp.fm.ScriptedFM`
-loaded with the hand-written policies below. `NumberDuel` is a tiny real domain (sides "high" and "low" pick a
-number in [0, 1] each round; the one closer to a hidden target wins the round) used until the real domains exist.
-The functions `duel_match`, `duel_unit_test` and `hostile_call` are imported by the sandbox worker.
+loaded with the hand-written policies below. `RecordingFM` is a spy around a real FM client (it keeps the
+messages of every call); `assert_honest_failed_iteration` is the shared check for runs of real weak models.
+`NumberDuel` is a tiny real domain (sides "high" and "low" pick a number in [0, 1] each round; the one closer to
+a hidden target wins the round). The functions `duel_match`, `duel_unit_test` and `hostile_call` are imported
+by the sandbox worker.
 """
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 from fmsp.domain import PolicyCode
@@ -106,3 +110,35 @@ def hostile_call(code: str, calls: int) -> Any:
     for i in range(calls):
         value = agent.act({"round": i})
     return value
+
+
+class RecordingFM:
+    """Wraps a real FM client and keeps the messages of every call (to check what the repair prompt carried)."""
+
+    def __init__(self, fm) -> None:
+        self.fm, self.calls = fm, []
+
+    def __getattr__(self, name):
+        return getattr(self.fm, name)
+
+    def complete(self, messages, **kw):
+        self.calls.append([dict(m) for m in messages])
+        return self.fm.complete(messages, **kw)
+
+
+def assert_honest_failed_iteration(run_dir: Path, summary: dict, calls: list, max_tokens: int) -> None:
+    """One iteration whose two attempts (generate + one repair) both fail: records, counters, usage agree."""
+    (rec,) = [json.loads(line) for line in (run_dir / "iterations.jsonl").read_text().splitlines()]
+    assert rec["outcome"] == "unit_test_failed" and rec["candidate"] is None
+    assert len(rec["attempts"]) == 2 == len(calls)
+    assert all(a["stage"] in ("format", "unit_test", "timeout") and a["error"] for a in rec["attempts"])
+    counters = summary["counters"]
+    assert counters["unit_test_failures"] == 2 and counters["repair_attempts"] == 1
+    assert counters["added"] == counters["replaced"] == counters["rejected"] == 0
+    # The repair call continues the conversation with the first answer and its error.
+    assert calls[1][: len(calls[0])] == calls[0] and calls[1][-2]["role"] == "assistant"
+    assert rec["attempts"][0]["error"][:60] in calls[1][-1]["content"]
+    usage = summary["fm_usage"]
+    assert usage["calls"] == 2 and rec["fm_usage"] == usage
+    assert 0 < usage["completion_tokens"] <= 2 * max_tokens and usage["prompt_tokens"] > 0
+    assert summary["archive_sizes"] == {"high": 1, "low": 1}  # the baselines only

@@ -122,3 +122,39 @@ def test_export_errors_are_clear(tmp_path, capsys):
             ]
         )
     assert "no archive for side 'cooperator'" in capsys.readouterr().err
+
+
+def test_cli_ipd_scripted_run_export_then_load_pools(tmp_path, monkeypatch, capsys):
+    """`fmsp run` (IPD recipe, scripted FM test double) -> `fmsp export` -> `sepo.pools.load_pools(extra_dir=...)`."""
+    from pathlib import Path
+
+    from fmsp.cli import main as fmsp_main
+    from fmsp.domains.sepo_games import _strategy as fmsp_strategy
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # recipes name repo-relative paths
+    run, out = tmp_path / "run", tmp_path / "pools"
+    assert fmsp_main(["run", "--config", "configs/fmsp/ipd_qdsp_scripted.yaml", "--output_dir", str(run),
+                      "--iterations", "5", "--progress", "false"]) == 0  # fmt: skip
+    recs = [json.loads(line) for line in (run / "iterations.jsonl").read_text().splitlines()]
+    # iteration 3 is the exploiter's buggy draft (a lower-case action): the unit test fails, the repair passes
+    assert [a["stage"] for a in recs[2]["attempts"]] == ["unit_test", "passed"]
+    assert "illegal action" in recs[2]["attempts"][0]["error"]
+    capsys.readouterr()
+    assert fmsp_main(["export", "--run", str(run), "--select", "top:1,diverse:1", "--pool", "exploit",
+                      "--game", "ipd", "--out", str(out)]) == 0  # fmt: skip
+    assert "2 ipd members load and pass smoke tests" in capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    archive = Archive.load(run / "archive" / "exploiter")
+    pools = load_pools("ipd", extra_dir=out)
+    for member in manifest["members"]:
+        entry = archive.get(member["source"]["entry_id"])
+        assert entry.origin == "generated" and entry.active
+        assert (out / member["file"]).read_text() == entry.code
+        assert member["name"] in pools.names("exploit")
+        # the exported policy plays in the SEPO pools exactly as the archived code did in FMSP's matches
+        for seed in range(3):
+            pooled, archived = (play_episode(make_game("ipd"), [s, pools.make("tit_for_tat", "ipd")], random.Random(seed))
+                                for s in (pools.make(member["name"], "ipd"), fmsp_strategy(entry.policy().to_dict())))  # fmt: skip
+            assert len(pooled.rounds) == 8 and pooled.totals == archived.totals
+            assert [r.record for r in pooled.rounds] == [r.record for r in archived.rounds]
+    assert manifest["members"][0]["class_name"] in {"ProbeThenExploit", "EndgameTitForTat", "PunishmentCountingAlternator"}
