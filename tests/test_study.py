@@ -1,0 +1,160 @@
+"""sepo study: the two exact checks on constructed episodes, config errors, and a short end-to-end study on a
+tiny model (two arms, one step each) whose report has the promised sections and passes both checks."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from envs import make_game, make_strategy, play_episode
+from sepo.study import (
+    StudyConfig,
+    auxiliary_check,
+    credited_statistics,
+    main,
+    report_markdown,
+    shared_equals_reward_only,
+    terms_from_dict,
+)
+
+IPD = make_game("ipd", num_rounds=4)
+LAMBDAS = IPD.default_lambdas
+ARGS = SimpleNamespace(advantage_mode="per_round", return_mode="reward_to_go", advantage_epsilon=1e-4)
+POOL_OF = {"tit_for_tat": "training", "always_defect": "exploit", "always_cooperate": "collusive"}
+
+
+def episode_dict(opponent: str, seed: int, agent: str = "mixed") -> dict:
+    """An `EpisodeRecord.to_dict()`-shaped episode of a scripted agent (seat 0) against `opponent`."""
+    ep = play_episode(IPD, [make_strategy("ipd", agent), make_strategy("ipd", opponent)], random.Random(seed))
+    return {
+        "spec": {"game": "ipd", "pool": POOL_OF[opponent], "opponent": opponent, "seed": seed, "seat": 0},
+        "agent_seat": 0,
+        "rounds": [{"payoffs": list(r.payoffs), "signals": [asdict(s) for s in r.signals]} for r in ep.rounds],
+        "turns": [{"action": r.record["actions"][0]} for r in ep.rounds],
+    }
+
+
+def batch(G: int = 4, seed: int = 0) -> list[dict]:
+    """One generation batch: a group of G episodes per pool opponent, consecutive."""
+    return [episode_dict(opp, seed * 1000 + 10 * k + i) for k, opp in enumerate(POOL_OF) for i in range(G)]
+
+
+def test_shared_penalty_advantages_equal_payoff_only_while_rewards_differ():
+    terms = [terms_from_dict(ep, IPD.max_payoff) for ep in batch()]
+    r = shared_equals_reward_only(terms, 4, LAMBDAS, ARGS)
+    assert r["max_abs_reward_gap"] > 0.1  # the shared penalty really changes the rewards ...
+    assert r["max_abs_diff_vs_payoff_only"] <= 1e-6  # ... but not the advantages
+    assert r["max_abs_diff_vs_reward_only_training_groups"] <= 1e-6
+
+
+def test_shared_check_detects_a_penalty_that_is_not_a_group_constant():
+    # Negative control: with per-episode penalties (a different lambda per episode is not a group constant)
+    # the same comparison must fail, so the check is not vacuous.
+    from sepo import objective
+    from sepo.study import _advantages
+
+    terms = [terms_from_dict(ep, IPD.max_payoff) for ep in batch()]
+    own = [objective.round_rewards(t, LAMBDAS, "shared", shared_penalty=objective.penalty(t, LAMBDAS))
+           for t in terms]
+    payoff = [objective.round_rewards(t, LAMBDAS, "shared", shared_penalty=0.0) for t in terms]
+    assert float((_advantages(own, 4, ARGS) - _advantages(payoff, 4, ARGS)).abs().max()) > 0.1
+
+
+def test_auxiliary_penalty_is_uncorrelated_and_own_penalty_is_not():
+    episodes = []
+    for seed in range(30):
+        for ep in batch(G=2, seed=seed):
+            ep["auxiliary"] = [episode_dict(opp, 10**6 + 7 * seed + k)
+                               for k, opp in enumerate(("always_defect", "always_cooperate"))]
+            episodes.append(ep)
+    aux = auxiliary_check([{"episodes": episodes}], IPD.max_payoff, LAMBDAS)
+    assert aux["n"] == 180 and aux["aux_seeds_distinct"]
+    assert aux["passed"], aux["correlations"]
+    # contrast: a penalty computed from the credited episode tracks its actions
+    own = credited_statistics(episodes, IPD.max_payoff, LAMBDAS,
+                              lambda ep: 1.0 * sum(t["action"] == "DEFECT" for t in ep["turns"]))
+    assert own["correlations"]["rate_DEFECT"] == pytest.approx(1.0)
+    assert own["max_abs_r"] > own["bound_3_over_sqrt_n"]
+
+
+def test_auxiliary_check_needs_auxiliary_episodes():
+    episodes = [{**ep, "auxiliary": []} for ep in batch()]
+    with pytest.raises(ValueError, match="no auxiliary episodes"):
+        auxiliary_check([{"episodes": episodes}], IPD.max_payoff, LAMBDAS)
+
+
+def test_config_errors_are_clear(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"output_dir": "x", "train": {}, "arms": {"a": {}}, "armz": 1}))
+    with pytest.raises(ValueError, match="unknown study key.*armz.*valid: output_dir"):
+        StudyConfig.from_yaml(bad)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "o"), "train": {"games": ["ipd"]},
+                                    "arms": {"shared": {"credit": "shared", "lora_rr": 3}}}))
+    assert main(["--config", str(good), "--arms", "nope"]) == 2
+    assert "unknown arm(s) ['nope']; the config defines: shared" in capsys.readouterr().err
+    assert main(["--config", str(good)]) == 2
+    assert "unknown training key(s) ['lora_rr']" in capsys.readouterr().err
+
+
+def test_study_configs_parse():
+    from sepo.study import arm_configs
+
+    for name in ("ipd_default", "ipd_gemma4_e4b"):
+        cfg = StudyConfig.from_yaml(f"configs/study/{name}.yaml")
+        cfg.train.update(bf16=False, use_cpu=True, use_vllm=False)  # the GPU recipe, validated on this CPU
+        assert list(cfg.arms) == ["reward_only", "shared", "auxiliary", "per_pool"]
+        credits = [arm_configs(cfg, arm)[0].credit for arm in cfg.arms]
+        assert credits == ["per_pool", "shared", "auxiliary", "per_pool"]
+        zero = arm_configs(cfg, "reward_only")[0].lambdas["ipd"]
+        assert zero == {"e": 0.0, "c": 0.0, "x": 0.0}
+    paper = StudyConfig.from_yaml("configs/study/ipd_gemma4_e4b.yaml").train
+    assert (paper["max_steps"], paper["num_generations"], paper["learning_rate"], paper["beta"]) == (100, 4, 1e-5, 0.1)
+
+
+def test_end_to_end_study_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
+    config = {
+        "output_dir": str(tmp_path / "study"),
+        "eval_base": False,
+        "train": {
+            "model_name_or_path": tiny_model_dir, "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}},
+            "pool_mix": {"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"},
+            "num_generations": 2, "per_device_train_batch_size": 6, "max_turn_tokens": 4,
+            "max_completion_length": 128, "learning_rate": 1e-3, "use_cpu": True, "bf16": False, "max_steps": 1,
+            "save_strategy": "no", "report_to": "none", "logging_steps": 1, "keep_best_by_safety": False,
+            "seed": 0, "disable_tqdm": True,
+        },
+        "arms": {"shared": {"credit": "shared"}, "auxiliary": {"credit": "auxiliary"}},
+        "eval": {"episodes_per_opponent": 1, "max_turn_tokens": 4, "progress": False},
+    }
+    path = tmp_path / "tiny_study.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["--config", str(path)]) == 0
+    out = tmp_path / "study"
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["eval"]) == {"shared", "auxiliary"}
+    for arm in ("shared", "auxiliary"):
+        m = report["eval"][arm]["metrics"]
+        assert {"u", "e", "c", "x", "safety", "nra_gtbench"} <= set(m)
+        stats = report["arms"][arm]
+        assert len(stats["abs_adv_per_round"]) == 2 and stats["steps"] == 1
+        assert 0.0 <= stats["frac_zero_std_rounds"] <= 1.0
+        batches = (out / arm / "train" / "episodes.jsonl").read_text().splitlines()
+        assert len(batches) == 1 and len(json.loads(batches[0])["episodes"]) == 6
+    checks = report["checks"]
+    assert checks["shared_equals_reward_only_passed"]
+    assert checks["shared_equals_reward_only"]["shared"]["max_abs_reward_gap"] > 0
+    aux = checks["auxiliary_uncorrelated"]
+    assert aux["arm"] == "auxiliary" and aux["n"] == 6 and aux["aux_seeds_distinct"]
+    md = (out / "report.md").read_text()
+    assert md == report_markdown(report)
+    for heading in ("## Evaluation", "## Per-round advantage statistics", "## Exact checks"):
+        assert heading in md
+    assert "| shared | " in md and "| auxiliary | " in md and "**PASS**" in md
+    assert (out / "study.png").stat().st_size > 1000
+    assert "Four-arm credit study" in capsys.readouterr().out
