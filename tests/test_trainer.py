@@ -250,3 +250,43 @@ def _wandb_history_keys(path) -> set[str]:
             if record.WhichOneof("record_type") == "history":
                 keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
     return keys
+
+
+class ServerVLLMGenerationTestDouble:
+    """Stands in for TRL's VLLMGeneration in server mode (no server here): records each collective call's
+    prompts and generation_kwargs and answers with the first structured choice (or token 7) + end-of-turn."""
+
+    mode = "server"
+
+    def __init__(self, tokenizer, eot):
+        self.generation_kwargs, self.calls, self.tokenizer, self.eot = {"seed": 1}, [], tokenizer, eot
+
+    def generate(self, prompts, images, num_generations):
+        self.calls.append((list(prompts), dict(self.generation_kwargs)))
+        choice = self.generation_kwargs.get("structured_outputs", {}).get("choice")
+        toks = self.tokenizer.encode(choice[0], add_special_tokens=False) if choice else [7]
+        return prompts, [toks + [self.eot]] * len(prompts), [[[-0.1]] * (len(toks) + 1)] * len(prompts), None
+
+
+def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from sepo.backends.trl_vllm import TRLVLLMBackend
+    from sepo.generation import Prompt, SamplingSpec
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    vg = ServerVLLMGenerationTestDouble(tok, eot)
+    backend = TRLVLLMBackend(vg, tok, eot)
+    prompts = [Prompt(ids=[1, 2, i]) for i in range(3)]
+    choices = [["PASS", "BET"], ["CALL", "FOLD"], ["PASS", "BET"]]
+    gens = backend.generate_choice(prompts, choices, SamplingSpec())
+    assert [g.text for g in gens] == ["PASS", "CALL", "PASS"] and all(g.finished for g in gens)
+    assert len(vg.calls) == 2  # one per distinct legal-action list, prompts grouped
+    assert sorted(len(p) for p, _ in vg.calls) == [1, 2]
+    assert all(kw["structured_outputs"]["choice"] in (["CALL", "FOLD"], ["PASS", "BET"]) for _, kw in vg.calls)
+    assert vg.generation_kwargs == {"seed": 1}  # restored after each call
+    free = backend.generate(prompts, SamplingSpec(max_new_tokens=5))
+    assert vg.calls[-1][1]["max_tokens"] == 5 and vg.calls[-1][1]["stop_token_ids"] == [eot]
+    assert [g.token_ids for g in free] == [[7, eot]] * 3 and free[0].logprobs == [-0.1, -0.1]
+    assert backend.generate([], SamplingSpec()) == [] and len(vg.calls) == 3  # empty everywhere: no request
