@@ -154,7 +154,7 @@ def _check_episode(rec, traj, backend: HFBackend, exact_text: bool) -> None:
 @pytest.mark.parametrize("game", list(envs.GAMES))
 def test_every_game_end_to_end_with_tiny_model(game, backends):
     opponent = next(iter(envs.strategy_registry(game)))
-    specs = _specs(game, opponent, 2, {"num_hands" if game == "kuhn" else "num_rounds": 3})
+    specs = _specs(game, opponent, 2)  # default game parameters
     results = play_episodes(specs, backends["llama"], backends["llama"].renderer, SAMPLING)
     for rec, traj in results:
         _check_episode(rec, traj, backends["llama"], exact_text=True)
