@@ -9,9 +9,15 @@ once episode by episode (batch size 1 per call), and reports both wall times and
 
 `--gpu` builds a random-weight model with 4B-class dimensions in bf16 on the GPU, times the batched rollout
 of all episodes and the one-at-a-time reference on `--reference-episodes` of them (extrapolated, labelled),
-and prints generated tokens/s and peak GPU memory. CPU runs use one torch thread by default (`--threads`):
-on small shared machines OpenMP spin-waiting otherwise dominates tiny-model timings. It is self-contained (no downloads) and sized to finish in
-a few minutes on an H200.
+and prints generated tokens/s and peak GPU memory. It is self-contained (no downloads) and sized to finish in
+a few minutes on an H200. CPU runs use one torch thread by default (`--threads`): on small shared machines
+OpenMP spin-waiting otherwise dominates tiny-model timings.
+
+Measured on the 2-core CI machine (tiny Llama, 1 thread, temperature 0.8, top-p 0.95, 32 tokens per turn):
+64 episodes x 8 rounds 74.7 s batched vs 99.8 s one at a time (1.3x); 64 x 2 rounds 6.2 s vs 22.7 s (3.7x).
+On CPU the tiny model is compute-bound: per-row cost grows linearly with the batch, and HF `generate`
+re-encodes the whole growing conversation every round (padded batches also take the slower masked SDPA
+path), so batching only removes the ~5 ms per-call overhead. The large gains are in the GPU decode regime.
 """
 
 from __future__ import annotations
