@@ -101,15 +101,13 @@ def test_generate_choice_yields_only_legal_actions(backend):
         backend.generate_choice(prompts, choices[:1], SamplingSpec())
 
 
-def test_score_choices_is_a_distribution_consistent_with_choice_sampling(backend):
-    prompts = _prompts(backend)[:1]
-    probs = backend.score_choices(prompts, [["COOPERATE", "DEFECT"]])[0]
-    assert sum(probs) == pytest.approx(1.0) and all(0 < p < 1 for p in probs)
-    # Greedy constrained decoding picks the action with the largest first-step mass; for single-variant
-    # actions of different first tokens the greedy pick and the scored favourite agree often, so only check
-    # that greedy choice is deterministic and legal here.
-    g1 = backend.generate_choice(prompts, [["COOPERATE", "DEFECT"]], SamplingSpec(greedy=True))[0]
-    g2 = backend.generate_choice(prompts, [["COOPERATE", "DEFECT"]], SamplingSpec(greedy=True))[0]
+def test_score_choices_is_a_distribution_and_greedy_choice_is_deterministic(backend):
+    prompts = _prompts(backend)[:2]
+    probs = backend.score_choices(prompts, [["COOPERATE", "DEFECT"], ["1", "2", "3"]])
+    assert [len(p) for p in probs] == [2, 3]
+    assert all(sum(p) == pytest.approx(1.0) and all(0 < x < 1 for x in p) for p in probs)
+    g1 = backend.generate_choice(prompts[:1], [["COOPERATE", "DEFECT"]], SamplingSpec(greedy=True))[0]
+    g2 = backend.generate_choice(prompts[:1], [["COOPERATE", "DEFECT"]], SamplingSpec(greedy=True))[0]
     assert g1.token_ids == g2.token_ids and g1.text.strip() in ("COOPERATE", "DEFECT")
 
 
