@@ -45,7 +45,9 @@ class FMSPConfig:
     # embeddings
     embedder: str = "sentence_transformers"  # sentence_transformers | openai
     embedder_model: str | None = None  # None: packaged all-MiniLM-L6-v2 / text-embedding-3-small
-    embedder_dimensions: int | None = 64  # openai only
+    embedder_dimensions: int | None = 64  # openai only; null keeps the model's own size
+    embedder_base_url: str | None = None  # openai only; default OPENAI_BASE_URL / api.openai.com
+    embedder_api_key: str | None = None  # openai only; default OPENAI_API_KEY
 
     # search
     use_judge: bool | None = None  # None: True for nssp/qdsp, False for vfmsp

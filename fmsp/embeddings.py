@@ -50,11 +50,17 @@ class SentenceTransformerEmbedder:
         return normalise(vectors)
 
 
+class EmbeddingError(RuntimeError):
+    """An embeddings request failed (after the SDK's retries) or returned the wrong number of vectors."""
+
+
 class OpenAIEmbedder:
-    """An OpenAI-compatible embeddings endpoint; `dimensions` asks the model for shortened vectors."""
+    """An OpenAI-compatible embeddings endpoint (OpenAI, or `vllm serve --runner pooling`); `dimensions` asks
+    the model for shortened (Matryoshka) vectors, None keeps the model's own size."""
 
     def __init__(self, model: str = "text-embedding-3-small", dimensions: int | None = 64,
-                 base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0) -> None:  # fmt: skip
+                 base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0,
+                 max_retries: int = 4) -> None:  # fmt: skip
         import openai
 
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -62,12 +68,19 @@ class OpenAIEmbedder:
         if api_key is None:
             raise ValueError("OpenAIEmbedder needs an API key: set embedder_api_key or OPENAI_API_KEY")
         self.name, self.dimensions = model, dimensions
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=4)
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         self.dim = dimensions or len(self.embed(["dimension probe"])[0])
 
     def embed(self, texts: list[str]) -> np.ndarray:
         extra = {"dimensions": self.dimensions} if self.dimensions else {}
-        response = self._client.embeddings.create(model=self.name, input=list(texts), **extra)
+        try:
+            response = self._client.embeddings.create(model=self.name, input=list(texts), **extra)
+        except self._openai.OpenAIError as exc:
+            raise EmbeddingError(f"embeddings request to {self._client.base_url} (model {self.name!r}, "
+                                 f"dimensions={self.dimensions}) failed: {type(exc).__name__}: {exc}") from exc  # fmt: skip
+        if len(response.data) != len(texts):
+            raise EmbeddingError(f"asked for {len(texts)} embeddings, got {len(response.data)}")
         return normalise([item.embedding for item in sorted(response.data, key=lambda d: d.index)])
 
 

@@ -42,7 +42,8 @@ def build_fm(config: FMSPConfig) -> FoundationModel:
 def build_embedder(config: FMSPConfig) -> Embedder:
     if config.embedder == "openai":
         return make_embedder("openai", model=config.embedder_model or "text-embedding-3-small",
-                             dimensions=config.embedder_dimensions)  # fmt: skip
+                             dimensions=config.embedder_dimensions, base_url=config.embedder_base_url,
+                             api_key=config.embedder_api_key)  # fmt: skip
     return make_embedder(config.embedder, model=config.embedder_model)
 
 

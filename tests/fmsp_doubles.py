@@ -129,7 +129,7 @@ class RecordingFM:
 def assert_honest_failed_iteration(run_dir: Path, summary: dict, calls: list, max_tokens: int) -> None:
     """One iteration whose two attempts (generate + one repair) both fail: records, counters, usage agree."""
     (rec,) = [json.loads(line) for line in (run_dir / "iterations.jsonl").read_text().splitlines()]
-    assert rec["outcome"] == "unit_test_failed" and rec["candidate"] is None
+    assert rec["outcome"] == "unit_test_failed" and rec["candidate"] is None, rec
     assert len(rec["attempts"]) == 2 == len(calls)
     assert all(a["stage"] in ("format", "unit_test", "timeout") and a["error"] for a in rec["attempts"])
     counters = summary["counters"]

