@@ -79,8 +79,10 @@ def elo_ratings(
     for b in range(n_boot):
         k = rng.integers(0, len(score), len(score))
         boots[b] = 1000.0 + ELO_SCALE * fit_bradley_terry(first[k], second[k], score[k], n_players)
+        # A player with no match in this resample has only the prior's rating (1000): no evidence, not a draw.
+        boots[b, np.setdiff1d(np.arange(n_players), np.concatenate([first[k], second[k]]))] = np.nan
     alpha = (1.0 - level) / 2.0
-    return elo, np.quantile(boots, alpha, axis=0), np.quantile(boots, 1.0 - alpha, axis=0)
+    return elo, np.nanquantile(boots, alpha, axis=0), np.nanquantile(boots, 1.0 - alpha, axis=0)
 
 
 def win_share(score_a: float, score_b: float) -> float:

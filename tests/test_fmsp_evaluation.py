@@ -34,6 +34,14 @@ def test_elo_recovers_known_ratings_from_synthetic_matches():
     assert np.all(hi - lo > 0)
 
 
+def test_bootstrap_ci_ignores_resamples_without_the_player():
+    """2 x 2 round robin: a resample misses player 0's matches with probability (1/2)^4 > 2.5%; such a
+    replicate holds only the prior (Elo 1000) and must not drag the CI of a player who wins every match to 1000."""
+    first, second, score = [0, 0, 1, 1], [2, 3, 2, 3], [0.95, 0.95, 0.5, 0.5]
+    elo, lo, hi = elo_ratings(first, second, score, 4, n_boot=400, seed=0)
+    assert elo[0] > 1200 and lo[0] > 1100 and lo[0] <= elo[0] <= hi[0]
+
+
 def test_win_share():
     assert win_share(0.7, 0.3) == pytest.approx(0.7)
     assert win_share(0.6, 0.2) == pytest.approx(0.75)
