@@ -126,6 +126,12 @@ def bench_overhead(quick: bool, gpu: bool) -> dict[str, Any]:
     advantages = total([h["sepo/time/advantages_s"] for h in logs])
     rewards = total(reward_s)
     sepo_own = rollout_own + rewards + advantages
+    if gpu:
+        import torch
+
+        peak = {"peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+    else:
+        peak = {}
     return {
         "model": "llama-4b-bf16-random + LoRA r16" if gpu else "tiny llama (hidden 64)",
         "device": _device_name(gpu),
@@ -138,6 +144,7 @@ def bench_overhead(quick: bool, gpu: bool) -> dict[str, Any]:
         "sepo_rewards_s": rewards,
         "sepo_advantages_s": advantages,
         "sepo_overhead_share": sepo_own / step_s if step_s else 0.0,
+        **peak,
     }
 
 
@@ -317,7 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma-separated parts: {', '.join(PARTS)} (default: all)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSONL to append to ('' = none)")
     parser.add_argument("--gpu", action="store_true", help="rollout and overhead on a 4B-shaped bf16 model on cuda")
+    parser.add_argument("--merge", help="append the lines of another results JSONL (e.g. from the GPU run) to --out")
     ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if ns.merge:
+        for line in Path(ns.merge).read_text().splitlines():
+            if line.strip():
+                append_results(Path(ns.out), json.loads(line))
+        print(f"merged {ns.merge} into {ns.out}")
+        return 0
     parts = [p for p in (ns.only.split(",") if ns.only else PARTS) if p]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
