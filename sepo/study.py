@@ -359,7 +359,7 @@ def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
         }
         if args.credit == "auxiliary":
             out["auxiliary_uncorrelated"] = {"arm": arm, **auxiliary_check(batches, game.max_payoff, lambdas)}
-        elif args.credit == "per_pool" and any(v for v in lambdas.__dict__.values()):
+        elif args.credit == "per_pool" and any(dataclasses.astuple(lambdas)):
             out["per_pool_contrast"] = {"arm": arm, **per_pool_contrast(batches, game.max_payoff, lambdas)}
     out["shared_equals_reward_only_passed"] = worst <= TOLERANCE
     out["tolerance"] = TOLERANCE
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="a study recipe, e.g. configs/study/ipd_default.yaml")
     parser.add_argument("--output_dir", help="override the recipe's output_dir")
     parser.add_argument("--arms", help="comma-separated subset of the recipe's arms (default: all)")
-    parser.add_argument("--report_only", action="store_true", help="re-evaluate and re-report trained arms")
+    parser.add_argument("--report_only", action="store_true", help="report on already trained arms (reuses eval/results.json of the same models)")
     ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     try:
