@@ -38,6 +38,9 @@ class EvalConfig:
 
     models: list[str] = field(default_factory=lambda: ["default"], metadata={"help": "[Label=]model specs"})
     games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "game names"})
+    game_params: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "per-game parameters, e.g. {ipd: {num_rounds: 4}} (JSON on the CLI)"}
+    )
     episodes_per_opponent: int = field(default=16, metadata={"help": "episodes per (pool, opponent)"})
     pools: list[str] = field(default_factory=lambda: list(POOL_NAMES), metadata={"help": "pools to play"})
     temperature: float = 0.8
@@ -70,7 +73,9 @@ def _labelled(spec: str) -> tuple[str, str]:
     return Path(spec).name or spec, spec
 
 
-def episode_specs(game: str, pools, episodes_per_opponent: int, seed: int, which=POOL_NAMES) -> list:
+def episode_specs(
+    game: str, pools, episodes_per_opponent: int, seed: int, which=POOL_NAMES, params: dict | None = None
+) -> list:
     """Every (pool, opponent) × episodes, with seats alternating and per-episode seeds fixed by `seed`."""
     from sepo.rollout import EpisodeSpec
 
@@ -79,7 +84,7 @@ def episode_specs(game: str, pools, episodes_per_opponent: int, seed: int, which
         for opponent in pools.names(pool):
             for i in range(episodes_per_opponent):
                 episode_seed = random.Random(f"{seed}/{game}/{pool}/{opponent}/{i}").randrange(2**31)
-                specs.append(EpisodeSpec(game=game, game_params={}, pool=pool, opponent=opponent,
+                specs.append(EpisodeSpec(game=game, game_params=dict(params or {}), pool=pool, opponent=opponent,
                                          seed=episode_seed, seat=i % 2))
     return specs
 
@@ -163,12 +168,13 @@ def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[st
     from sepo.generation import SamplingSpec
     from sepo.rollout import play_episodes
 
-    game = envs.make_game(game_name)
+    params = cfg.game_params.get(game_name, {})
+    game = envs.make_game(game_name, **params)
     lambdas = _lambdas(game) if cfg.use_eval_lambdas else game.default_lambdas
     pools = load_pools(game_name, extra_dir=cfg.pools_dir)
     sampling = SamplingSpec(temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy,
                             max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed)
-    specs = episode_specs(game_name, pools, cfg.episodes_per_opponent, cfg.seed, cfg.pools)
+    specs = episode_specs(game_name, pools, cfg.episodes_per_opponent, cfg.seed, cfg.pools, params)
     factories = {name: (lambda n=name: pools.make(n)) for pool in POOL_NAMES for name in pools.names(pool)}
     results = play_episodes(specs, backend, renderer, sampling, opponents=factories, fallback=True,
                             trajectories=False, progress=cfg.progress)
@@ -320,6 +326,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
     for game in cfg.games:
         if game not in envs.GAMES:
             raise envs.UnknownNameError(f"unknown game {game!r}; choose one of: {', '.join(envs.GAMES)}")
+    cfg.game_params = dict(cfg.game_params or {})
     for pool in cfg.pools:
         if pool not in POOL_NAMES:
             raise envs.UnknownNameError(f"unknown pool {pool!r}; choose one of: {', '.join(POOL_NAMES)}")
@@ -363,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = TrlParser((EvalConfig,))
     (cfg,) = parser.parse_args_and_config(args=argv)
     cfg.games = [g for item in cfg.games for g in item.split(",") if g]
+    if isinstance(cfg.game_params, str):
+        cfg.game_params = json.loads(cfg.game_params)
     try:
         results = run_eval(cfg)
     except (envs.UnknownNameError, ValueError) as exc:

@@ -40,6 +40,9 @@ class SEPOSFTConfig(SFTConfig):
         metadata={"help": "games to generate data for when dataset_path is None"},
     )
     episodes_scale: float = field(default=1.0, metadata={"help": "scale of REFERENCE episode counts when generating"})
+    game_params: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "per-game parameters when generating, e.g. {ipd: {num_rounds: 4}}"}
+    )
     data_seed_value: int = field(default=0, metadata={"help": "seed of the generated transcripts"})
     use_peft: bool = field(default=True, metadata={"help": "train a LoRA adapter (merged at the end)"})
     lora_r: int = 32
@@ -114,7 +117,8 @@ def _datasets(config: SEPOSFTConfig):
     else:
         from sepo.sft_data import build_dataset
 
-        dd = build_dataset(config.games, seed=config.data_seed_value, episodes_scale=config.episodes_scale)
+        dd = build_dataset(config.games, seed=config.data_seed_value, episodes_scale=config.episodes_scale,
+                           game_params=_as_dict(config.game_params))
     train, valid = dd["train"], dd.get("validation")
     if config.max_train_rows is not None and len(train) > config.max_train_rows:
         train = train.shuffle(seed=config.seed).select(range(config.max_train_rows))
@@ -123,6 +127,11 @@ def _datasets(config: SEPOSFTConfig):
     if valid is not None:
         valid = valid.remove_columns([c for c in valid.column_names if c not in keep])
     return train, valid
+
+
+def _as_dict(value: dict[str, Any] | str | None) -> dict[str, Any]:
+    """Dict-valued recipe keys arrive as dicts from YAML and as JSON strings from the command line."""
+    return json.loads(value) if isinstance(value, str) else dict(value or {})
 
 
 def _last_checkpoint(output_dir: str) -> str | None:

@@ -125,25 +125,37 @@ def _play(game, game_name, demonstrator_name, opponent_name, seat, rng, episode_
 
 
 def generate(
-    games: list[str], seed: int = 0, episodes_scale: float = 1.0, validation_fraction: float = 0.2
+    games: list[str],
+    seed: int = 0,
+    episodes_scale: float = 1.0,
+    validation_fraction: float = 0.2,
+    game_params: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Rows for every game, split by episode into {"train": [...], "validation": [...]}."""
+    """Rows for every game, split by episode into {"train": [...], "validation": [...]}.
+
+    game_params: per-game parameter overrides, e.g. {"ipd": {"num_rounds": 4}}."""
     unknown = [g for g in games if g not in DEMONSTRATIONS]
     if unknown:
         raise ValueError(f"no demonstrations for {unknown}; choose from: {', '.join(DEMONSTRATIONS)}")
     split: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for game_name in games:
-        for row in episode_transcripts(game_name, seed, episodes_scale):
+        for row in episode_transcripts(game_name, seed, episodes_scale, (game_params or {}).get(game_name)):
             bucket = random.Random(f"{seed}/split/{row['episode_id']}").random() < validation_fraction
             split["validation" if bucket else "train"].append(row)
     return split
 
 
-def build_dataset(games: list[str], seed: int = 0, episodes_scale: float = 1.0, validation_fraction: float = 0.2):
+def build_dataset(
+    games: list[str],
+    seed: int = 0,
+    episodes_scale: float = 1.0,
+    validation_fraction: float = 0.2,
+    game_params: dict[str, dict[str, Any]] | None = None,
+):
     """The same rows as a `datasets.DatasetDict` (train / validation)."""
     from datasets import Dataset, DatasetDict
 
-    rows = generate(games, seed, episodes_scale, validation_fraction)
+    rows = generate(games, seed, episodes_scale, validation_fraction, game_params)
     return DatasetDict({name: Dataset.from_list(part) for name, part in rows.items() if part})
 
 
@@ -176,10 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes-scale", type=float, default=1.0, help="multiplies REFERENCE episode counts")
     parser.add_argument("--validation-fraction", type=float, default=0.2)
     parser.add_argument("--samples", type=int, default=0, help="also write N sample rows per game to sft_data/samples")
+    parser.add_argument("--game-params", type=json.loads, default=None,
+                        help='per-game parameters as JSON, e.g. \'{"ipd": {"num_rounds": 4}}\'')
     args = parser.parse_args(argv)
     games = [g.strip() for g in args.games.split(",") if g.strip()]
     try:
-        rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction)
+        rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction, args.game_params)
     except (ValueError, KeyError) as exc:
         print(f"sepo data: {exc}", file=sys.stderr)
         return 2
@@ -190,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     for split, part in rows.items():
         _write_jsonl(out / f"{split}.jsonl", part)
     DatasetDict({k: Dataset.from_list(v) for k, v in rows.items() if v}).save_to_disk(str(out / "dataset"))
-    summary = {"games": games, "seed": args.seed, "episodes_scale": args.episodes_scale, **stats(rows)}
+    summary = {"games": games, "seed": args.seed, "episodes_scale": args.episodes_scale,
+               "game_params": args.game_params or {}, **stats(rows)}
     (out / "stats.json").write_text(json.dumps(summary, indent=2))
     if args.samples:
         sample_dir = Path("sft_data/samples")
