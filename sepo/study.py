@@ -324,7 +324,8 @@ def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], reuse: bool = False) ->
 
     models = [f"base={cfg.train['model_name_or_path']}"] if cfg.eval_base else []
     models += [f"{arm}={Path(cfg.output_dir) / arm / 'train'}" for arm in arms]
-    keys = {"games": list(cfg.train.get("games", ["ipd"])), **cfg.eval, "models": models,
+    keys = {"games": list(cfg.train.get("games", ["ipd"])), "game_params": dict(cfg.train.get("game_params") or {}),
+            **cfg.eval, "models": models,  # eval plays the trained game (its game_params) unless `eval` says otherwise
             "output_dir": str(Path(cfg.output_dir) / "eval")}
     previous = Path(keys["output_dir"]) / "results.json"
     if reuse and previous.is_file():
