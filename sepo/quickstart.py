@@ -21,9 +21,10 @@ RECIPES = Path(__file__).resolve().parent.parent / "configs" / "quickstart"
 SCALES: dict[str, dict[str, list[str]]] = {
     "full": {"sft": [], "sepo": [], "eval": []},
     "ci": {
-        "sft": ["--max_steps", "6", "--episodes_scale", "0.05"],
-        "sepo": ["--max_steps", "2", "--save_steps", "1", "--max_turn_tokens", "24"],
-        "eval": ["--episodes_per_opponent", "1", "--max_turn_tokens", "24"],
+        "sft": ["--max_steps", "4", "--episodes_scale", "0.05"],
+        "sepo": ["--max_steps", "1", "--save_steps", "1", "--max_turn_tokens", "24",
+                 "--pool_mix", '{"training": 1, "exploit": 1}', "--gradient_accumulation_steps", "2"],
+        "eval": ["--episodes_per_opponent", "1", "--max_turn_tokens", "24", "--pools", "training", "exploit"],
     },
 }
 

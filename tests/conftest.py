@@ -27,3 +27,15 @@ def tiny_model_dirs(tmp_path_factory) -> dict[str, str]:
 def tiny_model_dir(tiny_model_dirs) -> str:
     """The tiny Llama (ChatML template) directory."""
     return tiny_model_dirs["llama"]
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread for a module: on a shared 2-core machine OpenMP spin-waiting under load makes
+    tiny-model matmuls ~100x slower with two threads. Restored after the module."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -30,14 +30,7 @@ EOT = TOK.convert_tokens_to_ids("<|im_end|>")
 CONTEXT = TOK.encode("I think they will retaliate." + FALLBACK_CUE, add_special_tokens=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: on the shared 2-core CI machine OpenMP spin-waiting under load makes tiny-model
-    matmuls ~100x slower with two threads. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_variants_are_in_context_and_spaced():

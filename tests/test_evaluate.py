@@ -58,8 +58,11 @@ def test_cli_unknown_game_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_eval_default_model_parses_some_answers(tmp_path):
-    results = run_eval(EvalConfig(models=["default"], games=["ipd"], episodes_per_opponent=1, max_turn_tokens=48,
+def test_eval_default_model_end_to_end(tmp_path):
+    """The embedded SmolLM2 through the real path: 2-round IPD against the exploit pool, both turns counted."""
+    results = run_eval(EvalConfig(models=["default"], games=["ipd"], game_params={"ipd": {"num_rounds": 2}},
+                                  pools=["exploit"], episodes_per_opponent=1, max_turn_tokens=24,
                                   output_dir=str(tmp_path), progress=False))
     r = results["default"]["ipd"]
-    assert r["decisions"] == 7 * 8 and 0.0 <= r["parse_failure_rate"] <= 1.0
+    assert r["episodes"] == 2 and r["decisions"] == 2 * 2
+    assert 0.0 <= r["parse_failure_rate"] <= 1.0 and r["fallback_rate"] == r["parse_failure_rate"]

@@ -35,17 +35,6 @@ def qdsp_run(tmp_path_factory, embedder) -> tuple[Path, dict]:
     return run_dir, toy_run(run_dir, embedder, "qdsp", 6, judge=QDSP_JUDGE)
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Local generation with one intra-op thread: on 2 shared CI cores, 2 spinning threads run ~10x slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def toy_run(tmp_path: Path, embedder, variant: str, iterations: int, judge=None, **kw):
     config = FMSPConfig(domain="number_duel", variant=variant, iterations=iterations, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=2, progress=False, **kw)  # fmt: skip

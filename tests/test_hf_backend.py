@@ -20,14 +20,7 @@ MESSAGES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: on the shared 2-core CI machine OpenMP spin-waiting under load makes tiny-model
-    matmuls ~100x slower with two threads. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=ARCHS)

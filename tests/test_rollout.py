@@ -7,7 +7,6 @@ import json
 from collections import Counter
 
 import pytest
-import torch
 
 import envs
 from envs import Strategy, UnknownNameError
@@ -77,14 +76,7 @@ class AlwaysCooperateMember(Strategy):
         return "COOPERATE"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: on the shared 2-core CI machine OpenMP spin-waiting under load makes tiny-model
-    matmuls ~100x slower with two threads. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
