@@ -16,18 +16,20 @@ from envs.ipd import COOPERATE, DEFECT, IteratedPrisonersDilemma
 
 C, D = COOPERATE, DEFECT
 
-# Our deterministic strategies and their Axelrod 4.13.1 twins (alternating_defect has no exact twin).
-AXELROD_TWINS = {
-    "tit_for_tat": "TitForTat",
-    "grim_trigger": "Grudger",
-    "always_defect": "Defector",
-    "always_cooperate": "Cooperator",
-    "tit_for_two_tats": "TitFor2Tats",
-    "win_stay_lose_shift": "WinStayLoseShift",
-    "suspicious_tit_for_tat": "SuspiciousTitForTat",
-    "prober": "Prober",
-    "alternator": "Alternator",
-}
+def _load_bench():
+    """tests/benchmarks/bench_envs.py as a module (tests/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_envs", Path(__file__).parent / "benchmarks" / "bench_envs.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+BENCH = _load_bench()
+# Our deterministic strategies and their Axelrod 4.13.1 twins (alternating_defect has no exact twin): one table,
+# shared with the benchmark that times the same pairs.
+AXELROD_TWINS = BENCH.AXELROD_TWINS
 
 
 def play(a: str, b: str, seed: int = 0, **game_params) -> tuple[list[tuple[str, str]], tuple[float, float]]:
@@ -313,15 +315,9 @@ def test_totals_equal_axelrod_for_all_ordered_pairs_over_200_turns(axelrod):
 
 def test_envs_benchmark_runs_and_agrees_with_the_references(axelrod):
     """The benchmark's own agreement checks (IPD totals, Kuhn exploitability to 1e-9) pass; no timing asserts."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_envs", Path(__file__).parent / "benchmarks" / "bench_envs.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-
-    results = bench.run(repeats=1)
+    results = BENCH.run(repeats=1)
     assert results["ipd"]["pairs"] == 81 and results["kuhn"]["max_abs_diff"] <= 1e-9
     assert all(
         results[k][f] > 0 for k, f in [("ipd", "ours_ms_per_match"), ("kuhn", "openspiel_ms_per_call")]
     )
-    assert "speedup" in bench.format_table(results)
+    assert "speedup" in BENCH.format_table(results)
