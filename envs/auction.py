@@ -180,14 +180,10 @@ class RepeatedSealedBidAuction(Game):
         return match_action(text, self.bids, normalize=lambda line: by_label.get(line.casefold(), line))
 
     def view(self, state: AuctionState, seat: int) -> View:
-        return View(
-            game=self.name,
-            seat=seat,
-            round=state.round,
-            num_rounds=self.num_rounds,
-            legal_actions=self.bids if not state.done else (),
-            private={} if state.done else {"value": state.values[state.round][seat]},
-            current={},
-            history=tuple(state.seat_history[seat]),
-            params=self.params,
+        return self.make_view(
+            state,
+            seat,
+            state.seat_history[seat],
+            legal=self.bids if not state.done else (),
+            private=None if state.done else {"value": state.values[state.round][seat]},
         )

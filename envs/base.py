@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -155,6 +155,29 @@ class Game(ABC):
     @abstractmethod
     def params(self) -> dict[str, Any]:
         """The game's parameters, JSON-able (used in configs, manifests and View.params)."""
+
+    def make_view(
+        self,
+        state: GameState,
+        seat: int,
+        history: Iterable[Mapping[str, Any]],
+        *,
+        legal: Sequence[str] | None = None,
+        private: Mapping[str, Any] | None = None,
+        current: Mapping[str, Any] | None = None,
+    ) -> View:
+        """A View with the fields every game fills alike; `legal` defaults to `legal_actions(state, seat)`."""
+        return View(
+            game=self.name,
+            seat=seat,
+            round=state.round,
+            num_rounds=self.num_rounds,
+            legal_actions=tuple(self.legal_actions(state, seat) if legal is None else legal),
+            private=private or {},
+            current=current or {},
+            history=tuple(history),
+            params=self.params,
+        )
 
 
 class Strategy(ABC):

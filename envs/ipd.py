@@ -144,14 +144,4 @@ class IteratedPrisonersDilemma(Game):
         return match_action(text, ACTIONS)
 
     def view(self, state: IPDState, seat: int) -> View:
-        return View(
-            game=self.name,
-            seat=seat,
-            round=state.round,
-            num_rounds=self.num_rounds,
-            legal_actions=ACTIONS if not state.done else (),
-            private={},
-            current={},
-            history=tuple(state.seat_history[seat]),
-            params=self.params,
-        )
+        return self.make_view(state, seat, state.seat_history[seat], legal=ACTIONS if not state.done else ())

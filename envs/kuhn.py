@@ -177,17 +177,8 @@ class KuhnPoker(Game):
                 "info_state": self.info_state(state, seat),
                 "pot": 2 * self.ante + self.bet * sum(a in ("BET", "CALL") for _, a in state.betting),
             }
-        return View(
-            game=self.name,
-            seat=seat,
-            round=state.round,
-            num_rounds=self.num_rounds,
-            legal_actions=tuple(self.legal_actions(state, seat)),
-            private=private,
-            current=current,
-            history=tuple(_hand_summary(r, seat) for r in state.history),
-            params=self.params,
-        )
+        history = (_hand_summary(r, seat) for r in state.history)
+        return self.make_view(state, seat, history, private=private, current=current)
 
     def system_prompt(self, seat: int) -> str:
         _check_seat(seat)

@@ -9,7 +9,7 @@ partner) and externality marks a breakdown.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
@@ -54,6 +54,25 @@ def record_round(state: GameState, result: RoundResult, num_rounds: int) -> Roun
     state.round += 1
     state.done = state.round >= num_rounds
     return result
+
+
+def demand_history(
+    state: GameState, seat: int, show: Callable[[Any], str] = str, copy: Callable[[Any], Any] = lambda d: d
+) -> tuple[dict[str, Any], ...]:
+    """Finished rounds of a demand game from `seat`'s side; `show` renders a demand as its action string."""
+    return tuple(
+        {
+            "round": r.index,
+            "my_action": show(r.record["demands"][seat]),
+            "opp_action": show(r.record["demands"][1 - seat]),
+            "my_demand": copy(r.record["demands"][seat]),
+            "opp_demand": copy(r.record["demands"][1 - seat]),
+            "deal": r.record["deal"],
+            "my_payoff": r.payoffs[seat],
+            "opp_payoff": r.payoffs[1 - seat],
+        }
+        for r in state.history
+    )
 
 
 class SingleIssueNegotiation(Game):
@@ -122,30 +141,7 @@ class SingleIssueNegotiation(Game):
     # --- views ---------------------------------------------------------------------------------
     def view(self, state: GameState, seat: int) -> View:
         check_seat(self.name, seat)
-        history = tuple(
-            {
-                "round": r.index,
-                "my_action": str(r.record["demands"][seat]),
-                "opp_action": str(r.record["demands"][1 - seat]),
-                "my_demand": r.record["demands"][seat],
-                "opp_demand": r.record["demands"][1 - seat],
-                "deal": r.record["deal"],
-                "my_payoff": r.payoffs[seat],
-                "opp_payoff": r.payoffs[1 - seat],
-            }
-            for r in state.history
-        )
-        return View(
-            game=self.name,
-            seat=seat,
-            round=state.round,
-            num_rounds=self.num_rounds,
-            legal_actions=tuple(self.legal_actions(state, seat)),
-            private={},
-            current={},
-            history=history,
-            params=self.params,
-        )
+        return self.make_view(state, seat, demand_history(state, seat))
 
     def _answer_format(self) -> str:
         return (

@@ -18,7 +18,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 from envs.base import Game, GameState, Lambdas, RoundResult, Signals, View
-from envs.negotiation import check_int, check_seat, check_simultaneous, record_round
+from envs.negotiation import check_int, check_seat, check_simultaneous, demand_history, record_round
 from envs.parsing import match_action
 
 _VECTOR = re.compile(r"[\[({]?\s*(\d+(?:\s*[,;\s]\s*\d+)*)\s*[\])}]?")
@@ -138,30 +138,9 @@ class MultiIssueNegotiation(Game):
     # --- views ---------------------------------------------------------------------------------
     def view(self, state: MultiIssueState, seat: int) -> View:
         check_seat(self.name, seat)
-        history = tuple(
-            {
-                "round": r.index,
-                "my_action": format_demand(r.record["demands"][seat]),
-                "opp_action": format_demand(r.record["demands"][1 - seat]),
-                "my_demand": list(r.record["demands"][seat]),
-                "opp_demand": list(r.record["demands"][1 - seat]),
-                "deal": r.record["deal"],
-                "my_payoff": r.payoffs[seat],
-                "opp_payoff": r.payoffs[1 - seat],
-            }
-            for r in state.history
-        )
-        return View(
-            game=self.name,
-            seat=seat,
-            round=state.round,
-            num_rounds=self.num_rounds,
-            legal_actions=tuple(self.legal_actions(state, seat)),
-            private={"values": list(state.values[seat]), "pool": list(state.pool)},
-            current={},
-            history=history,
-            params=self.params,
-        )
+        history = demand_history(state, seat, show=format_demand, copy=list)
+        private = {"values": list(state.values[seat]), "pool": list(state.pool)}
+        return self.make_view(state, seat, history, private=private)
 
     def _format_hint(self) -> str:
         return "[" + ", ".join(self.items) + "]"

@@ -203,6 +203,11 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         out.append((f"rollouts: {r['episodes']} IPD episodes, {r['model']} on {r['device']}",
                     f"{r['batched_s']:.2f} s batched lock-step", f"{r['one_at_a_time_s']:.2f} s one at a time (HF "
                     "generate per episode)", f"{r['speedup']:.1f}x", "speedup >= 10x"))
+        if "batched_no_reuse_s" in r:  # the two causes apart: batching alone, and reusing the KV cache
+            out.append(("  of which batching (both re-encode each round)", f"{r['batched_no_reuse_s']:.2f} s batched",
+                        f"{r['one_at_a_time_s']:.2f} s one at a time", f"{r['batching_speedup']:.1f}x", "-"))
+            out.append(("  of which prefix KV reuse across rounds", f"{r['batched_s']:.2f} s reuse",
+                        f"{r['batched_no_reuse_s']:.2f} s re-encode", f"{r['prefix_reuse_speedup']:.1f}x", "-"))
     if r := figures.get("overhead"):
         out.append((f"SEPO overhead per GRPO step: {r['model']}",
                     f"{r['sepo_rollout_s'] + r['sepo_rewards_s'] + r['sepo_advantages_s']:.3f} s SEPO own",

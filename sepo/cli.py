@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
+from sepo.subcommands import Commands, dispatch
+
 # subcommand -> (module, one-line help). Modules are imported lazily so `sepo --help` is instant.
-COMMANDS: dict[str, tuple[str, str]] = {
+COMMANDS: Commands = {
     "tournament": ("sepo.tournament", "round robin among scripted strategies of one game"),
     "data": ("sepo.sft_data", "generate expert-transcript SFT datasets"),
     "sft": ("sepo.sft", "SFT warm-start with TRL SFTTrainer + LoRA, then merge"),
@@ -18,23 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _usage() -> str:
-    lines = ["usage: sepo <command> [options]   (sepo <command> --help for details)", "", "commands:"]
-    lines += [f"  {name:<12} {help_}" for name, (_, help_) in COMMANDS.items()]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0
-    command, rest = argv[0], argv[1:]
-    if command not in COMMANDS:
-        print(f"sepo: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(COMMANDS[command][0])
-    return int(module.main(rest) or 0)
+    return dispatch("sepo", COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ one generate_choice call, empty lists included, for a fixed number of iterations
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -284,6 +285,7 @@ def play_episodes(
     progress: bool = False,
     max_turn_tokens: int | None = None,
     collective: bool | int = False,
+    reuse_prefix: bool = True,
 ) -> list[tuple[EpisodeRecord, Trajectory | None]]:
     """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
 
@@ -295,6 +297,8 @@ def play_episodes(
         the fallback.
     collective: True (or an int number of iterations, identical on all ranks) makes the call sequence fixed:
         exactly one generate and one generate_choice call per iteration for `decision_bound` iterations.
+    reuse_prefix: let a backend that offers `prefix_session()` (HF) reuse each round's key/value cache in
+        the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
     """
     episodes = [_start(spec, opponents) for spec in specs]
     if isinstance(collective, bool):
@@ -308,37 +312,39 @@ def play_episodes(
 
         bar = tqdm(total=n_iter, desc="rollout decisions", unit="step")
     iteration = 0
-    while True:
-        for ep in episodes:
-            _advance_opponent(ep)
-        acting = [ep for ep in episodes if ep.agent_to_act()]
-        if n_iter is None and not acting:
-            break
-        if n_iter is not None and iteration >= n_iter:
-            if acting:
-                raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
-            break
-        gens = backend.generate(
-            [_open_turn(ep, renderer) for ep in acting], _seeded(turn_sampling, iteration, 0)
-        )
-        pending = [ep for ep, gen in zip(acting, gens) if not _model_turn(ep, gen, renderer, fallback)]
-        if fallback and (pending or n_iter is not None):
-            prompts, cues = zip(*[_fallback_prompt(ep, renderer) for ep in pending]) if pending else ((), ())
-            legal = [ep.game.legal_actions(ep.state, ep.spec.seat) for ep in pending]
-            forced = backend.generate_choice(list(prompts), legal, _seeded(sampling, iteration, 1))
-            for ep, cue, gen, acts in zip(pending, cues, forced, legal):
-                _forced_turn(ep, cue, gen, acts, renderer)
-        elif pending:
-            for ep in pending:
-                _close_unparsed(ep, renderer)
-        for ep in acting:
-            ep.messages.append(
-                {"role": "assistant", "content": ep.prefill + renderer.decode_turn(ep.turn_ids)}
+    session = getattr(backend, "prefix_session", None) if reuse_prefix else None
+    with session() if session is not None else contextlib.nullcontext():
+        while True:
+            for ep in episodes:
+                _advance_opponent(ep)
+            acting = [ep for ep in episodes if ep.agent_to_act()]
+            if n_iter is None and not acting:
+                break
+            if n_iter is not None and iteration >= n_iter:
+                if acting:
+                    raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
+                break
+            gens = backend.generate(
+                [_open_turn(ep, renderer) for ep in acting], _seeded(turn_sampling, iteration, 0)
             )
-            _step(ep, ep.action)
-        iteration += 1
-        if bar is not None:
-            bar.update(1)
+            pending = [ep for ep, gen in zip(acting, gens) if not _model_turn(ep, gen, renderer, fallback)]
+            if fallback and (pending or n_iter is not None):
+                prompts, cues = zip(*[_fallback_prompt(ep, renderer) for ep in pending]) if pending else ((), ())
+                legal = [ep.game.legal_actions(ep.state, ep.spec.seat) for ep in pending]
+                forced = backend.generate_choice(list(prompts), legal, _seeded(sampling, iteration, 1))
+                for ep, cue, gen, acts in zip(pending, cues, forced, legal):
+                    _forced_turn(ep, cue, gen, acts, renderer)
+            elif pending:
+                for ep in pending:
+                    _close_unparsed(ep, renderer)
+            for ep in acting:
+                ep.messages.append(
+                    {"role": "assistant", "content": ep.prefill + renderer.decode_turn(ep.turn_ids)}
+                )
+                _step(ep, ep.action)
+            iteration += 1
+            if bar is not None:
+                bar.update(1)
     if bar is not None:
         bar.close()
     return [(_record(ep), ep.traj if trajectories else None) for ep in episodes]

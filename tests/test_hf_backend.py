@@ -142,3 +142,29 @@ def test_bad_inputs_are_clear_errors(tiny_model_dirs, tmp_path):
     assert next(backend.model.parameters()).dtype == torch.bfloat16
     with pytest.raises(ValueError, match="temperature"):
         backend.generate(_prompts(backend)[:1], SamplingSpec(temperature=0.0))
+
+
+def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
+    """Within a session, prompts extending the last call's rows feed only their new tokens (same result as
+    a fresh call); a prompt extending no row makes the whole call fresh; over budget, nothing is stored."""
+    backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
+    spec = SamplingSpec(greedy=True, max_new_tokens=6)
+    first = _prompts(backend)
+    with backend.prefix_session() as cache:
+        gens = backend.generate(first, spec)
+        assert cache.kv and cache.tokens[0][: len(first[0].ids)] == first[0].ids
+        tail = backend.tokenizer.encode(" next", add_special_tokens=False)
+        second = [Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)]
+        reused = backend.generate(second, spec)
+        assert cache.hits == 1
+        stranger = [Prompt(ids=tail + p.ids) for p in second]
+        backend.generate(stranger, spec)
+        assert cache.misses == 1
+    fresh = backend.generate(second, spec)
+    assert [g.token_ids for g in reused] == [g.token_ids for g in fresh]
+    for a, b in zip(reused, fresh):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    with backend.prefix_session() as cache:
+        cache.max_bytes = 0
+        backend.generate(first, spec)
+        assert not cache.kv

@@ -295,3 +295,23 @@ def test_ipd_with_embedded_smollm2():
     for rec, traj in results:
         _check_episode(rec, traj, backend, exact_text=True)
         assert all(t.text.strip() for t in rec.turns)  # an instruction-tuned model writes something each turn
+
+
+@pytest.mark.parametrize("game", ["ipd", "kuhn"])
+def test_prefix_kv_reuse_changes_nothing_but_the_work(game, backends):
+    """Reusing each round's KV cache gives the same tokens and (to float error) the same logprobs as
+    re-encoding the conversation, on the full-attention model; the hybrid ones decline reuse."""
+    params = {"num_rounds": 3} if game == "ipd" else {"num_hands": 2}
+    specs = _specs(game, "tit_for_tat" if game == "ipd" else "nash", 6, params=params)
+    for arch, backend in backends.items():
+        plain = play_episodes(specs, backend, backend.renderer, SAMPLING, reuse_prefix=False)
+        with backend.prefix_session() as cache:
+            reused = play_episodes(specs, backend, backend.renderer, SAMPLING)
+        for (rec_a, traj_a), (rec_b, traj_b) in zip(plain, reused):
+            assert traj_a.completion_ids == traj_b.completion_ids and rec_a.totals == rec_b.totals
+            assert traj_b.logprobs == pytest.approx(traj_a.logprobs, abs=1e-4)
+            assert rec_b.n_fallbacks == rec_a.n_fallbacks
+        if arch == "llama":  # later rounds and the fallback calls all continued the stored rows
+            assert cache.hits > 0 and cache.misses == 0
+        else:  # sliding-window / linear-attention caches are never stored
+            assert cache.hits == 0 and not cache.kv

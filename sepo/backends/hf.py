@@ -23,6 +23,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from sepo.backends.prefix_cache import PrefixCache
 from sepo.chat import ChatRenderer
 from sepo.decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.generation import Generation, Prompt, SamplingSpec
@@ -56,7 +57,9 @@ class HFBackend:
     """GenerationBackend over a transformers causal LM (optionally PEFT-wrapped).
 
     The model is put in eval mode and run without gradients during every call, and its training mode is
-    restored afterwards, so the trainer can generate with its live policy.
+    restored afterwards, so the trainer can generate with its live policy. Inside `prefix_session()` (the
+    rollout engine opens one per `play_episodes`), a call whose prompts all extend the previous `generate`
+    call's rows feeds only the new tokens (see `sepo.backends.prefix_cache`).
     """
 
     def __init__(self, model: Any, tokenizer: Any, chat_template: str | None = None):
@@ -67,6 +70,7 @@ class HFBackend:
         self.stop_ids = sorted({self.end_of_turn_id, *self._config_eos_ids()})
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
+        self._prefix: PrefixCache | None = None
 
     # --- construction --------------------------------------------------------------------------------
     @classmethod
@@ -138,6 +142,19 @@ class HFBackend:
         finally:
             self.model.train(was_training)
 
+    @contextlib.contextmanager
+    def prefix_session(self) -> Iterator[PrefixCache]:
+        """Reuse key/value caches between the calls made inside this block (weights must not change).
+        A nested session shares the outer one's cache."""
+        if self._prefix is not None:
+            yield self._prefix
+            return
+        self._prefix = PrefixCache()
+        try:
+            yield self._prefix
+        finally:
+            self._prefix = None
+
     # --- GenerationBackend ---------------------------------------------------------------------------
     def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
         """Free generation until end-of-turn or `sampling.max_new_tokens`."""
@@ -183,12 +200,20 @@ class HFBackend:
             return []
         if any(not p.ids for p in prompts):
             raise ValueError("every prompt needs at least one token id")
-        width = max(len(p.ids) for p in prompts)
         device = self.device
-        ids = torch.tensor(
-            [[self.pad_id] * (width - len(p.ids)) + list(p.ids) for p in prompts], device=device
-        )
-        attn = torch.tensor([[0] * (width - len(p.ids)) + [1] * len(p.ids) for p in prompts], device=device)
+        planned = None
+        if self._prefix is not None:
+            planned = self._prefix.plan([p.ids for p in prompts], self.pad_id, device)
+        if planned is not None:
+            ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
+            valid_before = planned.cache_valid
+        else:
+            width = max(len(p.ids) for p in prompts)
+            pads = [width - len(p.ids) for p in prompts]
+            ids = torch.tensor([[self.pad_id] * n + list(p.ids) for p, n in zip(prompts, pads)], device=device)
+            attn = torch.tensor([[0] * n + [1] * len(p.ids) for p, n in zip(prompts, pads)], device=device)
+            cache, valid_before = None, torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
+        width = ids.shape[1]
         trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None
         recorder = _LogprobRecorder()
         config = GenerationConfig(
@@ -200,21 +225,28 @@ class HFBackend:
             eos_token_id=[self.end_of_turn_id] if tries is not None else self.stop_ids,
             pad_token_id=self.pad_id,
             use_cache=True,
+            return_dict_in_generate=True,
         )
         with self._inference(sampling.seed):
-            sequences = self.model.generate(
+            output = self.model.generate(
                 input_ids=ids,
                 attention_mask=attn,
+                past_key_values=cache,
                 generation_config=config,
                 logits_processor=LogitsProcessorList([*self._processors(sampling, trie), recorder]),
             )
+        sequences = output.sequences
         new = sequences[:, width:]
         logprobs = recorder.finish(new[:, -1]).tolist()
         stops = set(config.eos_token_id)
-        out = []
+        out, kept = [], []
         for row, row_lps in zip(new.tolist(), logprobs):
             end = next((k + 1 for k, t in enumerate(row) if t in stops), None)
             tokens, lps = row[: end or len(row)], row_lps[: end or len(row)]
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             out.append(Generation(token_ids=tokens, logprobs=lps, text=text, finished=end is not None))
+            kept.append(len(tokens))
+        if self._prefix is not None and tries is None:  # free turns are what the next round continues
+            ids_in = [p.ids for p in prompts]
+            self._prefix.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept)
         return out

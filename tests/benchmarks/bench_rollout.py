@@ -93,19 +93,22 @@ def run(
     if gpu:
         torch.cuda.reset_peak_memory_stats()
 
-    _sync(gpu)
-    start = time.perf_counter()
-    batched = play_episodes(specs, backend, backend.renderer, sampling, progress=False)
-    _sync(gpu)
-    batched_s = time.perf_counter() - start
-    peak_gb = torch.cuda.max_memory_allocated() / 2**30 if gpu else None
+    def timed(specs_: list[EpisodeSpec], reuse: bool) -> tuple[list, float]:
+        _sync(gpu)
+        start = time.perf_counter()
+        out = play_episodes(specs_, backend, backend.renderer, sampling, reuse_prefix=reuse)
+        _sync(gpu)
+        return out, time.perf_counter() - start
 
-    start = time.perf_counter()
-    sequential = [
-        play_episodes([spec], backend, backend.renderer, sampling)[0] for spec in specs[:reference_episodes]
-    ]
-    _sync(gpu)
-    sequential_s = (time.perf_counter() - start) * episodes / reference_episodes
+    batched, batched_s = timed(specs, True)
+    peak_gb = torch.cuda.max_memory_allocated() / 2**30 if gpu else None
+    no_reuse, no_reuse_s = timed(specs, False)
+    sequential, sequential_s = [], 0.0
+    for spec in specs[:reference_episodes]:
+        result, seconds = timed([spec], False)
+        sequential.append(result[0])
+        sequential_s += seconds
+    sequential_s *= episodes / reference_episodes
 
     tokens = _model_tokens(batched)
     return {
@@ -117,6 +120,9 @@ def run(
         "rounds": rounds,
         "max_new_tokens": max_new_tokens,
         "batched_s": round(batched_s, 3),
+        "batched_no_reuse_s": round(no_reuse_s, 3),
+        "prefix_reuse_speedup": round(no_reuse_s / batched_s, 2),
+        "batching_speedup": round(sequential_s / no_reuse_s, 2),
         "one_at_a_time_s": round(sequential_s, 3),
         "one_at_a_time_extrapolated_from": reference_episodes,
         "speedup": round(sequential_s / batched_s, 2),
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"batched lock-step : {result['batched_s']:.2f} s  ({result['batched_tokens_per_s']} model tokens/s)"
     )
+    print(f"  without prefix KV reuse: {result['batched_no_reuse_s']:.2f} s")
     extrapolated = result["one_at_a_time_extrapolated_from"]
     note = f", extrapolated from {extrapolated} episodes" if extrapolated != result["episodes"] else ""
     print(

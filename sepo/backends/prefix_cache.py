@@ -1,0 +1,138 @@
+"""Reuse of the key/value cache across the rounds of lock-step rollouts (HF backend).
+
+Each round's prompt is the previous round's prompt, the model's turn and the next environment message, so
+re-encoding the whole conversation every round (what a plain `generate` call does, and what the method's
+reference code did) makes prefill cost grow with the square of the episode length. `PrefixCache` keeps the
+key/value tensors of the last `generate` call together with, for every row, the token ids those positions
+hold; the next call that extends every one of those rows by new tokens feeds only the new tokens.
+
+Layout: each stored row spans the same cache width; positions a later prompt does not continue (left
+padding, tokens generated after a row's stop token, a turn the rollout dropped) are masked to 0 in the
+attention mask, and position ids follow the mask's cumulative sum, exactly as `generate` computes them for
+left-padded batches. Only plain full-attention caches are reused (sliding-window and linear-attention
+layers keep state a hole in the mask would corrupt); other models silently take the plain path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+@dataclass
+class CachedCall:
+    """What a reuse-planned `generate` call feeds the model: only the uncached tokens of each row."""
+
+    input_ids: torch.Tensor  # (batch, suffix width), left-padded
+    attention_mask: torch.Tensor  # (batch, cache width + suffix width)
+    past_key_values: Any  # a DynamicCache holding the reused rows
+    cache_valid: torch.Tensor  # (batch, cache width) bool: the reused positions
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    k = 0
+    while k < n and a[k] == b[k]:
+        k += 1
+    return k
+
+
+class PrefixCache:
+    """Key/value tensors of one batched call plus the token ids each row's valid positions hold."""
+
+    def __init__(self, max_bytes: int = 4 * 2**30):
+        self.max_bytes = max_bytes
+        self.clear()
+
+    def clear(self) -> None:
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.valid: torch.Tensor | None = None  # (rows, width) bool
+        self.tokens: list[list[int]] = []  # per row: the ids at its valid positions, in order
+        self.by_key: dict[int, dict[tuple[int, ...], list[int]]] = {}  # prompt length -> prompt ids -> rows
+        self.hits = self.misses = 0
+
+    # --- planning a call -----------------------------------------------------------------------------
+    def _row_for(self, ids: list[int]) -> tuple[int, int] | None:
+        """The stored row sharing the longest prefix with `ids` and that prefix's length (< len(ids))."""
+        best: tuple[int, int] | None = None
+        for length, rows in self.by_key.items():
+            if length >= len(ids):
+                continue
+            for row in rows.get(tuple(ids[:length]), ()):
+                k = length + _lcp(self.tokens[row][length:], ids[length:])
+                k = min(k, len(ids) - 1)  # at least one token must be fed to get the next-token logits
+                if best is None or k > best[1]:
+                    best = (row, k)
+        return best
+
+    def plan(self, prompts: list[list[int]], pad_id: int, device: torch.device) -> CachedCall | None:
+        """A call that reuses stored rows for every prompt, or None when some prompt extends no row."""
+        if not self.kv or not prompts:
+            return None
+        matches = [self._row_for(ids) for ids in prompts]
+        if any(m is None for m in matches):
+            self.misses += 1
+            return None
+        self.hits += 1
+        rows = torch.tensor([row for row, _ in matches], device=self.valid.device)
+        valid = self.valid.index_select(0, rows).clone()
+        for i, (_, k) in enumerate(matches):
+            # keep the row's first k valid positions; mask the rest (tokens this prompt does not continue)
+            keep = valid[i].nonzero().squeeze(1)
+            valid[i, keep[k:]] = False
+        suffixes = [ids[k:] for ids, (_, k) in zip(prompts, matches)]
+        width = max(len(s) for s in suffixes)
+        input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in suffixes], device=device)
+        suffix_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in suffixes], device=device)
+        picked = rows.to(self.kv[0][0].device)
+        cache = DynamicCache(
+            ddp_cache_data=[(k.index_select(0, picked), v.index_select(0, picked)) for k, v in self.kv]
+        )
+        return CachedCall(
+            input_ids=input_ids,
+            attention_mask=torch.cat([valid.to(device).long(), suffix_mask], 1),
+            past_key_values=cache,
+            cache_valid=valid,
+        )
+
+    # --- storing a call ------------------------------------------------------------------------------
+    def store(
+        self,
+        cache: Any,
+        prompts: list[list[int]],
+        valid_before: torch.Tensor,
+        sequences: torch.Tensor,
+        attention_mask: torch.Tensor,
+        kept: list[int],
+    ) -> bool:
+        """Keep the call's cache. `sequences`/`attention_mask` are the fed suffix plus generated tokens and
+        the fed mask; `valid_before` (rows, cache width before the call) marks reused positions; `kept[i]`
+        is how many generated tokens of row i belong to its turn (up to and including its stop token).
+        Returns False (and stores nothing) for cache types that cannot be reused or when over budget."""
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            self.clear()
+            return False
+        kv = [(layer.keys, layer.values) for layer in layers]
+        if sum(k.numel() * k.element_size() * 2 for k, _ in kv) > self.max_bytes:
+            self.clear()
+            return False
+        width = kv[0][0].shape[2]
+        fed = attention_mask.shape[1] - valid_before.shape[1]
+        generated_cols = width - valid_before.shape[1] - fed  # the last sampled token is never cached
+        steps = torch.arange(max(generated_cols, 0), device=attention_mask.device)
+        gen_valid = steps.unsqueeze(0) < torch.tensor(kept, device=attention_mask.device).unsqueeze(1)
+        valid = torch.cat(
+            [valid_before.to(attention_mask.device), attention_mask[:, -fed:].bool(), gen_valid], 1
+        )
+        gen = sequences[:, fed:].tolist()
+        self.kv, self.valid = kv, valid[:, :width]
+        self.tokens = [list(p) + g[: min(n, generated_cols)] for p, g, n in zip(prompts, gen, kept)]
+        self.by_key = {}
+        for row, ids in enumerate(prompts):
+            self.by_key.setdefault(len(ids), {}).setdefault(tuple(ids), []).append(row)
+        return True
