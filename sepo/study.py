@@ -175,7 +175,7 @@ def shared_equals_reward_only(terms: list[EpisodeTerms], G: int, lambdas: Lambda
     vs the payoff-only reward u (λ = 0) on every group, and vs the reward_only arm's per_pool λ = 0
     reward on training-pool groups (where that reward is the payoff too)."""
     zero = Lambdas(0.0, 0.0, 0.0)
-    shared, payoff_only, per_pool_zero = [], [], []
+    shared, payoff_only, per_pool_zero, per_pool = [], [], [], []
     for start in range(0, len(terms), G):
         group = terms[start : start + G]
         p_bar = sum(objective.penalty(t, lambdas) for t in group) / len(group)
@@ -183,10 +183,19 @@ def shared_equals_reward_only(terms: list[EpisodeTerms], G: int, lambdas: Lambda
             shared.append(objective.round_rewards(t, lambdas, "shared", shared_penalty=p_bar))
             payoff_only.append(objective.round_rewards(t, zero, "shared", shared_penalty=0.0))
             per_pool_zero.append(objective.round_rewards(t, zero, "per_pool"))
-    a_shared, a_payoff, a_zero = (_advantages(r, G, args) for r in (shared, payoff_only, per_pool_zero))
+            per_pool.append(objective.round_rewards(t, lambdas, "per_pool"))
+    a_shared, a_payoff, a_zero, a_per_pool = (
+        _advantages(r, G, args) for r in (shared, payoff_only, per_pool_zero, per_pool)
+    )
     training = [i for i, t in enumerate(terms) if t.pool == "training"]
     reward_gap = max(abs(x - y) for a, b in zip(shared, payoff_only) for x, y in zip(a, b))
+    credit_gap = (a_per_pool - a_shared).abs()
+    credit_gap = credit_gap[~credit_gap.isnan()]
     return {
+        # how much the method's credit changes the training signal on this batch (a diagnostic, not a check)
+        "per_pool_vs_shared_max_abs_diff": float(credit_gap.max()) if credit_gap.numel() else 0.0,
+        "per_pool_changed_cells": int((credit_gap > TOLERANCE).sum()),
+        "cells": int(credit_gap.numel()),
         "episodes": len(terms),
         "max_abs_diff_vs_payoff_only": float((a_shared - a_payoff).abs().max()),
         "max_abs_diff_vs_reward_only_training_groups": float((a_shared - a_zero)[training].abs().max())
@@ -357,6 +366,10 @@ def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
         out["shared_equals_reward_only"][arm] = {
             "batches": len(per_batch), "max_abs_diff": arm_worst,
             "max_abs_reward_gap": max((r["max_abs_reward_gap"] for r in per_batch), default=0.0),
+            "per_pool_vs_shared_max_abs_diff": max((r["per_pool_vs_shared_max_abs_diff"] for r in per_batch),
+                                                   default=0.0),
+            "per_pool_changed_cells": sum(r["per_pool_changed_cells"] for r in per_batch),
+            "cells": sum(r["cells"] for r in per_batch),
         }
         if args.credit == "auxiliary":
             out["auxiliary_uncorrelated"] = {"arm": arm, **auxiliary_check(batches, game.max_payoff, lambdas)}
@@ -408,7 +421,12 @@ def report_markdown(report: dict[str, Any]) -> str:
               f"**{'PASS' if checks['shared_equals_reward_only_passed'] else 'FAIL'}**", ""]
     for arm, r in checks["shared_equals_reward_only"].items():
         lines.append(f"   - {arm}: {r['batches']} batches, max abs(ΔA) = {r['max_abs_diff']:.1e} "
-                     f"(rewards differ by up to {r['max_abs_reward_gap']:.3f})")
+                     f"(rewards differ by up to {r['max_abs_reward_gap']:.3f}); per_pool credit on the same "
+                     f"batches changes {r['per_pool_changed_cells']} of {r['cells']} (episode, round) advantages "
+                     f"(max abs(ΔA) {r['per_pool_vs_shared_max_abs_diff']:.2f})")
+    lines += ["", "   Per-round normalisation within a group of G keeps only how each episode's J ranks against "
+              "its group's; with small G (G = 2: only the sign of the difference) per_pool and shared give the "
+              "same advantages wherever the penalty does not reverse that order, so their rows can coincide."]
     aux = checks["auxiliary_uncorrelated"]
     if aux:
         lines += ["", f"2. Auxiliary penalty uncorrelated with the credited episode (n = {aux['n']}, "

@@ -168,3 +168,17 @@ def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
         cache.max_bytes = 0
         backend.generate(first, spec)
         assert not cache.kv
+
+
+def test_preallocated_layer_appends_like_dynamic_layer_and_grows():
+    from transformers.cache_utils import DynamicLayer
+
+    from sepo.backends.prefix_cache import PreallocatedLayer
+
+    torch.manual_seed(0)
+    ours, ref = PreallocatedLayer(capacity=4), DynamicLayer()
+    for n in (3, 1, 1, 5):  # the third update outgrows the 4 reserved positions, the buffer doubles
+        k, v = torch.randn(2, 3, n, 8), torch.randn(2, 3, n, 8)
+        got, want = ours.update(k, v), ref.update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert ours.get_seq_length() == ref.get_seq_length() == 10

@@ -50,6 +50,9 @@ def test_shared_penalty_advantages_equal_payoff_only_while_rewards_differ():
     assert r["max_abs_reward_gap"] > 0.1  # the shared penalty really changes the rewards ...
     assert r["max_abs_diff_vs_payoff_only"] <= 1e-6  # ... but not the advantages
     assert r["max_abs_diff_vs_reward_only_training_groups"] <= 1e-6
+    # the method's per-pool credit does change the signal on the same batch (the diagnostic the report prints)
+    assert r["cells"] == len(terms) * IPD.num_rounds
+    assert 0 < r["per_pool_changed_cells"] <= r["cells"] and r["per_pool_vs_shared_max_abs_diff"] > 0.1
 
 
 def test_shared_check_detects_a_penalty_that_is_not_a_group_constant():

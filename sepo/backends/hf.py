@@ -23,7 +23,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from sepo.backends.prefix_cache import PrefixCache
+from sepo.backends.prefix_cache import PrefixCache, preallocated_cache
 from sepo.chat import ChatRenderer
 from sepo.decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.generation import Generation, Prompt, SamplingSpec
@@ -59,7 +59,8 @@ class HFBackend:
     The model is put in eval mode and run without gradients during every call, and its training mode is
     restored afterwards, so the trainer can generate with its live policy. Inside `prefix_session()` (the
     rollout engine opens one per `play_episodes`), a call whose prompts all extend the previous `generate`
-    call's rows feeds only the new tokens (see `sepo.backends.prefix_cache`).
+    call's rows feeds only the new tokens, and caches are preallocated per call (see
+    `sepo.backends.prefix_cache`); outside a session every call is a plain `generate`.
     """
 
     def __init__(self, model: Any, tokenizer: Any, chat_template: str | None = None):
@@ -71,6 +72,7 @@ class HFBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
         self._prefix: PrefixCache | None = None
+        self._full_attention = False  # learnt from the first stored cache: safe to hand generate our own cache
 
     # --- construction --------------------------------------------------------------------------------
     @classmethod
@@ -203,7 +205,7 @@ class HFBackend:
         device = self.device
         planned = None
         if self._prefix is not None:
-            planned = self._prefix.plan([p.ids for p in prompts], self.pad_id, device)
+            planned = self._prefix.plan([p.ids for p in prompts], self.pad_id, device, max_new_tokens)
         if planned is not None:
             ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
             valid_before = planned.cache_valid
@@ -212,7 +214,9 @@ class HFBackend:
             pads = [width - len(p.ids) for p in prompts]
             ids = torch.tensor([[self.pad_id] * n + list(p.ids) for p, n in zip(prompts, pads)], device=device)
             attn = torch.tensor([[0] * n + [1] * len(p.ids) for p, n in zip(prompts, pads)], device=device)
-            cache, valid_before = None, torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
+            session = self._prefix is not None and self._full_attention
+            cache = preallocated_cache(width + max_new_tokens) if session else None
+            valid_before = torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
         width = ids.shape[1]
         trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None
         recorder = _LogprobRecorder()
@@ -248,5 +252,6 @@ class HFBackend:
             kept.append(len(tokens))
         if self._prefix is not None and tries is None:  # free turns are what the next round continues
             ids_in = [p.ids for p in prompts]
-            self._prefix.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept)
+            stored = self._prefix.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept)
+            self._full_attention = self._full_attention or stored
         return out

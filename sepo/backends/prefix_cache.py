@@ -16,11 +16,52 @@ layers keep state a hole in the mask would corrupt); other models silently take 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention cache layer with its room reserved up front.
+
+    `DynamicLayer` appends with `torch.cat`, copying the whole cache at every decode step (quadratic in the
+    context length); this layer writes into a buffer sized for the call (prompt + max_new_tokens) and exposes
+    the filled part as a view. If a call outgrows it, the buffer doubles.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.filled = capacity, 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = key_states.shape[-2]
+        if not self.is_initialized:
+            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+            self._k = key_states.new_empty((*key_states.shape[:2], max(self.capacity, n), key_states.shape[3]))
+            self._v = value_states.new_empty((*value_states.shape[:2], self._k.shape[2], value_states.shape[3]))
+        if self.filled + n > self._k.shape[2]:
+            room = max(2 * self._k.shape[2], self.filled + n)
+            self._k = torch.cat([self._k[:, :, : self.filled], self._k.new_empty(
+                (*self._k.shape[:2], room - self.filled, self._k.shape[3]))], 2)
+            self._v = torch.cat([self._v[:, :, : self.filled], self._v.new_empty(
+                (*self._v.shape[:2], room - self.filled, self._v.shape[3]))], 2)
+        self._k[:, :, self.filled : self.filled + n] = key_states
+        self._v[:, :, self.filled : self.filled + n] = value_states
+        self.filled += n
+        self.keys, self.values = self._k[:, :, : self.filled], self._v[:, :, : self.filled]
+        return self.keys, self.values
+
+
+def preallocated_cache(capacity: int, kv: list[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
+    """A DynamicCache whose layers are `PreallocatedLayer`s of `capacity` positions, holding `kv` if given."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = partial(PreallocatedLayer, capacity)
+    for idx, (k, v) in enumerate(kv):
+        cache.update(k, v, idx)
+    return cache
 
 
 @dataclass
@@ -69,7 +110,9 @@ class PrefixCache:
                     best = (row, k)
         return best
 
-    def plan(self, prompts: list[list[int]], pad_id: int, device: torch.device) -> CachedCall | None:
+    def plan(
+        self, prompts: list[list[int]], pad_id: int, device: torch.device, max_new_tokens: int
+    ) -> CachedCall | None:
         """A call that reuses stored rows for every prompt, or None when some prompt extends no row."""
         if not self.kv or not prompts:
             return None
@@ -89,8 +132,9 @@ class PrefixCache:
         input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in suffixes], device=device)
         suffix_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in suffixes], device=device)
         picked = rows.to(self.kv[0][0].device)
-        cache = DynamicCache(
-            ddp_cache_data=[(k.index_select(0, picked), v.index_select(0, picked)) for k, v in self.kv]
+        cache = preallocated_cache(
+            valid.shape[1] + width + max_new_tokens,
+            [(k.index_select(0, picked), v.index_select(0, picked)) for k, v in self.kv],
         )
         return CachedCall(
             input_ids=input_ids,
@@ -114,7 +158,7 @@ class PrefixCache:
         is how many generated tokens of row i belong to its turn (up to and including its stop token).
         Returns False (and stores nothing) for cache types that cannot be reused or when over budget."""
         layers = getattr(cache, "layers", None)
-        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        if not layers or any(type(layer) not in (DynamicLayer, PreallocatedLayer) for layer in layers):
             self.clear()
             return False
         kv = [(layer.keys, layer.values) for layer in layers]
