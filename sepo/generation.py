@@ -8,8 +8,9 @@ sampling log-probabilities. Each method is one batched call: the rollout makes e
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ class Generation:
     logprobs: list[float]
     text: str
     finished: bool
+
+
+def prefix_session(backend: Any) -> AbstractContextManager[Any]:
+    """The backend's optional `prefix_session()` (HF: reuse KV caches across the calls inside it; the weights
+    must not change meanwhile), or a no-op for backends without one (vLLM caches prefixes by itself)."""
+    session = getattr(backend, "prefix_session", None)
+    return session() if session is not None else nullcontext()
 
 
 @runtime_checkable

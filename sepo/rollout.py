@@ -25,7 +25,7 @@ from typing import Any
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from sepo.chat import ChatRenderer
 from sepo.decoding import FALLBACK_CUE, fallback_prompt_ids
-from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
 
 OpponentFactory = Callable[[], Strategy]
 
@@ -312,8 +312,7 @@ def play_episodes(
 
         bar = tqdm(total=n_iter, desc="rollout decisions", unit="step")
     iteration = 0
-    session = getattr(backend, "prefix_session", None) if reuse_prefix else None
-    with session() if session is not None else contextlib.nullcontext():
+    with prefix_session(backend) if reuse_prefix else contextlib.nullcontext():
         while True:
             for ep in episodes:
                 _advance_opponent(ep)

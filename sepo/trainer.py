@@ -25,7 +25,7 @@ from trl.models.utils import unwrap_model_for_generation
 from envs import Game, make_game
 from sepo.advantages import sepo_round_advantages, token_advantages
 from sepo.config import POOLS, SEPOConfig
-from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
 from sepo.pools import Pools, load_pools
 from sepo.rewards import SEPOReward, game_lambdas
 
@@ -98,6 +98,9 @@ class _TimedBackend:
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         return self._timed(self.inner.score_choices, prompts, choices)
+
+    def prefix_session(self):
+        return prefix_session(self.inner)
 
 
 class SEPOTrainer(GRPOTrainer):

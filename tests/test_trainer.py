@@ -177,10 +177,20 @@ SHORT_GAME = {"ipd": {"num_rounds": 2}, "auction": {"num_rounds": 2}, "negotiati
 
 
 @pytest.mark.parametrize("game", list(ARCH_FOR_GAME))
-def test_two_lora_steps_per_game_with_real_rollouts(game, tmp_path, tiny_model_dirs):
+def test_two_lora_steps_per_game_with_real_rollouts(game, tmp_path, tiny_model_dirs, monkeypatch):
     from peft import LoraConfig
 
+    from sepo.backends.prefix_cache import PrefixCache
     from sepo.pools import load_pools
+
+    reused, plan = [], PrefixCache.plan
+
+    def counted_plan(self, *args):
+        planned = plan(self, *args)
+        reused.append(planned is not None)
+        return planned
+
+    monkeypatch.setattr(PrefixCache, "plan", counted_plan)
 
     pools = load_pools(game)
     args = tiny_config(tmp_path, games=[game], game_params={game: SHORT_GAME[game]}, num_generations=2,
@@ -198,6 +208,8 @@ def test_two_lora_steps_per_game_with_real_rollouts(game, tmp_path, tiny_model_d
     assert logs["sepo/fallback_rate"] == pytest.approx(1.0)
     assert logs["completions/clipped_ratio"] == 0.0  # episodes end with end-of-turn, not truncated
     assert f"sepo/{game}/J" in logs and "kl" in logs
+    # the trainer's rollouts reuse the KV cache across rounds on the full-attention (Llama) model only
+    assert any(reused) == (ARCH_FOR_GAME[game] == "llama")
 
 
 def test_sepo_train_cli_recipe_overrides_and_wandb_offline(tmp_path, tiny_model_dir, monkeypatch):
