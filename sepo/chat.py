@@ -16,6 +16,8 @@ Message = dict[str, str]
 
 # A probe conversation used to locate template features (end-of-turn token, system-role support).
 _MARK = "Zq"
+# env_turn_ids: how many calls compare the fast suffix tokenisation with the whole-conversation one.
+SUFFIX_CHECKS = 16
 
 
 class ChatTemplateError(ValueError):
@@ -41,6 +43,8 @@ class ChatRenderer:
         self.enable_thinking = enable_thinking
         self.merge_system = not self._accepts_system_role()
         self.end_of_turn_id = self._find_end_of_turn()
+        self._end_of_turn_text = tokenizer.decode([self.end_of_turn_id], skip_special_tokens=False)
+        self._suffix_checks_left = SUFFIX_CHECKS
         if not self.is_prefix_preserving():
             self._use_training_template()
 
@@ -78,22 +82,49 @@ class ChatRenderer:
         """Ids the template puts after the end-of-turn token of the last assistant turn in `prev_messages`:
         the rest of that turn's closing, the environment (user) turn, and the next generation prompt.
 
-        Computed like TRL's `_get_tool_suffix_ids`: render with and without the new message, cut the shorter
-        one at its last end-of-turn token, and keep what follows it in the longer one.
+        Computed like TRL's `_get_tool_suffix_ids`: render with and without the new message, cut the longer
+        render after the shorter one's last end-of-turn, and keep what follows. Cutting after the n-th
+        end-of-turn rather than comparing prefixes keeps templates that re-render history (Gemma drops old
+        thought channels) right. Only the text from that end-of-turn on is tokenised (the whole conversation
+        would cost O(length) per round); the first `SUFFIX_CHECKS` calls also tokenise everything and, on any
+        difference, switch this renderer to whole-conversation tokenisation for good.
         """
         if isinstance(env_message, str):
             env_message = {"role": "user", "content": env_message}
         if not prev_messages or prev_messages[-1]["role"] != "assistant":
             raise ChatTemplateError("env_turn_ids needs a conversation that ends with an assistant turn")
-        prefix = list(self._apply(prev_messages, add_generation_prompt=False, tokenize=True))
-        full = list(self._apply([*prev_messages, env_message], add_generation_prompt=True, tokenize=True))
-        n_turns = prefix.count(self.end_of_turn_id)
-        ends = [i for i, t in enumerate(full) if t == self.end_of_turn_id]
+        prefix = self._apply(prev_messages, add_generation_prompt=False, tokenize=False)
+        full = self._apply([*prev_messages, env_message], add_generation_prompt=True, tokenize=False)
+        fast = self._suffix_from_text(prefix, full) if self._suffix_checks_left >= 0 else None
+        if fast is not None and self._suffix_checks_left == 0:
+            return fast
+        slow = self._suffix_from_ids(prefix, full)
+        if fast == slow:
+            self._suffix_checks_left -= 1
+        else:
+            self._suffix_checks_left = -1  # this tokenizer's suffix is context-dependent: always tokenise all
+        return slow
+
+    def _tokens(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))  # = apply_chat_template(tokenize=True)
+
+    def _suffix_from_ids(self, prefix: str, full: str) -> list[int]:
+        n_turns = self._tokens(prefix).count(self.end_of_turn_id)
+        full_ids = self._tokens(full)
+        ends = [i for i, t in enumerate(full_ids) if t == self.end_of_turn_id]
         if n_turns == 0 or len(ends) < n_turns:
             raise ChatTemplateError("the rendered assistant turn contains no end-of-turn token")
-        # Cut after the n-th end-of-turn of the longer render rather than comparing prefixes: templates that
-        # re-render history (Gemma drops old thought channels) still give the right suffix for the new turn.
-        return full[ends[n_turns - 1] + 1 :]
+        return full_ids[ends[n_turns - 1] + 1 :]
+
+    def _suffix_from_text(self, prefix: str, full: str) -> list[int] | None:
+        """The same suffix from the text after the n-th end-of-turn marker (None if it cannot be located)."""
+        n_turns, at = prefix.count(self._end_of_turn_text), -1
+        for _ in range(n_turns):
+            at = full.find(self._end_of_turn_text, at + 1)
+            if at < 0:
+                return None
+        ids = self._tokens(full[at:]) if n_turns else []
+        return ids[1:] if ids and ids[0] == self.end_of_turn_id else None
 
     def assistant_prefill(self, messages: list[Message]) -> str:
         """Text the generation prompt adds inside the assistant turn (e.g. Qwen's empty `<think>` block with

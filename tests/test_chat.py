@@ -130,3 +130,37 @@ def test_env_turn_needs_an_assistant_turn():
     renderer = ChatRenderer(build_tokenizer("llama"))
     with pytest.raises(ChatTemplateError, match="assistant"):
         renderer.env_turn_ids([{"role": "user", "content": "x"}], "y")
+
+
+def _tokenizer(arch: str):
+    if arch != "default":
+        return build_tokenizer(arch)
+    from transformers import AutoTokenizer
+
+    from sepo.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("default"))  # SmolLM2's byte-level BPE
+
+
+@pytest.mark.parametrize("arch", [*ARCHS, "default"])
+def test_suffix_tokenisation_matches_whole_conversation_and_falls_back(arch, monkeypatch):
+    """env_turn_ids tokenises only the text after the last end-of-turn once its first SUFFIX_CHECKS calls
+    agreed with whole-conversation tokenisation; a disagreement switches the renderer to the slow path."""
+    from sepo import chat
+
+    renderer = ChatRenderer(_tokenizer(arch))
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": OBSERVATIONS[0]}]
+    for k in range(chat.SUFFIX_CHECKS + 4):  # past the checks: the fast path alone answers
+        messages.append({"role": "assistant", "content": f" reply {k}:\n  DEFECT  "})
+        obs = f"Round {k + 2}. Scores: you {3 * k}, opponent {k}.  What now?"
+        prefix = renderer.render(messages)
+        full = renderer.render([*messages, {"role": "user", "content": obs}], add_generation_prompt=True)
+        assert renderer.env_turn_ids(messages, obs) == renderer._suffix_from_ids(prefix, full)
+        messages.append({"role": "user", "content": obs})
+    assert renderer._suffix_checks_left == 0
+
+    fresh = ChatRenderer(_tokenizer(arch))
+    monkeypatch.setattr(fresh, "_suffix_from_text", lambda prefix, full: [0])  # a tokenizer that disagrees
+    expected = ChatRenderer(_tokenizer(arch)).env_turn_ids(messages[:3], OBSERVATIONS[1])
+    assert fresh.env_turn_ids(messages[:3], OBSERVATIONS[1]) == expected
+    assert fresh._suffix_checks_left == -1
