@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
+from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View, record_round
 from envs.parsing import match_action
 
 _LABELS = {1: "LOW", 2: "MEDIUM", 3: "HIGH"}  # bid names, used when the bids are exactly 1, 2, 3
@@ -104,9 +104,7 @@ class RepeatedSealedBidAuction(Game):
             signals=(s0, s1),
             record={"bids": [actions[0], actions[1]], "winner": winner},
         )
-        state.history.append(result)
         for s in (0, 1):
-            state.totals[s] += payoffs[s]
             state.seat_history[s].append(
                 {
                     "my_value": values[s],
@@ -118,9 +116,7 @@ class RepeatedSealedBidAuction(Game):
                     "opp_payoff": payoffs[1 - s],
                 }
             )
-        state.round += 1
-        state.done = state.round >= self.num_rounds
-        return result
+        return record_round(state, result, self.num_rounds)
 
     # --- text views ----------------------------------------------------------------------------
     def _bid_text(self, bid: str) -> str:

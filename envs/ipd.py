@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
+from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View, record_round
 from envs.parsing import match_action
 
 COOPERATE = "COOPERATE"
@@ -94,14 +94,9 @@ class IteratedPrisonersDilemma(Game):
         result = RoundResult(
             index=state.round, payoffs=(p0, p1), signals=signals, record={"actions": [a0, a1]}
         )
-        state.history.append(result)
-        state.totals[0] += p0
-        state.totals[1] += p1
         state.seat_history[0].append({"my_action": a0, "opp_action": a1, "my_payoff": p0, "opp_payoff": p1})
         state.seat_history[1].append({"my_action": a1, "opp_action": a0, "my_payoff": p1, "opp_payoff": p0})
-        state.round += 1
-        state.done = state.round >= self.num_rounds
-        return result
+        return record_round(state, result, self.num_rounds)
 
     # --- text views ----------------------------------------------------------------------------
     def system_prompt(self, seat: int) -> str:

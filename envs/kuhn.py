@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from typing import Any
 
-from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
+from envs.base import (
+    Game,
+    GameState,
+    IllegalActionError,
+    Lambdas,
+    RoundResult,
+    Signals,
+    View,
+    check_seat,
+    record_round,
+)
 from envs.parsing import match_action
 
 CARDS: tuple[str, ...] = ("J", "Q", "K")
@@ -104,7 +114,7 @@ class KuhnPoker(Game):
 
     def info_state(self, state: KuhnState, seat: int) -> str:
         """The classic information-set string of `seat` in the current hand: card + p/b history ("Qpb")."""
-        _check_seat(seat)
+        check_seat("kuhn", seat)
         if state.done:
             raise ValueError("kuhn: the episode is over; there is no current hand")
         return state.deals[state.round][seat] + self._letters(state)
@@ -153,17 +163,12 @@ class KuhnPoker(Game):
         result = RoundResult(
             index=state.round, payoffs=(payoffs[0], payoffs[1]), signals=signals, record=record
         )
-        state.history.append(result)
-        state.totals[0] += payoffs[0]
-        state.totals[1] += payoffs[1]
-        state.round += 1
         state.betting = []
-        state.done = state.round >= self.num_rounds
-        return result
+        return record_round(state, result, self.num_rounds)
 
     # --- views ---------------------------------------------------------------------------------
     def view(self, state: KuhnState, seat: int) -> View:
-        _check_seat(seat)
+        check_seat("kuhn", seat)
         current: dict[str, Any] = {}
         private: dict[str, Any] = {}
         if not state.done:
@@ -181,7 +186,7 @@ class KuhnPoker(Game):
         return self.make_view(state, seat, history, private=private, current=current)
 
     def system_prompt(self, seat: int) -> str:
-        _check_seat(seat)
+        check_seat("kuhn", seat)
         a, b = self.ante, self.bet
         return (
             f"You are playing Kuhn poker against one opponent for {self.num_rounds} hands. The deck has three "
@@ -230,11 +235,6 @@ class KuhnPoker(Game):
 
 def _normalize(line: str) -> str:
     return _ALIASES.get(line.upper(), line)
-
-
-def _check_seat(seat: int) -> None:
-    if seat not in (0, 1):
-        raise ValueError(f"kuhn: seat must be 0 or 1, got {seat!r}")
 
 
 def _who(actor: int, seat: int) -> str:
@@ -368,13 +368,13 @@ def _best_response(
 
 def best_response_value(policy: Policy, player: int) -> float:
     """Expected payoff per hand of a best response in seat `player` against `policy` in the other seat."""
-    _check_seat(player)
+    check_seat("kuhn", player)
     return _best_response(validate_policy(policy), player)[0]
 
 
 def best_response(policy: Policy, player: int) -> dict[str, dict[str, float]]:
     """A pure best response for `player` against `policy`, as a table over `player`'s info sets."""
-    _check_seat(player)
+    check_seat("kuhn", player)
     return _best_response(validate_policy(policy), player)[1]
 
 

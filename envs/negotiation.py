@@ -12,48 +12,19 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View
+from envs.base import (
+    Game,
+    GameState,
+    Lambdas,
+    RoundResult,
+    Signals,
+    View,
+    check_int,
+    check_seat,
+    check_simultaneous,
+    record_round,
+)
 from envs.parsing import match_action
-
-
-def check_seat(game: str, seat: int) -> None:
-    """Raise a clear ValueError unless `seat` is 0 or 1."""
-    if seat not in (0, 1):
-        raise ValueError(f"{game}: seat must be 0 or 1, got {seat!r}")
-
-
-def check_int(game: str, label: str, value: Any, low: int, high: int | None = None) -> None:
-    """Raise a clear ValueError unless `value` is an int in [low, high]."""
-    ok = (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and value >= low
-        and (high is None or value <= high)
-    )
-    if not ok:
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise ValueError(f"{game}: {label} must be an integer {bound}, got {value!r}")
-
-
-def check_simultaneous(game: Game, state: GameState, actions: Mapping[int, str]) -> None:
-    """Both seats must send exactly one legal action; raise IllegalActionError otherwise."""
-    if state.done:
-        raise IllegalActionError(f"{game.name}: the episode is over")
-    if set(actions) != {0, 1}:
-        raise IllegalActionError(f"{game.name}: both seats act simultaneously; got seats {sorted(actions)}")
-    for seat, action in actions.items():
-        if action not in game.legal_actions(state, seat):
-            raise IllegalActionError(f"{game.name}: {action!r} is not a legal action for seat {seat}")
-
-
-def record_round(state: GameState, result: RoundResult, num_rounds: int) -> RoundResult:
-    """Append `result` to the state and advance it to the next round."""
-    state.history.append(result)
-    state.totals[0] += result.payoffs[0]
-    state.totals[1] += result.payoffs[1]
-    state.round += 1
-    state.done = state.round >= num_rounds
-    return result
 
 
 def demand_history(

@@ -17,8 +17,19 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, Lambdas, RoundResult, Signals, View
-from envs.negotiation import check_int, check_seat, check_simultaneous, demand_history, record_round
+from envs.base import (
+    Game,
+    GameState,
+    Lambdas,
+    RoundResult,
+    Signals,
+    View,
+    check_int,
+    check_seat,
+    check_simultaneous,
+    record_round,
+)
+from envs.negotiation import demand_history
 from envs.parsing import match_action
 
 _VECTOR = re.compile(r"[\[({]?\s*(\d+(?:\s*[,;\s]\s*\d+)*)\s*[\])}]?")

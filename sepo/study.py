@@ -303,6 +303,23 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def arm_digest(cfg: StudyConfig, arm: str) -> str:
+    """A fingerprint of everything that defines an arm's training (its merged recipe keys)."""
+    import hashlib
+
+    merged = {**cfg.train, **cfg.arms[arm]}
+    return hashlib.sha256(json.dumps(merged, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def finished_arm(cfg: StudyConfig, arm: str) -> dict[str, Any] | None:
+    """The summary of an arm already trained with the same recipe keys (so a rerun resumes the study)."""
+    path = Path(arm_configs(cfg, arm)[0].output_dir) / "study_arm.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("config_digest") == arm_digest(cfg, arm) else None
+
+
 def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     """Train one arm (recording its rollouts); returns its wall time, log statistics and output paths."""
     from sepo.callbacks import write_json_atomic
@@ -319,7 +336,8 @@ def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     seconds = time.perf_counter() - start
     summary = {"arm": arm, "credit": args.credit, "lambdas": args.lambdas, "pool_weights": args.pool_weights,
-               "train_seconds": seconds, "model_dir": str(out), **advantage_statistics(trainer.state.log_history)}
+               "train_seconds": seconds, "model_dir": str(out), "config_digest": arm_digest(cfg, arm),
+               **advantage_statistics(trainer.state.log_history)}
     write_json_atomic(out / "study_arm.json", summary)
     del trainer
     gc.collect()
@@ -424,9 +442,9 @@ def report_markdown(report: dict[str, Any]) -> str:
                      f"(rewards differ by up to {r['max_abs_reward_gap']:.3f}); per_pool credit on the same "
                      f"batches changes {r['per_pool_changed_cells']} of {r['cells']} (episode, round) advantages "
                      f"(max abs(ΔA) {r['per_pool_vs_shared_max_abs_diff']:.2f})")
-    lines += ["", "   Per-round normalisation within a group of G keeps only how each episode's J ranks against "
-              "its group's; with small G (G = 2: only the sign of the difference) per_pool and shared give the "
-              "same advantages wherever the penalty does not reverse that order, so their rows can coincide."]
+    lines += ["", "   Per-round normalisation centres and scales each round's rewards within the group; with "
+              "G = 2 only the sign of the within-group difference survives, so per_pool and shared then coincide "
+              "wherever the penalty does not reverse the payoff order."]
     aux = checks["auxiliary_uncorrelated"]
     if aux:
         lines += ["", f"2. Auxiliary penalty uncorrelated with the credited episode (n = {aux['n']}, "
@@ -485,8 +503,9 @@ def machine() -> str:
 
 
 def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = None,
-              report_only: bool = False) -> dict[str, Any]:
-    """Train every arm (unless report_only), evaluate them side by side, run the checks, write the report."""
+              report_only: bool = False, retrain: bool = False) -> dict[str, Any]:
+    """Train every arm (unless report_only), evaluate them side by side, run the checks, write the report.
+    An arm already trained with the same recipe keys is reused unless `retrain`."""
     arms = list(arms or cfg.arms)
     unknown = [a for a in arms if a not in cfg.arms]
     if unknown:
@@ -501,6 +520,11 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         path = out / arm / "train" / "study_arm.json"
         if report_only:
             summaries[arm] = json.loads(path.read_text())
+            continue
+        done = None if retrain else finished_arm(cfg, arm)
+        if done is not None:
+            _say(f"arm {i}/{len(arms)}: {arm} already trained with these keys ({done['model_dir']}): reused")
+            summaries[arm] = done
             continue
         _say(f"arm {i}/{len(arms)}: {arm} ({cfg.arms[arm]}) - training")
         summaries[arm] = train_arm(cfg, arm)
@@ -534,13 +558,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_dir", help="override the recipe's output_dir")
     parser.add_argument("--arms", help="comma-separated subset of the recipe's arms (default: all)")
     parser.add_argument("--report_only", action="store_true", help="report on already trained arms (reuses eval/results.json of the same models)")
+    parser.add_argument("--retrain", action="store_true", help="train every arm again, even those already trained with the same keys")
     ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     try:
         cfg = StudyConfig.from_yaml(ns.config)
         if ns.output_dir:
             cfg.output_dir = ns.output_dir
-        report = run_study(cfg, Path(ns.config).stem, ns.arms.split(",") if ns.arms else None, ns.report_only)
+        report = run_study(cfg, Path(ns.config).stem, ns.arms.split(",") if ns.arms else None, ns.report_only,
+                           ns.retrain)
     except ValueError as exc:
         print(f"sepo study: {exc}", file=sys.stderr)
         return 2
