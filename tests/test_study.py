@@ -162,11 +162,11 @@ def test_end_to_end_study_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
     assert (out / "study.png").stat().st_size > 1000
     assert "Four-arm credit study" in capsys.readouterr().out
     # a rerun resumes: arms trained with the same keys are reused, a changed arm is trained again
-    adapter = out / "shared" / "train" / "adapter_model.safetensors"
-    stamp = adapter.stat().st_mtime_ns
+    trained = out / "shared" / "train" / "trainer_state.json"
+    stamp = trained.stat().st_mtime_ns
     config["arms"]["auxiliary"]["learning_rate"] = 5e-4
     path.write_text(yaml.safe_dump(config))
     assert main(["--config", str(path)]) == 0
     printed = capsys.readouterr().out
     assert "shared already trained with these keys" in printed and "auxiliary ({" in printed
-    assert adapter.stat().st_mtime_ns == stamp
+    assert trained.stat().st_mtime_ns == stamp
