@@ -31,6 +31,8 @@ LANGUAGE_MODEL_ATTENTION = r"^(?!.*(?:vision|audio|visual|multi_modal|embed_visi
 class SEPOSFTConfig(SFTConfig):
     """SFTConfig plus what the warm-start stage needs: the model, the data, LoRA and the merged output."""
 
+    _VALID_DICT_FIELDS = SFTConfig._VALID_DICT_FIELDS + ["game_params"]  # JSON strings from the CLI become dicts
+
     model_name_or_path: str = field(default="default", metadata={"help": "path, hub id, or `default` (embedded)"})
     dataset_path: str | None = field(
         default=None, metadata={"help": "a `sepo data` output directory (datasets save_to_disk); None: generate"}
@@ -118,7 +120,7 @@ def _datasets(config: SEPOSFTConfig):
         from sepo.sft_data import build_dataset
 
         dd = build_dataset(config.games, seed=config.data_seed_value, episodes_scale=config.episodes_scale,
-                           game_params=_as_dict(config.game_params))
+                           game_params=dict(config.game_params or {}))
     train, valid = dd["train"], dd.get("validation")
     if config.max_train_rows is not None and len(train) > config.max_train_rows:
         train = train.shuffle(seed=config.seed).select(range(config.max_train_rows))
@@ -127,11 +129,6 @@ def _datasets(config: SEPOSFTConfig):
     if valid is not None:
         valid = valid.remove_columns([c for c in valid.column_names if c not in keep])
     return train, valid
-
-
-def _as_dict(value: dict[str, Any] | str | None) -> dict[str, Any]:
-    """Dict-valued recipe keys arrive as dicts from YAML and as JSON strings from the command line."""
-    return json.loads(value) if isinstance(value, str) else dict(value or {})
 
 
 def _last_checkpoint(output_dir: str) -> str | None:

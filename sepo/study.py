@@ -42,6 +42,7 @@ from sepo.objective import EpisodeTerms
 ARM_ORDER = ("reward_only", "shared", "auxiliary", "per_pool")
 TOLERANCE = 1e-6
 EPISODES_FILE = "episodes.jsonl"
+ARM_SUMMARY = "study_arm.json"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -78,13 +79,18 @@ class StudyConfig:
         return cfg
 
 
+def arm_dir(cfg: StudyConfig, arm: str) -> Path:
+    """Where an arm trains: its checkpoints, recorded rollouts and study_arm.json summary."""
+    return Path(cfg.output_dir) / arm / "train"
+
+
 def arm_configs(cfg: StudyConfig, arm: str) -> tuple[Any, Any]:
     """(SEPOConfig, ModelConfig) of one arm: the shared train keys, the arm's overrides, its own output dir."""
     from trl import ModelConfig
 
     from sepo.config import SEPOConfig
 
-    keys = {**cfg.train, **cfg.arms[arm], "output_dir": str(Path(cfg.output_dir) / arm / "train")}
+    keys = {**cfg.train, **cfg.arms[arm], "output_dir": str(arm_dir(cfg, arm))}
     keys.setdefault("run_name", f"study-{arm}")
     sepo_fields = {f.name for f in dataclasses.fields(SEPOConfig) if f.init}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig) if f.init}
@@ -313,7 +319,7 @@ def arm_digest(cfg: StudyConfig, arm: str) -> str:
 
 def finished_arm(cfg: StudyConfig, arm: str) -> dict[str, Any] | None:
     """The summary of an arm already trained with the same recipe keys (so a rerun resumes the study)."""
-    path = Path(arm_configs(cfg, arm)[0].output_dir) / "study_arm.json"
+    path = arm_dir(cfg, arm) / ARM_SUMMARY
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
@@ -338,7 +344,7 @@ def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     summary = {"arm": arm, "credit": args.credit, "lambdas": args.lambdas, "pool_weights": args.pool_weights,
                "train_seconds": seconds, "model_dir": str(out), "config_digest": arm_digest(cfg, arm),
                **advantage_statistics(trainer.state.log_history)}
-    write_json_atomic(out / "study_arm.json", summary)
+    write_json_atomic(out / ARM_SUMMARY, summary)
     del trainer
     gc.collect()
     return summary
@@ -350,7 +356,7 @@ def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], reuse: bool = False) ->
     from sepo.evaluate import EvalConfig, run_eval
 
     models = [f"base={cfg.train['model_name_or_path']}"] if cfg.eval_base else []
-    models += [f"{arm}={Path(cfg.output_dir) / arm / 'train'}" for arm in arms]
+    models += [f"{arm}={arm_dir(cfg, arm)}" for arm in arms]
     keys = {"games": list(cfg.train.get("games", ["ipd"])), "game_params": dict(cfg.train.get("game_params") or {}),
             **cfg.eval, "models": models,  # eval plays the trained game (its game_params) unless `eval` says otherwise
             "output_dir": str(Path(cfg.output_dir) / "eval")}
@@ -517,9 +523,8 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
     start = time.perf_counter()
     summaries = {}
     for i, arm in enumerate(arms, 1):
-        path = out / arm / "train" / "study_arm.json"
         if report_only:
-            summaries[arm] = json.loads(path.read_text())
+            summaries[arm] = json.loads((arm_dir(cfg, arm) / ARM_SUMMARY).read_text())
             continue
         done = None if retrain else finished_arm(cfg, arm)
         if done is not None:

@@ -214,8 +214,8 @@ class HFBackend:
             pads = [width - len(p.ids) for p in prompts]
             ids = torch.tensor([[self.pad_id] * n + list(p.ids) for p, n in zip(prompts, pads)], device=device)
             attn = torch.tensor([[0] * n + [1] * len(p.ids) for p, n in zip(prompts, pads)], device=device)
-            session = self._prefix is not None and self._full_attention
-            cache = preallocated_cache(width + max_new_tokens) if session else None
+            own_cache = self._prefix is not None and self._full_attention
+            cache = preallocated_cache(width + max_new_tokens) if own_cache else None
             valid_before = torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
         width = ids.shape[1]
         trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None

@@ -44,15 +44,18 @@ class PreallocatedLayer(DynamicLayer):
             self._v = value_states.new_empty((*value_states.shape[:2], self._k.shape[2], value_states.shape[3]))
         if self.filled + n > self._k.shape[2]:
             room = max(2 * self._k.shape[2], self.filled + n)
-            self._k = torch.cat([self._k[:, :, : self.filled], self._k.new_empty(
-                (*self._k.shape[:2], room - self.filled, self._k.shape[3]))], 2)
-            self._v = torch.cat([self._v[:, :, : self.filled], self._v.new_empty(
-                (*self._v.shape[:2], room - self.filled, self._v.shape[3]))], 2)
+            self._k, self._v = (self._grown(buf, room) for buf in (self._k, self._v))
         self._k[:, :, self.filled : self.filled + n] = key_states
         self._v[:, :, self.filled : self.filled + n] = value_states
         self.filled += n
         self.keys, self.values = self._k[:, :, : self.filled], self._v[:, :, : self.filled]
         return self.keys, self.values
+
+    def _grown(self, buf: torch.Tensor, room: int) -> torch.Tensor:
+        """`buf` with its filled part kept and `room` positions in all."""
+        grown = buf.new_empty((*buf.shape[:2], room, buf.shape[3]))
+        grown[:, :, : self.filled] = buf[:, :, : self.filled]
+        return grown
 
 
 def preallocated_cache(capacity: int, kv: list[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
