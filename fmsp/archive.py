@@ -10,9 +10,7 @@ its row. The API follows pyribs' archives: `add`, `knn`, `elites`, `sample`, `le
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fmsp.domain import PolicyCode
+from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 
 @dataclass
@@ -50,19 +49,6 @@ class ArchiveEntry:
 
     def policy(self) -> PolicyCode:
         return PolicyCode(name=self.name, description=self.description, code=self.code, side=self.side)
-
-
-def atomic_write(path: Path, write: Any, suffix: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Archive:
@@ -150,11 +136,10 @@ class Archive:
         if self.path is None:
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path / "embeddings.npy", lambda fh: np.save(fh, self._emb), ".npy")
+        write_atomic(self.path / "embeddings.npy", lambda fh: np.save(fh, self._emb))
         lines = "".join(json.dumps(asdict(e), sort_keys=True) + "\n" for e in self.entries)
-        atomic_write(self.path / "entries.jsonl", lambda fh: fh.write(lines.encode()), ".jsonl")
-        meta = json.dumps({"side": self.side, "dim": self.dim}).encode()
-        atomic_write(self.path / "meta.json", lambda fh: fh.write(meta), ".json")
+        write_text_atomic(self.path / "entries.jsonl", lines)
+        write_json_atomic(self.path / "meta.json", {"side": self.side, "dim": self.dim})
 
     @classmethod
     def load(cls, path: str | Path) -> Archive:

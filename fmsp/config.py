@@ -122,7 +122,6 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
 
 
 def save_config(config: FMSPConfig, path: str | Path) -> None:
-    from fmsp.archive import atomic_write
+    from sepo.files import write_text_atomic
 
-    text = yaml.safe_dump(config.to_dict(), sort_keys=False).encode()
-    atomic_write(Path(path), lambda fh: fh.write(text), ".yaml")
+    write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

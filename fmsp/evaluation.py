@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from fmsp.archive import Archive, ArchiveEntry, atomic_write
+from fmsp.archive import Archive, ArchiveEntry
 from fmsp.domain import Domain, PolicyCode
+from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 ELO_SCALE = 400.0 / math.log(10.0)
 
@@ -313,8 +314,9 @@ def elo_markdown(rows: list[dict], summary: dict[str, Any], sides: Sequence[str]
     lines += ["## runs", "", "| run | side | mean Elo | max Elo | QD-score |", "|---|---|---:|---:|---:|"]
     for run, by_side in summary.items():
         for side, v in by_side.items():
-            qd = "n/a" if v["qd_score"] is None else f"{v['qd_score']:.3f}"
-            lines.append(f"| {run} | {side} | {v['mean_elo']:.0f} | {v['max_elo']:.0f} | {qd} |")
+            mean, best, qd = (("–" if v[k] is None else f"{v[k]:{f}}") for k, f in
+                              (("mean_elo", ".0f"), ("max_elo", ".0f"), ("qd_score", ".3f")))
+            lines.append(f"| {run} | {side} | {mean} | {best} | {qd} |")
     return "\n".join(lines) + "\n"
 
 
@@ -386,7 +388,7 @@ def _safe(name: str) -> str:
 def _save_figure(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120), ".png")
+    write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
     plt.close(fig)
 
 
@@ -403,17 +405,14 @@ def evaluate(
     players = build_population(domain, runs, top, n_random, seed)
     rows = elo_table(domain, players, play, n_boot, seed)
     qd = qd_scores(domain, runs, play, cells)
+    def elos(run: Run, side: str) -> list[float]:
+        return [r["elo"] for r in rows if r["run"] == run.name and r["side"] == side]
+
     summary = {
         run.name: {
             side: {
-                "mean_elo": float(
-                    np.mean(
-                        [r["elo"] for r in rows if r["run"] == run.name and r["side"] == side] or [np.nan]
-                    )
-                ),
-                "max_elo": float(
-                    max([r["elo"] for r in rows if r["run"] == run.name and r["side"] == side] or [np.nan])
-                ),
+                "mean_elo": float(np.mean(elos(run, side))) if elos(run, side) else None,
+                "max_elo": max(elos(run, side)) if elos(run, side) else None,
                 "qd_score": qd.get(side, {}).get("runs", {}).get(run.name, {}).get("qd_score"),
             }
             for side in domain.sides
@@ -422,12 +421,9 @@ def evaluate(
     }
     results = {"domain": domain.name, "runs": {r.name: str(r.path) for r in runs}, "summary": summary,
                "elo": rows, "qd": qd}  # fmt: skip
-    atomic_write(
-        out_dir / "results.json", lambda fh: fh.write(json.dumps(results, indent=2).encode()), ".json"
-    )
-    atomic_write(out_dir / "elo.json", lambda fh: fh.write(json.dumps(rows, indent=2).encode()), ".json")
-    table = elo_markdown(rows, summary, domain.sides).encode()
-    atomic_write(out_dir / "elo.md", lambda fh: fh.write(table), ".md")
+    write_json_atomic(out_dir / "results.json", results)
+    write_json_atomic(out_dir / "elo.json", rows)
+    write_text_atomic(out_dir / "elo.md", elo_markdown(rows, summary, domain.sides))
     plot_elo(rows, domain.sides, out_dir / "elo.png")
     plot_maps(qd, out_dir)
     return results

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fmsp.archive import Archive, ArchiveEntry, atomic_write
+from fmsp.archive import Archive, ArchiveEntry
 from fmsp.evaluation import Run, generated_members, load_run
+from sepo.files import write_json_atomic, write_text_atomic
 
 MANIFEST_FORMAT = "sepo-pool-manifest/1"
 POOL_SIDES = {"exploit": "exploiter", "collusive": "cooperator", "training": "cooperator"}
@@ -95,7 +96,7 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
     for entry, rule in select(run.archives[side], selection):
         name = member_name(prefix, method, game, entry.id)
         data = entry.code.encode()
-        atomic_write(out / "policies" / f"{name}.py", lambda fh, data=data: fh.write(data), ".py")
+        write_text_atomic(out / "policies" / f"{name}.py", entry.code)
         entries.append({
             "name": name, "game": game, "pool": pool, "file": f"policies/{name}.py",
             "class_name": policy_class_name(entry.code), "description": " ".join(entry.description.split())[:200],
@@ -110,7 +111,7 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
         "format": MANIFEST_FORMAT,
         "members": [m for m in old if m["name"] not in new_names] + entries,
     }
-    atomic_write(manifest_path, lambda fh: fh.write(json.dumps(manifest, indent=2).encode()), ".json")
+    write_json_atomic(manifest_path, manifest)
     return entries
 
 

@@ -15,13 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fmsp.archive import Archive, atomic_write
+from fmsp.archive import Archive
 from fmsp.config import FMSPConfig, load_config, parse_overrides, save_config
 from fmsp.domain import Domain
 from fmsp.embeddings import Embedder, make_embedder
 from fmsp.fm import FoundationModel, make_fm
 from fmsp.sandbox import Sandbox, SandboxLimits
 from fmsp.search import Counters, FMSPSearch
+from sepo.files import write_json_atomic, write_text_atomic
 
 
 def build_fm(config: FMSPConfig) -> FoundationModel:
@@ -69,7 +70,7 @@ def _read_records(path: Path, completed: int) -> list[str]:
 def _save_state(run_dir: Path, completed: int, rng: random.Random, fm: FoundationModel, counters: Counters) -> None:
     state = {"completed_iteration": completed, "rng": _jsonable(rng.getstate()), "counters": asdict(counters),
              "fm_state": fm.get_state() if hasattr(fm, "get_state") else None, "fm_usage": asdict(fm.usage)}  # fmt: skip
-    atomic_write(run_dir / "state.json", lambda fh: fh.write(json.dumps(state).encode()), ".json")
+    write_json_atomic(run_dir / "state.json", state, indent=None)
 
 
 def _jsonable(state: Any) -> Any:
@@ -116,7 +117,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         _save_state(run_dir, 0, rng, fm, search.counters)
     records_path = run_dir / "iterations.jsonl"
     kept = _read_records(records_path, completed)
-    atomic_write(records_path, lambda fh: fh.write("".join(kept).encode()), ".jsonl")
+    write_text_atomic(records_path, "".join(kept))
 
     wandb_run = _init_wandb(config, run_dir) if config.report_to == "wandb" else None
     progress = _progress(config, completed)
@@ -139,7 +140,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         "archive_totals": {s: len(a.entries) for s, a in archives.items()}, "counters": asdict(search.counters),
         "fm_usage": asdict(fm.usage), "wall_s_this_session": time.monotonic() - t_start,
     }  # fmt: skip
-    atomic_write(run_dir / "summary.json", lambda fh: fh.write(json.dumps(summary, indent=2).encode()), ".json")
+    write_json_atomic(run_dir / "summary.json", summary)
     if wandb_run is not None:
         wandb_run.summary.update({k: v for k, v in summary.items() if isinstance(v, int | float)})
         wandb_run.finish()

@@ -9,13 +9,12 @@ from sepo.subcommands import Commands, dispatch
 # subcommand -> (module, one-line help). Modules are imported lazily so `sepo --help` is instant.
 COMMANDS: Commands = {
     "tournament": ("sepo.tournament", "round robin among scripted strategies of one game"),
-    "data": ("sepo.sft_data", "generate expert-transcript SFT datasets"),
-    "sft": ("sepo.sft", "SFT warm-start with TRL SFTTrainer + LoRA, then merge"),
-    "train": ("sepo.train", "SEPO-GRPO training on TRL GRPOTrainer"),
-    "eval": ("sepo.evaluate", "evaluate checkpoints against the pools (JSON, markdown, plots)"),
-    "study": ("sepo.study", "the four-arm credit-assignment study"),
+    "data": ("sepo.sft.data", "generate expert-transcript SFT datasets"),
+    "sft": ("sepo.sft.train", "SFT warm-start with TRL SFTTrainer + LoRA, then merge"),
+    "train": ("sepo.grpo.train", "SEPO-GRPO training on TRL GRPOTrainer"),
+    "eval": ("sepo.eval.evaluate", "evaluate checkpoints against the pools (JSON, markdown, plots)"),
+    "study": ("sepo.eval.study.run", "the four-arm credit-assignment study"),
     "quickstart": ("sepo.quickstart", "data -> SFT -> SEPO-GRPO -> eval on the embedded model"),
-    "bench": ("sepo.bench", "the performance suite (ratios against named baselines)"),
 }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from envs.base import Lambdas, RoundResult
 from sepo.pools import POOL_NAMES
 
-POOLS = POOL_NAMES  # the pool names, re-exported (sepo.rewards reads objective.POOLS)
+POOLS = POOL_NAMES  # the pool names, re-exported (sepo.grpo.rewards reads objective.POOLS)
 CREDIT_MODES = ("per_pool", "shared", "auxiliary")
 
 

@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     scale = SCALES[args.scale]
     out = Path(args.out)
 
-    from sepo import evaluate, sft, train
+    from sepo.eval import evaluate
+    from sepo.grpo import train
     from sepo.models import resolve_model
+    from sepo.sft import train as sft
 
     t0 = time.perf_counter()
     print("preparing the embedded default model (SmolLM2-135M-Instruct; converted once, then cached)", flush=True)

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
-import os
 import random
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from envs import GAMES, Game, UnknownNameError, make_game, play_episode, strategy_registry
+from sepo.files import write_json_atomic
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,20 +34,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this path")
     return parser
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` via a temporary file in the same directory and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _rounds_parameter(game: Game) -> str:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from sepo.advantages import group_normalize, round_returns, sepo_round_advantages, token_advantages
+from sepo.grpo.advantages import group_normalize, round_returns, sepo_round_advantages, token_advantages
 
 NAN = float("nan")
 EPS = 1e-4

@@ -1,4 +1,4 @@
-"""sepo bench: the suite runs in quick mode and appends a well-formed results line (no timing thresholds)."""
+"""python -m benchmarks: the suite runs in quick mode and appends a well-formed results line (no timing thresholds)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sepo.bench import PARTS, main, results_markdown, rows
+from benchmarks.suite import PARTS, main, results_markdown, rows
 
 
 def _lines(path) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sepo.chat import ChatRenderer, ChatTemplateError
+from sepo.rollout.chat import ChatRenderer, ChatTemplateError
 from sepo.tiny_models import ARCHS, build_tokenizer
 
 SYSTEM = "You are playing a repeated game."
@@ -146,7 +146,7 @@ def _tokenizer(arch: str):
 def test_suffix_tokenisation_matches_whole_conversation_and_falls_back(arch, monkeypatch):
     """env_turn_ids tokenises only the text after the last end-of-turn once its first SUFFIX_CHECKS calls
     agreed with whole-conversation tokenisation; a disagreement switches the renderer to the slow path."""
-    from sepo import chat
+    from sepo.rollout import chat
 
     renderer = ChatRenderer(_tokenizer(arch))
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": OBSERVATIONS[0]}]

@@ -7,15 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepo.decoding import (
-    FALLBACK_CUE,
+from sepo.backends.hf_decoding import (
     ActionTrie,
     TrieLogitsProcessor,
     action_variants,
     build_trie,
-    fallback_prompt_ids,
     score_actions,
 )
+from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 from sepo.tiny_models import build_tiny_model, build_tokenizer
 
 ACTION_SETS = [

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from envs.kuhn import INFO_STATES
-from sepo.evaluate import EvalConfig, main, markdown, run_eval
+from sepo.eval.evaluate import EvalConfig, main, markdown, run_eval
 
 
 def _cfg(model_dir, tmp_path, **kw) -> EvalConfig:

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 
+from benchmarks import games as bench_games
+from benchmarks.games import AXELROD_TWINS
 from envs import IllegalActionError, make_game, make_strategy, play_episode, strategy_registry
 from envs.ipd import COOPERATE, DEFECT, IteratedPrisonersDilemma
 
 C, D = COOPERATE, DEFECT
 
-def _load_bench():
-    """tests/benchmarks/bench_envs.py as a module (tests/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_envs", Path(__file__).parent / "benchmarks" / "bench_envs.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
-BENCH = _load_bench()
 # Our deterministic strategies and their Axelrod 4.13.1 twins (alternating_defect has no exact twin): one table,
 # shared with the benchmark that times the same pairs.
-AXELROD_TWINS = BENCH.AXELROD_TWINS
 
 
 def play(a: str, b: str, seed: int = 0, **game_params) -> tuple[list[tuple[str, str]], tuple[float, float]]:
@@ -315,9 +303,9 @@ def test_totals_equal_axelrod_for_all_ordered_pairs_over_200_turns(axelrod):
 
 def test_envs_benchmark_runs_and_agrees_with_the_references(axelrod):
     """The benchmark's own agreement checks (IPD totals, Kuhn exploitability to 1e-9) pass; no timing asserts."""
-    results = BENCH.run(repeats=1)
+    results = bench_games.run(repeats=1)
     assert results["ipd"]["pairs"] == 81 and results["kuhn"]["max_abs_diff"] <= 1e-9
     assert all(
         results[k][f] > 0 for k, f in [("ipd", "ours_ms_per_match"), ("kuhn", "openspiel_ms_per_call")]
     )
-    assert "speedup" in BENCH.format_table(results)
+    assert "speedup" in bench_games.format_table(results)

@@ -10,10 +10,10 @@ import pytest
 
 import envs
 from envs import Strategy, UnknownNameError
+from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf import HFBackend
-from sepo.decoding import FALLBACK_CUE
-from sepo.generation import Generation, Prompt, SamplingSpec
-from sepo.rollout import EpisodeSpec, decision_bound, play_episodes
+from sepo.rollout.engine import EpisodeSpec, decision_bound, play_episodes
+from sepo.rollout.fallback import FALLBACK_CUE
 from sepo.tiny_models import ARCHS
 
 SAMPLING = SamplingSpec(temperature=1.0, top_p=0.95, max_new_tokens=8, seed=0)

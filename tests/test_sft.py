@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from sepo.sft import LANGUAGE_MODEL_ATTENTION, SEPOSFTConfig, main, run_sft
-from sepo.sft_data import main as data_main
+from sepo.sft.data import main as data_main
+from sepo.sft.train import LANGUAGE_MODEL_ATTENTION, SEPOSFTConfig, main, run_sft
 
 
 @pytest.fixture(scope="module")

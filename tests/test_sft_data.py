@@ -6,7 +6,7 @@ import random
 import pytest
 
 import envs
-from sepo.sft_data import DEMONSTRATIONS, generate
+from sepo.sft.data import DEMONSTRATIONS, generate
 
 GAMES = list(DEMONSTRATIONS)
 

@@ -12,15 +12,11 @@ import pytest
 import yaml
 
 from envs import make_game, make_strategy, play_episode
-from sepo.study import (
-    StudyConfig,
-    auxiliary_check,
-    credited_statistics,
-    main,
-    report_markdown,
-    shared_equals_reward_only,
-    terms_from_dict,
-)
+from sepo.eval.study.checks import auxiliary_check, credited_statistics, shared_equals_reward_only
+from sepo.eval.study.config import StudyConfig
+from sepo.eval.study.record import terms_from_dict
+from sepo.eval.study.report import report_markdown
+from sepo.eval.study.run import main
 
 IPD = make_game("ipd", num_rounds=4)
 LAMBDAS = IPD.default_lambdas
@@ -59,7 +55,7 @@ def test_shared_check_detects_a_penalty_that_is_not_a_group_constant():
     # Negative control: with per-episode penalties (a different lambda per episode is not a group constant)
     # the same comparison must fail, so the check is not vacuous.
     from sepo import objective
-    from sepo.study import _advantages
+    from sepo.eval.study.checks import _advantages
 
     terms = [terms_from_dict(ep, IPD.max_payoff) for ep in batch()]
     own = [objective.round_rewards(t, LAMBDAS, "shared", shared_penalty=objective.penalty(t, LAMBDAS))
@@ -106,7 +102,7 @@ def test_config_errors_are_clear(tmp_path, capsys):
 
 
 def test_study_configs_parse():
-    from sepo.study import arm_configs
+    from sepo.eval.study.config import arm_configs
 
     for name in ("ipd_default", "ipd_gemma4_e4b"):
         cfg = StudyConfig.from_yaml(f"configs/study/{name}.yaml")

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from envs import make_game, make_strategy
-from sepo.advantages import sepo_round_advantages
-from sepo.config import SEPOConfig
-from sepo.rollout import EpisodeRecord, EpisodeSpec, Trajectory, TurnRecord
-from sepo.trainer import SEPOTrainer, build_group_dataset, group_specs
+from sepo.grpo.advantages import sepo_round_advantages
+from sepo.grpo.config import SEPOConfig
+from sepo.grpo.trainer import SEPOTrainer, build_group_dataset, group_specs
+from sepo.rollout.engine import EpisodeRecord, EpisodeSpec, Trajectory, TurnRecord
 
 
 def tiny_config(tmp_path, **overrides) -> SEPOConfig:
@@ -214,7 +214,7 @@ def test_two_lora_steps_per_game_with_real_rollouts(game, tmp_path, tiny_model_d
 
 def test_sepo_train_cli_recipe_overrides_and_wandb_offline(tmp_path, tiny_model_dir, monkeypatch):
     """`sepo train --config <recipe> --key value`: resolved config saved, SEPO metrics in the wandb run files."""
-    from sepo.train import main
+    from sepo.grpo.train import main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
@@ -283,8 +283,8 @@ class ServerVLLMGenerationTestDouble:
 def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
     from transformers import AutoTokenizer
 
+    from sepo.backends.base import Prompt, SamplingSpec
     from sepo.backends.trl_vllm import TRLVLLMBackend
-    from sepo.generation import Prompt, SamplingSpec
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     eot = tok.convert_tokens_to_ids("<|im_end|>")

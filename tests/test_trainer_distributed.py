@@ -14,13 +14,13 @@ import textwrap
 
 import torch
 
-from sepo.advantages import sepo_round_advantages
+from sepo.grpo.advantages import sepo_round_advantages
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys
     from peft import LoraConfig
-    from sepo.config import SEPOConfig
-    from sepo.trainer import SEPOTrainer
+    from sepo.grpo.config import SEPOConfig
+    from sepo.grpo.trainer import SEPOTrainer
 
     class Dump(SEPOTrainer):
         def _generate_and_score_completions(self, inputs):

@@ -19,9 +19,9 @@ def test_colocate_vllm_training_steps_sync_weights_and_generate(tmp_path):
     import torch
     from peft import LoraConfig
 
-    from sepo.config import SEPOConfig
+    from sepo.grpo.config import SEPOConfig
+    from sepo.grpo.trainer import SEPOTrainer
     from sepo.tiny_models import save_tiny_model
-    from sepo.trainer import SEPOTrainer
 
     model_dir = str(save_tiny_model(tmp_path / "llama", "llama", dtype=torch.bfloat16))
     args = SEPOConfig(

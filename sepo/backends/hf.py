@@ -23,10 +23,10 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from sepo.backends.base import Generation, Prompt, SamplingSpec
+from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.backends.prefix_cache import PrefixCache, preallocated_cache
-from sepo.chat import ChatRenderer
-from sepo.decoding import TrieLogitsProcessor, build_trie, score_actions
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.rollout.chat import ChatRenderer
 
 
 class _LogprobRecorder(LogitsProcessor):

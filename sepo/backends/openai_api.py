@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 
 import openai
 
+from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.vllm import (
     check_batch,
     choice_max_tokens,
@@ -36,7 +37,6 @@ from sepo.backends.vllm import (
     choice_token_ids,
     request_seeds,
 )
-from sepo.generation import Generation, Prompt, SamplingSpec
 
 T = TypeVar("T")
 ServerKind = Literal["vllm", "openai"]

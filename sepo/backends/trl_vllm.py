@@ -14,7 +14,7 @@ from typing import Any
 
 from accelerate.utils import gather_object
 
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.backends.base import Generation, Prompt, SamplingSpec
 
 
 def check_supported(vllm_generation: Any) -> None:
@@ -47,7 +47,7 @@ def ensure_weight_sync(vllm_generation: Any) -> bool:
 
 
 class TRLVLLMBackend:
-    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.generation.GenerationBackend`."""
+    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.backends.base.GenerationBackend`."""
 
     def __init__(self, vllm_generation: Any, tokenizer: Any, end_of_turn_id: int) -> None:
         check_supported(vllm_generation)

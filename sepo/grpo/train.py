@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,8 @@ from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from sepo.callbacks import write_json_atomic
-from sepo.config import SEPOConfig
+from sepo.files import write_json_atomic
+from sepo.grpo.config import SEPOConfig
 from sepo.models import resolve_model
 
 
@@ -62,9 +63,10 @@ def _resume_checkpoint(args: SEPOConfig) -> str | None:
     return str(value)
 
 
-def build_trainer(args: SEPOConfig, model_args: ModelConfig):
-    """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path)."""
-    from sepo.trainer import SEPOTrainer
+def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = ()):
+    """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
+    see every rollout batch (see `SEPOTrainer`)."""
+    from sepo.grpo.trainer import SEPOTrainer
 
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and "dtype" not in model_init_kwargs:
@@ -75,7 +77,8 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig):
     path = resolve_model(model_args.model_name_or_path)
     # A text tokenizer (not the multimodal processor of Gemma 4 / Qwen 3.5) keeps TRL on its text-only path.
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    return SEPOTrainer(model=path, args=args, processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    return SEPOTrainer(model=path, args=args, processing_class=tokenizer, peft_config=get_peft_config(model_args),
+                       rollout_hooks=rollout_hooks)
 
 
 def main(argv: list[str] | None = None) -> int:

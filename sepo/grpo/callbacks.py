@@ -8,24 +8,16 @@ copies a better checkpoint to `output_dir/best` (atomically), recording the choi
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from sepo.files import replace_dir_atomic, write_json_atomic
+
 SAFETY_KEY = "sepo/safety"
 BEST_DIR = "best"
 BEST_FILE = "best.json"
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON to `path` via a temporary file and os.replace."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
 
 
 def safety_since(log_history: list[dict], after_step: int, upto_step: int) -> float | None:
@@ -57,12 +49,5 @@ class BestSafetyCallback(TrainerCallback):
         checkpoint = out / f"checkpoint-{step}"
         if not checkpoint.is_dir():
             return
-        tmp = Path(tempfile.mkdtemp(prefix=".best-", dir=out))
-        shutil.copytree(checkpoint, tmp, dirs_exist_ok=True)
-        old = out / BEST_DIR
-        if old.exists():
-            trash = Path(tempfile.mkdtemp(prefix=".old-best-", dir=out))
-            os.replace(old, trash / BEST_DIR)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(tmp, old)
+        replace_dir_atomic(lambda tmp: shutil.copytree(checkpoint, tmp, dirs_exist_ok=True), out / BEST_DIR)
         write_json_atomic(best_file, {"step": step, "safety": score, "checkpoint": str(checkpoint)})

@@ -1,7 +1,7 @@
 """Constrained fallback decoding and exact action scoring for transformers models.
 
-When a turn does not parse into a legal action, the model's own text is kept, a short cue is appended in the
-same assistant turn, and the next tokens are restricted to the legal action strings (a token trie applied as
+When a turn does not parse into a legal action, the rollout keeps the model's own text and appends the
+fallback cue (`sepo.rollout.fallback`) in the same assistant turn; here the next tokens are restricted to the legal action strings (a token trie applied as
 a `LogitsProcessor`), then the end-of-turn token is forced. Actions are tokenised *in context* (after the cue)
 and also with/without a leading space, so the trie contains the token sequences the model would naturally use.
 Scoring gives the exact probability of each legal action as the continuation (used for tabular policies,
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor
 
-FALLBACK_CUE = "\nFinal action:"
 _CONTEXT_TOKENS = 16  # how much of the prompt's tail is re-tokenised to find in-context action tokens
 
 
@@ -107,23 +106,6 @@ class TrieLogitsProcessor(LogitsProcessor):
         for row in range(input_ids.shape[0]):
             mask[row, self.allowed(row, input_ids[row, self.prompt_len :].tolist())] = 0.0
         return scores + mask
-
-
-def cue_ids(tokenizer) -> list[int]:
-    """Token ids of FALLBACK_CUE (standalone, so decoding the turn plus cue gives the exact text)."""
-    return tokenizer.encode(FALLBACK_CUE, add_special_tokens=False)
-
-
-def fallback_prompt_ids(
-    context_ids: Sequence[int], turn_ids: Sequence[int], tokenizer, end_of_turn_id: int
-) -> tuple[list[int], list[int]]:
-    """The prompt for a constrained fallback decode: context, the model's own turn without its end-of-turn,
-    then the cue. Returns (prompt ids, cue ids)."""
-    turn = list(turn_ids)
-    if turn and turn[-1] == end_of_turn_id:
-        turn = turn[:-1]
-    cue = cue_ids(tokenizer)
-    return [*context_ids, *turn, *cue], cue
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ lambdas; the group-level parts of the `shared` ablation are finished by the trai
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -77,6 +78,7 @@ class SEPOReward:
     def __call__(self, prompts: list, completions: list, completion_ids: list, episode: list,
                  auxiliary: list | None = None, log_metric: Callable[[str, float], None] | None = None,
                  **_: Any) -> list[float]:
+        start = time.perf_counter()
         rewards = []
         for i, record in enumerate(episode):
             per_round, _ = self.round_rewards(record, auxiliary[i] if auxiliary else ())
@@ -84,6 +86,7 @@ class SEPOReward:
         if log_metric is not None:
             for name, value in episode_metrics(episode, self.games, self.lambdas).items():
                 log_metric(name, value)
+            log_metric("sepo/time/rewards_s", time.perf_counter() - start)
         return rewards
 
 

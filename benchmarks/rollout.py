@@ -6,8 +6,8 @@ settings) three ways: as one lock-step batch reusing each round's key/value cach
 as one batch re-encoding every round (batching alone), and episode by episode re-encoding every round (the
 reference). The headline ratio is reference / ours; the other two ratios split it into its two causes.
 
-    python -m tests.benchmarks.bench_rollout [--episodes 64] [--model tiny|default]
-    python -m tests.benchmarks.bench_rollout --gpu [--arch llama|qwen3_5|gemma4]   # 4B-shaped, bf16, cuda
+    python -m benchmarks.rollout [--episodes 64] [--model tiny|default]
+    python -m benchmarks.rollout --gpu [--arch llama|qwen3_5|gemma4]   # 4B-shaped, bf16, cuda
 
 `--gpu` builds a random-weight model with 4B-class dimensions in bf16 on the GPU, times the batched rollouts
 of all episodes and the one-at-a-time reference on `--reference-episodes` of them (extrapolated, labelled),
@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
+from sepo.backends.base import SamplingSpec
 from sepo.backends.hf import HFBackend
-from sepo.generation import SamplingSpec
-from sepo.rollout import EpisodeSpec, play_episodes
+from sepo.rollout.engine import EpisodeSpec, play_episodes
 
 OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
 
@@ -133,6 +133,13 @@ def run(
         ),
         "peak_gpu_memory_gb": round(peak_gb, 2) if peak_gb is not None else None,
     }
+
+
+def bench(quick: bool, gpu: bool) -> dict[str, Any]:
+    """The suite's rollout part: 64 IPD episodes (quick: 8 short ones)."""
+    if quick:
+        return run(episodes=8, rounds=2, max_new_tokens=8, gpu=gpu, reference_episodes=4 if gpu else None)
+    return run(episodes=64, gpu=gpu)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -8,10 +8,11 @@ lock-step rounds, a SEPO reward function, and (after `super()._generate_and_scor
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,11 +24,15 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from envs import Game, make_game
-from sepo.advantages import sepo_round_advantages, token_advantages
-from sepo.config import POOLS, SEPOConfig
-from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.grpo.advantages import sepo_round_advantages, token_advantages
+from sepo.grpo.config import POOLS, SEPOConfig
+from sepo.grpo.rewards import SEPOReward, game_lambdas
 from sepo.pools import Pools, load_pools
-from sepo.rewards import SEPOReward, game_lambdas
+
+RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
+"""Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, auxiliary
+records) per rollout, in the batch's order (e.g. the study records them)."""
 
 
 def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
@@ -70,10 +75,29 @@ def build_group_dataset(args: SEPOConfig, pools: dict[str, Pools]) -> Dataset:
     rows = []
     for b in range(blocks):
         for i, row in enumerate(block):
-            seed = args.seed * 1_000_003 + b * len(block) + i
-            label = f"{row['game']} | {row['pool']} | {row['opponent']} | seed {seed} | seat {args.seat}"
-            rows.append({"prompt": label, **row, "seed": seed, "seat": args.seat})
+            group = {**row, "seed": args.seed * 1_000_003 + b * len(block) + i, "seat": args.seat}
+            rows.append({"prompt": group_prompt(group), **group})
     return Dataset.from_list(rows)
+
+
+GROUP_KEYS = ("game", "pool", "opponent", "seed", "seat")
+
+
+def group_prompt(group: dict[str, Any]) -> str:
+    """The dataset's `prompt` for one group: its (game, pool, opponent, seed, seat) as canonical JSON.
+
+    TRL hands exactly these strings to `rollout_func`, so the rollout reads what to play from its own
+    arguments (and the completions table in wandb shows which group each rollout belongs to)."""
+    return json.dumps({k: group[k] for k in GROUP_KEYS})
+
+
+def parse_group_prompt(prompt: str) -> dict[str, Any]:
+    """The group a dataset prompt names (the inverse of `group_prompt`)."""
+    try:
+        group = json.loads(prompt)
+        return {k: group[k] for k in GROUP_KEYS}
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"a SEPO group prompt is JSON with keys {GROUP_KEYS}; got {prompt!r}") from exc
 
 
 class _TimedBackend:
@@ -112,7 +136,8 @@ class SEPOTrainer(GRPOTrainer):
 
     def __init__(self, model: Any, args: SEPOConfig, train_dataset: Dataset | None = None,
                  processing_class: Any = None, peft_config: Any = None,
-                 callbacks: Sequence[TrainerCallback] | None = None, reward_funcs: Any = None) -> None:
+                 callbacks: Sequence[TrainerCallback] | None = None, reward_funcs: Any = None,
+                 rollout_hooks: Sequence[RolloutHook] = ()) -> None:
         if not isinstance(args, SEPOConfig):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
@@ -127,14 +152,14 @@ class SEPOTrainer(GRPOTrainer):
             train_dataset = build_group_dataset(args, self.pools)
         callbacks = list(callbacks or [])
         if args.keep_best_by_safety:
-            from sepo.callbacks import BestSafetyCallback
+            from sepo.grpo.callbacks import BestSafetyCallback
 
             callbacks.append(BestSafetyCallback())
-        self._batch_rows: list[dict[str, Any]] = []
+        self.rollout_hooks = list(rollout_hooks)
         super().__init__(model=model, reward_funcs=reward_funcs or [self.sepo_reward], args=args,
                          train_dataset=train_dataset, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks, rollout_func=self._rollout)
-        from sepo.chat import ChatRenderer
+        from sepo.rollout.chat import ChatRenderer
 
         self.renderer = ChatRenderer(self._tokenizer, enable_thinking=args.enable_thinking)
         if args.use_vllm:
@@ -161,7 +186,7 @@ class SEPOTrainer(GRPOTrainer):
             yield HFBackend.from_trainer_model(model, self._tokenizer)  # it switches eval/no_grad per call
 
     def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> Any:
-        from sepo.rollout import EpisodeSpec
+        from sepo.rollout.engine import EpisodeSpec
 
         return EpisodeSpec(game=game, game_params=dict(self.args.game_params.get(game, {})), pool=pool,
                            opponent=opponent, seed=seed, seat=seat)
@@ -177,7 +202,7 @@ class SEPOTrainer(GRPOTrainer):
     def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> list[tuple[Any, Any, list[Any]]]:
         """Play one episode per row (plus auxiliary episodes when credit=auxiliary) in one lock-step batch,
         with the same number of generation calls on every rank; returns (record, trajectory, aux records)."""
-        from sepo.rollout import play_episodes
+        from sepo.rollout.engine import play_episodes
 
         specs = [self._spec(r["game"], r["pool"], r["opponent"], int(r["seed"]), int(r["seat"])) for r in rows]
         aux = [self.auxiliary_specs(r, i) if self.args.credit == "auxiliary" else [] for i, r in enumerate(rows)]
@@ -189,13 +214,19 @@ class SEPOTrainer(GRPOTrainer):
         return [(record, traj, [next(rest)[0] for _ in aux_i]) for (record, traj), aux_i in zip(main, aux)]
 
     def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
-        """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras."""
+        """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras.
+
+        `prompts` are this rank's dataset prompts, already repeated G times by TRL's sampler; each names the
+        group its rollout belongs to (`group_prompt`). Rollout hooks see every batch as it was played."""
         mode = "train" if self.model.training else "eval"
+        rows = [parse_group_prompt(p) for p in prompts]
         t0 = time.perf_counter()
         with self.generation_backend() as backend:
             timed = _TimedBackend(backend)
-            results = self.play(self._batch_rows, timed)
+            results = self.play(rows, timed)
         rollout_s = time.perf_counter() - t0
+        for hook in self.rollout_hooks:
+            hook(self, results)
         self._metrics[mode]["sepo/time/generation_s"].append(timed.seconds)
         self._metrics[mode]["sepo/time/rollout_s"].append(rollout_s)
         self._metrics[mode]["sepo/time/rollout_overhead_s"].append(rollout_s - timed.seconds)
@@ -226,7 +257,6 @@ class SEPOTrainer(GRPOTrainer):
 
     # --- advantages ---------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        self._batch_rows = [dict(x) for x in inputs]
         output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
         mode = "train" if self.model.training else "eval"
         t0 = time.perf_counter()

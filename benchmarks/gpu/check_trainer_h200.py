@@ -1,9 +1,9 @@
 """GPU check (lent H200, < 8 minutes): a few SEPO-GRPO steps on a 4B-shaped random-weight model in bf16 with
 LoRA and the HF generation path; prints the step time split and peak memory, writes a results JSON.
 
-    python tests/gpu/check_trainer_h200.py                       # writes $OUT/check_trainer_h200.json
-    python tests/gpu/check_trainer_h200.py --arch qwen3_5 --steps 2 --out results.json
-    python tests/gpu/check_trainer_h200.py --shape tiny --cpu    # smoke test of the script itself
+    python benchmarks/gpu/check_trainer_h200.py                       # writes $OUT/check_trainer_h200.json
+    python benchmarks/gpu/check_trainer_h200.py --arch qwen3_5 --steps 2 --out results.json
+    python benchmarks/gpu/check_trainer_h200.py --shape tiny --cpu    # smoke test of the script itself
 
 Split per optimizer step: generation (backend calls), SEPO rollout work (game logic, rendering, parsing and
 fallback bookkeeping outside the backend), reward + advantages (reward function, per-round normalisation),
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from peft import LoraConfig
 
-    from sepo.config import SEPOConfig
+    from sepo.grpo.config import SEPOConfig
+    from sepo.grpo.trainer import SEPOTrainer
     from sepo.tiny_models import build_tiny_model
-    from sepo.trainer import SEPOTrainer
 
     cuda = torch.cuda.is_available() and not a.cpu
     dtype = torch.bfloat16 if cuda else torch.float32

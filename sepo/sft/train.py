@@ -12,15 +12,15 @@ same architecture class and processor files, ready for `sepo train` and vLLM.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trl import SFTConfig
+
+from sepo.files import replace_dir_atomic
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
@@ -87,11 +87,9 @@ def _processor_files(src: str) -> list[Path]:
 
 def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) -> Path:
     """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor files."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+
+    def build(tmp: Path) -> None:
         for f in _processor_files(source):  # first, so the files written below win
             shutil.copy2(f, tmp / f.name)
         if not Path(source).is_dir():  # hub id: processor files through AutoProcessor, when the model has one
@@ -103,12 +101,8 @@ def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) 
                 pass
         merged.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    return replace_dir_atomic(build, target)
 
 
 def _datasets(config: SEPOSFTConfig):
@@ -117,7 +111,7 @@ def _datasets(config: SEPOSFTConfig):
     if config.dataset_path:
         dd = load_from_disk(config.dataset_path)
     else:
-        from sepo.sft_data import build_dataset
+        from sepo.sft.data import build_dataset
 
         dd = build_dataset(config.games, seed=config.data_seed_value, episodes_scale=config.episodes_scale,
                            game_params=dict(config.game_params or {}))

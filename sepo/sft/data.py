@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from collections import Counter
@@ -27,7 +26,8 @@ from typing import Any
 
 import envs
 from envs.base import View
-from sepo.rationales import rationale
+from sepo.files import write_jsonl_atomic
+from sepo.sft.rationales import rationale
 
 
 @dataclass(frozen=True)
@@ -159,14 +159,6 @@ def build_dataset(
     return DatasetDict({name: Dataset.from_list(part) for name, part in rows.items() if part})
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
-
-
 def stats(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Counts per split, game, demonstrator and opponent (for the dataset card)."""
     out: dict[str, Any] = {}
@@ -202,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for split, part in rows.items():
-        _write_jsonl(out / f"{split}.jsonl", part)
+        write_jsonl_atomic(out / f"{split}.jsonl", part)
     DatasetDict({k: Dataset.from_list(v) for k, v in rows.items() if v}).save_to_disk(str(out / "dataset"))
     summary = {"games": games, "seed": args.seed, "episodes_scale": args.episodes_scale,
                "game_params": args.game_params or {}, **stats(rows)}
@@ -212,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         sample_dir.mkdir(parents=True, exist_ok=True)
         for game in games:
             picked = [r for r in rows["train"] if r["game"] == game][: args.samples]
-            _write_jsonl(sample_dir / f"{game}.jsonl", picked)
+            write_jsonl_atomic(sample_dir / f"{game}.jsonl", picked)
     print(json.dumps(summary["train"], indent=2))
     print(f"wrote {out}/train.jsonl, validation.jsonl, dataset/ and stats.json")
     return 0

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
-from sepo.chat import ChatRenderer
-from sepo.decoding import FALLBACK_CUE, fallback_prompt_ids
-from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.rollout.chat import ChatRenderer
+from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 
 OpponentFactory = Callable[[], Strategy]
 

@@ -17,7 +17,6 @@ Base / SFT / SEPO tables), one PNG per game, and wandb when `report_to: wandb`.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 from collections import Counter, defaultdict
@@ -27,6 +26,7 @@ from typing import Any
 
 import envs
 from envs.base import Lambdas
+from sepo.files import write_text_atomic
 from sepo.objective import EpisodeTerms, Metrics, aggregate, episode_terms
 from sepo.pools import POOL_NAMES, load_pools
 
@@ -77,7 +77,7 @@ def episode_specs(
     game: str, pools, episodes_per_opponent: int, seed: int, which=POOL_NAMES, params: dict | None = None
 ) -> list:
     """Every (pool, opponent) × episodes, with seats alternating and per-episode seeds fixed by `seed`."""
-    from sepo.rollout import EpisodeSpec
+    from sepo.rollout.engine import EpisodeSpec
 
     specs = []
     for pool in which:
@@ -121,7 +121,7 @@ def kuhn_policy(backend, renderer, sampling, samples: int, seed: int = 0) -> dic
     policy is the mean over reasoning samples: P(a) = E_r[P(a | r)], exact given the sampled reasoning.
     """
     from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState, actions_at
-    from sepo.generation import Prompt
+    from sepo.backends.base import Prompt
 
     game = KuhnPoker()
     n = 1 if sampling.greedy else max(1, samples)
@@ -165,8 +165,8 @@ def _lambdas(game) -> Lambdas:
 
 def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[str, Any]:
     """Play every pool opponent and return the JSON-able metrics of one model on one game."""
-    from sepo.generation import SamplingSpec
-    from sepo.rollout import play_episodes
+    from sepo.backends.base import SamplingSpec
+    from sepo.rollout.engine import play_episodes
 
     params = cfg.game_params.get(game_name, {})
     game = envs.make_game(game_name, **params)
@@ -313,15 +313,9 @@ def plot(results: dict[str, dict[str, dict[str, Any]]], out_dir: Path) -> list[P
     return paths
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def run_eval(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
     """Evaluate every model on every game; write results.json, results.md and plots; return the results."""
-    from sepo.chat import ChatRenderer
+    from sepo.rollout.chat import ChatRenderer
 
     for game in cfg.games:
         if game not in envs.GAMES:
@@ -348,9 +342,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
             results[label][game] = evaluate_game(backend, renderer, game, cfg)
             results[label][game]["model"] = model
         del backend
-    _write_atomic(out_dir / "results.json", json.dumps({"config": asdict(cfg), "results": results}, indent=2))
+    write_text_atomic(out_dir / "results.json", json.dumps({"config": asdict(cfg), "results": results}, indent=2))
     table = markdown(results)
-    _write_atomic(out_dir / "results.md", table)
+    write_text_atomic(out_dir / "results.md", table)
     pngs = plot(results, out_dir)
     if run is not None:
         import wandb

@@ -6,7 +6,7 @@
     OpenSpiel's `exploitability` on the equivalent `TabularPolicy`; per-call time and the speedup.
 Both parts also check that the two implementations agree (totals exactly, exploitability to 1e-9).
 
-    python -m tests.benchmarks.bench_envs --repeats 5
+    python -m benchmarks.games --repeats 5
 """
 
 from __future__ import annotations
@@ -144,6 +144,11 @@ def run(repeats: int = 5) -> dict[str, Any]:
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     return {"benchmark": "envs", "repeats": repeats, "ipd": bench_ipd(repeats), "kuhn": bench_kuhn(repeats)}
+
+
+def bench(quick: bool, gpu: bool) -> dict[str, Any]:
+    """The suite's envs part (the engines run on the CPU whatever `gpu` says)."""
+    return run(repeats=1 if quick else 5)
 
 
 def format_table(results: dict[str, Any]) -> str:

@@ -1,0 +1,87 @@
+"""A study recipe and its arms: the shared training keys, each arm's overrides, where each arm trains."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ARM_ORDER = ("reward_only", "shared", "auxiliary", "per_pool")
+EPISODES_FILE = "episodes.jsonl"
+ARM_SUMMARY = "study_arm.json"
+
+
+@dataclass
+class StudyConfig:
+    """A study recipe: shared training keys, per-arm overrides, and the eval settings (see configs/study/)."""
+
+    output_dir: str
+    train: dict[str, Any]  # SEPOConfig + trl.ModelConfig keys shared by every arm
+    arms: dict[str, dict[str, Any]]  # arm name -> overrides of `train` (credit, lambdas, pool_weights, ...)
+    eval: dict[str, Any] = field(default_factory=dict)  # sepo.eval.evaluate.EvalConfig keys
+    eval_base: bool = True  # evaluate the starting checkpoint too, as the row "base"
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> StudyConfig:
+        """Read a recipe; unknown top-level keys are an error that lists the valid ones."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"study config {str(path)!r} not found")
+        data = yaml.safe_load(path.read_text()) or {}
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown study key(s) {unknown} in {path}; valid: {', '.join(valid)}")
+        missing = [k for k in ("output_dir", "train", "arms") if k not in data]
+        if missing:
+            raise ValueError(f"study config {path} lacks {', '.join(missing)}")
+        cfg = cls(**data)
+        if not cfg.arms:
+            raise ValueError("study config: `arms` is empty")
+        return cfg
+
+
+def arm_dir(cfg: StudyConfig, arm: str) -> Path:
+    """Where an arm trains: its checkpoints, recorded rollouts and study_arm.json summary."""
+    return Path(cfg.output_dir) / arm / "train"
+
+
+def arm_configs(cfg: StudyConfig, arm: str) -> tuple[Any, Any]:
+    """(SEPOConfig, ModelConfig) of one arm: the shared train keys, the arm's overrides, its own output dir."""
+    from trl import ModelConfig
+
+    from sepo.grpo.config import SEPOConfig
+
+    keys = {**cfg.train, **cfg.arms[arm], "output_dir": str(arm_dir(cfg, arm))}
+    keys.setdefault("run_name", f"study-{arm}")
+    sepo_fields = {f.name for f in dataclasses.fields(SEPOConfig) if f.init}
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig) if f.init}
+    unknown = sorted(set(keys) - sepo_fields - model_fields)
+    if unknown:
+        raise ValueError(f"arm {arm!r}: unknown training key(s) {unknown} (not SEPOConfig / ModelConfig fields)")
+    model_args = ModelConfig(**{k: v for k, v in keys.items() if k in model_fields})
+    args = SEPOConfig(**{k: v for k, v in keys.items() if k in sepo_fields})
+    return args, model_args
+
+
+def arm_digest(cfg: StudyConfig, arm: str) -> str:
+    """A fingerprint of everything that defines an arm's training (its merged recipe keys)."""
+
+    merged = {**cfg.train, **cfg.arms[arm]}
+    return hashlib.sha256(json.dumps(merged, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def finished_arm(cfg: StudyConfig, arm: str) -> dict[str, Any] | None:
+    """The summary of an arm already trained with the same recipe keys (so a rerun resumes the study)."""
+    path = arm_dir(cfg, arm) / ARM_SUMMARY
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("config_digest") == arm_digest(cfg, arm) else None
+
+

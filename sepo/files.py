@@ -1,0 +1,68 @@
+"""Atomic file writes: the one way this project replaces a file.
+
+A reader (or a run resumed after `kill -9`) sees either the old file or the new one, never a torn write:
+the content goes to a temporary file in the same directory, is flushed and fsynced, then `os.replace`d over
+the target. Parent directories are created; a failed write leaves no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+
+def write_atomic(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """Replace `path` with what `write(fh)` writes to a binary file handle."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Replace `path` with `text` (UTF-8)."""
+    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def write_json_atomic(path: str | Path, data: Any, indent: int | None = 2) -> Path:
+    """Replace `path` with `data` as strict JSON (NaN and infinities are an error, not bare `NaN`)."""
+    return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> Path:
+    """Replace `path` with one JSON line per row."""
+    return write_text_atomic(path, "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows))
+
+
+def replace_dir_atomic(build: Callable[[Path], None], target: str | Path) -> Path:
+    """Build a directory with `build(tmp_dir)` next to `target`, then swap it in (the old one is removed only
+    after the new one is complete)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        build(tmp)
+        if target.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            os.replace(target, trash / target.name)
+            os.replace(tmp, target)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

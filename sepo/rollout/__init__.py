@@ -1,0 +1,6 @@
+"""Rollouts: many game episodes played in lock-step against opponents, one generation call per decision step.
+
+    engine.py    `play_episodes`, the episode spec and record, the token-level trajectory
+    chat.py      chat rendering with template-consistent environment turns
+    fallback.py  the constrained fallback's cue (backend-neutral; the backends decode after it)
+"""
