@@ -2,7 +2,7 @@
 
 (a) IPD: every ordered pair of our deterministic Axelrod-twin strategies plays a 200-turn match with
     `envs.play_episode` and with `axelrod.Match.play`; per-match time of each and the speedup.
-(b) Kuhn: exact exploitability of random tabular policies with `envs.kuhn.exploitability` and with
+(b) Kuhn: exact exploitability of random tabular policies with `envs.kuhn_exact.exploitability` and with
     OpenSpiel's `exploitability` on the equivalent `TabularPolicy`; per-call time and the speedup.
 Both parts also check that the two implementations agree (totals exactly, exploitability to 1e-9).
 
@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from envs import make_game, make_strategy, play_episode
-from envs.kuhn import INFO_STATES, actions_at, exploitability
+from envs.kuhn import INFO_STATES, actions_at
+from envs.kuhn_exact import exploitability
 
 # Our deterministic IPD strategies and their Axelrod 4.13.1 twins (checked move for move in tests/test_ipd.py).
 AXELROD_TWINS = {

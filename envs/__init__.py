@@ -15,11 +15,11 @@ import importlib
 from typing import Any
 
 from envs.base import (
-    Episode,
     Game,
     GameState,
     IllegalActionError,
     Lambdas,
+    MatchResult,
     RoundResult,
     Signals,
     Strategy,
@@ -78,7 +78,7 @@ def make_strategy(game: str, name: str, **kwargs: Any) -> Strategy:
 
 __all__ = [
     "GAMES",
-    "Episode",
+    "MatchResult",
     "Game",
     "GameState",
     "IllegalActionError",

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View, record_round
+from envs.base import Game, GameState, Lambdas, RoundResult, Signals, View, check_simultaneous, record_round
 from envs.parsing import match_action
 
 _LABELS = {1: "LOW", 2: "MEDIUM", 3: "HIGH"}  # bid names, used when the bids are exactly 1, 2, 3
@@ -81,13 +81,7 @@ class RepeatedSealedBidAuction(Game):
         return [] if state.done else list(self.bids)
 
     def step(self, state: AuctionState, actions: Mapping[int, str]) -> RoundResult:
-        if state.done:
-            raise IllegalActionError("auction: the episode is over")
-        for seat in (0, 1):
-            if actions.get(seat) not in self.bids:
-                raise IllegalActionError(
-                    f"auction: seat {seat} bid {actions.get(seat)!r}; legal bids are {', '.join(self.bids)}"
-                )
+        check_simultaneous(self, state, actions)
         bids = (int(actions[0]), int(actions[1]))
         values = state.values[state.round]
         tie = bids[0] == bids[1]

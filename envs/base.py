@@ -103,11 +103,24 @@ class View:
 class Game(ABC):
     """A two-seat, round-based game: rules, text views, legal actions, parsing and payoffs in one place."""
 
+    # --- facts, declared as data (OpenSpiel's game-type style), so no caller has to probe -------------
     name: ClassVar[str]
     max_payoff: ClassVar[float]  # per round, sets the SEPO scale s = 3 / max_payoff
-    default_lambdas: ClassVar[Lambdas]
+    default_lambdas: ClassVar[Lambdas]  # the training λ (the method's table)
+    eval_lambdas: ClassVar[Lambdas | None] = None  # λ at evaluation where the method uses others; None = training λ
+    simultaneous: ClassVar[bool] = True  # both seats act at every decision point (Kuhn: one seat at a time)
+    max_decisions_per_round: ClassVar[int] = 1  # per seat (Kuhn: bet/pass, then call/fold after pass-bet)
 
     num_rounds: int
+
+    def lambdas(self, evaluation: bool = False) -> Lambdas:
+        """The game's λ for training, or for evaluation (its `eval_lambdas` where it declares them)."""
+        return (self.eval_lambdas or self.default_lambdas) if evaluation else self.default_lambdas
+
+    @property
+    def max_decisions_per_seat(self) -> int:
+        """Upper bound on one seat's decisions in an episode (the rollout's fixed iteration count)."""
+        return self.num_rounds * self.max_decisions_per_round
 
     # --- episode -----------------------------------------------------------------------------
     @abstractmethod
@@ -205,11 +218,13 @@ def check_simultaneous(game: Game, state: GameState, actions: Mapping[int, str])
     """Both seats must send exactly one legal action; raise IllegalActionError otherwise."""
     if state.done:
         raise IllegalActionError(f"{game.name}: the episode is over")
-    if set(actions) != {0, 1}:
+    if len(actions) != 2 or 0 not in actions or 1 not in actions:
         raise IllegalActionError(f"{game.name}: both seats act simultaneously; got seats {sorted(actions)}")
-    for seat, action in actions.items():
-        if action not in game.legal_actions(state, seat):
-            raise IllegalActionError(f"{game.name}: {action!r} is not a legal action for seat {seat}")
+    for seat in (0, 1):
+        legal = game.legal_actions(state, seat)
+        if actions[seat] not in legal:
+            listed = f"legal actions are {', '.join(legal)}" if len(legal) <= 12 else f"{len(legal)} are legal"
+            raise IllegalActionError(f"{game.name}: {actions[seat]!r} is not a legal action for seat {seat}; {listed}")
 
 
 def record_round(state: GameState, result: RoundResult, num_rounds: int) -> RoundResult:
@@ -242,8 +257,8 @@ class Strategy(ABC):
 
 
 @dataclass
-class Episode:
-    """The result of a finished episode between two policies."""
+class MatchResult:
+    """The result of one episode between two strategies (what `play_episode` returns)."""
 
     game: str
     names: tuple[str, str]  # strategy name per seat
@@ -254,7 +269,7 @@ class Episode:
         return self.totals[seat] / max(1, len(self.rounds))
 
 
-def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random) -> Episode:
+def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random) -> MatchResult:
     """Play one episode between two strategies (seat i is `strategies[i]`)."""
     state = game.new_state(rng)
     for seat, strategy in enumerate(strategies):
@@ -263,7 +278,7 @@ def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random)
         seats = game.current_players(state)
         actions = {s: strategies[s].act(game.view(state, s)) for s in seats}
         game.step(state, actions)
-    return Episode(
+    return MatchResult(
         game=game.name,
         names=(strategies[0].name, strategies[1].name),
         rounds=list(state.history),

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, IllegalActionError, Lambdas, RoundResult, Signals, View, record_round
+from envs.base import Game, GameState, Lambdas, RoundResult, Signals, View, check_simultaneous, record_round
 from envs.parsing import match_action
 
 COOPERATE = "COOPERATE"
@@ -82,14 +82,8 @@ class IteratedPrisonersDilemma(Game):
         return self._outcomes[(a0, a1)][0]
 
     def step(self, state: IPDState, actions: Mapping[int, str]) -> RoundResult:
-        if state.done:
-            raise IllegalActionError("ipd: the episode is over")
-        a0, a1 = actions.get(0), actions.get(1)
-        if a0 not in ACTIONS or a1 not in ACTIONS:
-            seat, bad = (0, a0) if a0 not in ACTIONS else (1, a1)
-            raise IllegalActionError(
-                f"ipd: seat {seat} played {bad!r}; legal actions are {', '.join(ACTIONS)}"
-            )
+        check_simultaneous(self, state, actions)
+        a0, a1 = actions[0], actions[1]
         (p0, p1), signals = self._outcomes[(a0, a1)]
         result = RoundResult(
             index=state.round, payoffs=(p0, p1), signals=signals, record={"actions": [a0, a1]}

@@ -1,20 +1,17 @@
-"""Kuhn poker as a repeated game (one round = one hand), plus the exact analysis of the classic hand.
+"""Kuhn poker as a repeated game (one round = one hand): the rules and the information-set notation.
 
 The game: cards J < Q < K, each seat antes, one bet size, `num_hands` hands per episode with the first
 mover alternating (seat 0 first in hand 0). Actions are PASS/BET when no bet is pending and FOLD/CALL
-when facing one. The exact analysis (`game_value`, `best_response_value`, `exploitability`) works on
-the classic single hand (ante 1, bet 1, player 0 acts first) over information-set strings in
-OpenSpiel's p/b notation with letters for cards ("K", "Qp", "Jb", "Qpb"), so the exact
-exploitability of any tabular policy, an LLM's included, can be measured.
+when facing one. Information sets are strings in OpenSpiel's p/b notation with letters for cards ("K",
+"Qp", "Jb", "Qpb"); the exact analysis of the classic hand over them (best response, exploitability, game
+value, the Nash family) lives apart from the rules, in `envs.kuhn_exact`.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import permutations
 from typing import Any
 
 from envs.base import (
@@ -31,10 +28,10 @@ from envs.base import (
 from envs.parsing import match_action
 
 CARDS: tuple[str, ...] = ("J", "Q", "K")
-_RANK = {card: rank for rank, card in enumerate(CARDS)}
+RANK = {card: rank for rank, card in enumerate(CARDS)}
 OPEN_ACTIONS: tuple[str, ...] = ("PASS", "BET")  # no bet pending
 FACING_ACTIONS: tuple[str, ...] = ("FOLD", "CALL")  # facing a bet
-_LETTER = {"PASS": "p", "BET": "b", "FOLD": "p", "CALL": "b"}  # classic p/b notation
+LETTER = {"PASS": "p", "BET": "b", "FOLD": "p", "CALL": "b"}  # classic p/b notation
 _ALIASES = {"CHECK": "PASS", "RAISE": "BET"}
 
 # Betting sequences of the classic hand (letters) that end it, and those where a player acts.
@@ -42,7 +39,6 @@ TERMINAL_HISTORIES: tuple[str, ...] = ("pp", "bp", "bb", "pbp", "pbb")
 DECISION_HISTORIES: tuple[str, ...] = ("", "p", "b", "pb")
 INFO_STATES: tuple[str, ...] = tuple(card + h for h in DECISION_HISTORIES for card in CARDS)
 
-Policy = Mapping[str, Mapping[str, float]]
 
 
 def actions_at(history: str) -> tuple[str, ...]:
@@ -50,7 +46,8 @@ def actions_at(history: str) -> tuple[str, ...]:
     return FACING_ACTIONS if history.endswith("b") else OPEN_ACTIONS
 
 
-def _hand_over(history: str) -> bool:
+def hand_over(history: str) -> bool:
+    """Whether betting `history` (p/b letters) ends the hand."""
     return history in TERMINAL_HISTORIES
 
 
@@ -74,6 +71,8 @@ class KuhnPoker(Game):
     name = "kuhn"
     max_payoff = 2.0
     default_lambdas = Lambdas(e=1.5, c=2.4, x=0.0)
+    simultaneous = False  # one seat acts at a time
+    max_decisions_per_round = 2  # a hand: open (PASS/BET), then CALL/FOLD after pass-bet
 
     def __init__(self, num_hands: int = 6, ante: int = 1, bet: int = 1) -> None:
         for label, value in (("num_hands", num_hands), ("ante", ante), ("bet", bet)):
@@ -100,7 +99,7 @@ class KuhnPoker(Game):
         return hand % 2
 
     def _letters(self, state: KuhnState) -> str:
-        return "".join(_LETTER[action] for _, action in state.betting)
+        return "".join(LETTER[action] for _, action in state.betting)
 
     def current_players(self, state: KuhnState) -> list[int]:
         if state.done:
@@ -132,7 +131,7 @@ class KuhnPoker(Game):
             raise IllegalActionError(f"kuhn: {actions[seat]!r} is not legal for seat {seat}; legal: {legal}")
         state.betting.append((seat, actions[seat]))
         history = self._letters(state)
-        if not _hand_over(history):
+        if not hand_over(history):
             return None
         return self._close_hand(state, history)
 
@@ -146,7 +145,7 @@ class KuhnPoker(Game):
             elif action == "FOLD":
                 folder = seat
         showdown = folder is None
-        winner = (1 - folder) if folder is not None else max((0, 1), key=lambda s: _RANK[cards[s]])
+        winner = (1 - folder) if folder is not None else max((0, 1), key=lambda s: RANK[cards[s]])
         loser = 1 - winner
         payoffs = [0.0, 0.0]
         payoffs[winner], payoffs[loser] = float(contributed[loser]), -float(contributed[loser])
@@ -267,147 +266,3 @@ def _describe_hand(h: Mapping[str, Any]) -> str:
     moves = ", ".join(_describe_move(e) for e in h["actions"])
     shown = f"; opponent showed {h['opp_card']}" if h["opp_card"] else ""
     return f"your card {h['my_card']}; {moves}{shown}; you {_signed(h['my_payoff'])}."
-
-
-# ------------------------------------------------------------------------------------------------
-# Exact analysis of the classic single hand (ante 1, bet 1, player 0 acts first)
-# ------------------------------------------------------------------------------------------------
-
-_DEALS: tuple[tuple[str, str], ...] = tuple(permutations(CARDS, 2))  # 6 equally likely deals
-
-
-def _utility0(history: str, card0: str, card1: str) -> float:
-    """Player 0's payoff at a terminal `history` of the classic hand."""
-    if history == "bp":
-        return 1.0
-    if history == "pbp":
-        return -1.0
-    stake = 1.0 if history == "pp" else 2.0
-    return stake if _RANK[card0] > _RANK[card1] else -stake
-
-
-def _actor(history: str) -> int:
-    return len(history) % 2
-
-
-def validate_policy(policy: Policy) -> dict[str, dict[str, float]]:
-    """A complete table {info state: {action: prob}}: missing info sets are uniform, missing actions 0.
-
-    Raises ValueError for an unknown info set or action, a negative or non-finite probability, or
-    probabilities that do not sum to 1 (within 1e-6).
-    """
-    unknown = sorted(set(policy) - set(INFO_STATES))
-    if unknown:
-        raise ValueError(f"kuhn policy: unknown info states {unknown}; valid: {', '.join(INFO_STATES)}")
-    table: dict[str, dict[str, float]] = {}
-    for info in INFO_STATES:
-        legal = actions_at(info[1:])
-        if info not in policy:
-            table[info] = {a: 1.0 / len(legal) for a in legal}
-            continue
-        probs = dict(policy[info])
-        bad = sorted(set(probs) - set(legal))
-        if bad:
-            raise ValueError(f"kuhn policy: actions {bad} are not legal at {info!r}; legal: {list(legal)}")
-        row = {a: float(probs.get(a, 0.0)) for a in legal}
-        if any(not math.isfinite(p) or p < 0 for p in row.values()) or abs(sum(row.values()) - 1.0) > 1e-6:
-            raise ValueError(f"kuhn policy: probabilities at {info!r} must be >= 0 and sum to 1, got {row}")
-        table[info] = row
-    return table
-
-
-def game_value(policy0: Policy, policy1: Policy) -> float:
-    """Expected payoff of player 0 (first to act) per hand when it plays `policy0` and player 1 `policy1`."""
-    tables = (validate_policy(policy0), validate_policy(policy1))
-
-    def value(history: str, cards: tuple[str, str]) -> float:
-        if _hand_over(history):
-            return _utility0(history, *cards)
-        player = _actor(history)
-        row = tables[player][cards[player] + history]
-        return sum(p * value(history + _LETTER[a], cards) for a, p in row.items() if p > 0)
-
-    return sum(value("", deal) for deal in _DEALS) / len(_DEALS)
-
-
-def _best_response(
-    table: Mapping[str, Mapping[str, float]], player: int
-) -> tuple[float, dict[str, dict[str, float]]]:
-    """Value and a pure best-response table for `player` against `table` playing the other seat.
-
-    Recursion per own card over the public history, carrying the chance-and-opponent reach of each
-    hidden opponent card, so every max is taken over a whole information set. Ties go to the first
-    legal action in (PASS, BET) / (FOLD, CALL) order.
-    """
-    sign = 1.0 if player == 0 else -1.0
-    response: dict[str, dict[str, float]] = {}
-
-    def value(history: str, card: str, reach: dict[str, float]) -> float:
-        if _hand_over(history):
-            return sum(
-                w * sign * (_utility0(history, card, c) if player == 0 else _utility0(history, c, card))
-                for c, w in reach.items()
-            )
-        legal = actions_at(history)
-        if _actor(history) == player:
-            values = [value(history + _LETTER[a], card, reach) for a in legal]
-            best = max(range(len(legal)), key=lambda i: (values[i], -i))
-            response[card + history] = {a: float(i == best) for i, a in enumerate(legal)}
-            return values[best]
-        return sum(
-            value(history + _LETTER[a], card, {c: w * table[c + history][a] for c, w in reach.items()})
-            for a in legal
-        )
-
-    total = 0.0
-    for card in CARDS:
-        reach = {c: 1.0 / len(_DEALS) for c in CARDS if c != card}
-        total += value("", card, reach)
-    return total, response
-
-
-def best_response_value(policy: Policy, player: int) -> float:
-    """Expected payoff per hand of a best response in seat `player` against `policy` in the other seat."""
-    check_seat("kuhn", player)
-    return _best_response(validate_policy(policy), player)[0]
-
-
-def best_response(policy: Policy, player: int) -> dict[str, dict[str, float]]:
-    """A pure best response for `player` against `policy`, as a table over `player`'s info sets."""
-    check_seat("kuhn", player)
-    return _best_response(validate_policy(policy), player)[1]
-
-
-def exploitability(policy: Policy) -> float:
-    """OpenSpiel's exploitability of `policy` playing both seats: NashConv / 2, in chips per hand.
-
-    The game is zero-sum, so NashConv is the sum of the two best-response values.
-    """
-    table = validate_policy(policy)
-    return (_best_response(table, 0)[0] + _best_response(table, 1)[0]) / 2.0
-
-
-def nash_policy(alpha: float = 1.0 / 3.0) -> dict[str, dict[str, float]]:
-    """The Nash equilibrium family of the classic hand, alpha in [0, 1/3] (Kuhn 1950).
-
-    Player 0 bets J with alpha, never bets Q first, bets K with 3*alpha, calls with Q (after pass-bet)
-    with alpha + 1/3, always calls with K, never with J. Player 1 bets J after a pass with 1/3, never
-    bets Q, always bets K; calls a bet with Q with 1/3, always with K, never with J.
-    """
-    if not (isinstance(alpha, int | float) and 0.0 <= alpha <= 1.0 / 3.0 + 1e-12):
-        raise ValueError(f"kuhn nash_policy: alpha must be in [0, 1/3], got {alpha!r}")
-    alpha = min(float(alpha), 1.0 / 3.0)
-
-    def bet(p: float) -> dict[str, float]:
-        return {"PASS": 1.0 - p, "BET": p}
-
-    def call(p: float) -> dict[str, float]:
-        return {"FOLD": 1.0 - p, "CALL": p}
-
-    third = 1.0 / 3.0
-    return {
-        "J": bet(alpha), "Q": bet(0.0), "K": bet(3.0 * alpha),
-        "Jpb": call(0.0), "Qpb": call(alpha + third), "Kpb": call(1.0),
-        "Jp": bet(third), "Qp": bet(0.0), "Kp": bet(1.0),
-        "Jb": call(0.0), "Qb": call(third), "Kb": call(1.0),
-    }  # fmt: skip

@@ -24,8 +24,8 @@ import numpy as np
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.evaluation import Run, generated_members, load_run
 from sepo.files import write_json_atomic, write_text_atomic
+from sepo.pools import MANIFEST_FILE, MANIFEST_FORMAT
 
-MANIFEST_FORMAT = "sepo-pool-manifest/1"
 POOL_SIDES = {"exploit": "exploiter", "collusive": "cooperator", "training": "cooperator"}
 
 
@@ -104,7 +104,7 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
                        "quality": entry.quality, "selected_by": rule, "side": side},
             "sha256": hashlib.sha256(data).hexdigest(), "view": "dict",
         })  # fmt: skip
-    manifest_path = out / "manifest.json"
+    manifest_path = out / MANIFEST_FILE
     old = json.loads(manifest_path.read_text())["members"] if manifest_path.exists() else []
     new_names = {e["name"] for e in entries}
     manifest = {

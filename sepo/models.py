@@ -8,6 +8,7 @@ once as a safetensors checkpoint in the cache directory; later loads take second
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -71,6 +72,15 @@ def embedded_model_path() -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def adapter_base_model(path: str | Path) -> str | None:
+    """The base model a PEFT adapter directory was trained on (from its adapter_config.json), or None when
+    `path` is not an adapter directory."""
+    config = Path(path) / "adapter_config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text())["base_model_name_or_path"]
 
 
 def resolve_model(name_or_path: str) -> str:

@@ -20,10 +20,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from envs.base import Lambdas, RoundResult
+from envs.base import Game, Lambdas, RoundResult
 from sepo.pools import POOL_NAMES
 
-POOLS = POOL_NAMES  # the pool names, re-exported (sepo.grpo.rewards reads objective.POOLS)
 CREDIT_MODES = ("per_pool", "shared", "auxiliary")
 
 
@@ -93,7 +92,7 @@ class EpisodeTerms:
 def episode_terms(
     rounds: Sequence[RoundResult], seat: int, pool: str, max_payoff: float, opponent: str = ""
 ) -> EpisodeTerms:
-    """Read the per-round signals of `seat` out of an episode's RoundResults (e.g. `Episode.rounds`)."""
+    """Read the per-round signals of `seat` out of an episode's RoundResults (e.g. `MatchResult.rounds`)."""
     if seat not in (0, 1):
         raise ValueError(f"seat must be 0 or 1, got {seat!r}")
     if pool not in POOL_NAMES:
@@ -133,6 +132,18 @@ def auxiliary_penalty(auxiliary: Iterable[EpisodeTerms], lambdas: Lambdas) -> fl
     """Penalty measured on separate episodes: P_aux = λe·e + λc·c + λx·x of `aggregate(auxiliary)`."""
     m = aggregate(auxiliary, lambdas)
     return lambdas.e * m.e + lambdas.c * m.c + lambdas.x * m.x
+
+
+def resolve_lambdas(game: Game, override: Mapping[str, float] | None = None, evaluation: bool = False) -> Lambdas:
+    """The λ a run uses for `game`: the game's training λ (or, with `evaluation`, its evaluation λ) with a
+    recipe's {e, c, x} override applied key by key. The one place train and eval get their λ."""
+    base = game.lambdas(evaluation)
+    if not override:
+        return base
+    unknown = set(override) - {"e", "c", "x"}
+    if unknown:
+        raise ValueError(f"unknown lambda keys {sorted(unknown)} for {game.name!r}; use e, c, x")
+    return Lambdas(**{k: float(override.get(k, getattr(base, k))) for k in ("e", "c", "x")})
 
 
 def _check_credit(credit: str) -> None:

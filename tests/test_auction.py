@@ -59,7 +59,7 @@ def test_rounds_terminal_and_illegal_actions():
     for t in range(2):
         assert game.current_players(state) == [0, 1] and state.round == t
         assert game.legal_actions(state, 1) == ["1", "2", "3"]
-        with pytest.raises(IllegalActionError, match="legal bids are 1, 2, 3"):
+        with pytest.raises(IllegalActionError, match="legal actions are 1, 2, 3"):
             game.step(state, {0: "4", 1: "1"})
         with pytest.raises(IllegalActionError, match="seat 1"):
             game.step(state, {0: "1", 1: 2})

@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from envs import IllegalActionError, make_game, make_strategy, play_episode, strategy_registry
-from envs.kuhn import KuhnPoker, KuhnState, game_value
+from envs.kuhn import KuhnPoker, KuhnState
+from envs.kuhn_exact import game_value
 from envs.strategies.kuhn import STRATEGIES
 
 

@@ -11,9 +11,8 @@ from open_spiel.python.algorithms import best_response as os_best_response
 from open_spiel.python.algorithms import expected_game_score
 from open_spiel.python.algorithms import exploitability as os_exploitability
 
-from envs.kuhn import (
-    INFO_STATES,
-    actions_at,
+from envs.kuhn import INFO_STATES, actions_at
+from envs.kuhn_exact import (
     best_response,
     best_response_value,
     exploitability,

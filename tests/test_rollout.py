@@ -12,7 +12,7 @@ import envs
 from envs import Strategy, UnknownNameError
 from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf import HFBackend
-from sepo.rollout.engine import EpisodeSpec, decision_bound, play_episodes
+from sepo.rollout.engine import EpisodeSpec, play_episodes
 from sepo.rollout.fallback import FALLBACK_CUE
 from sepo.tiny_models import ARCHS
 
@@ -199,12 +199,12 @@ def test_lock_step_call_counts(backends):
     assert ("generate_choice", 0) in scripted.calls
 
     kuhn = envs.make_game("kuhn", num_hands=3)
-    assert decision_bound(kuhn) == 2 * kuhn.num_rounds
+    assert kuhn.max_decisions_per_seat == 2 * kuhn.num_rounds
     counter = CallCounter(ScriptedBackendTestDouble(real, lambda i: "PASS"))
     results = play_episodes(
         _specs("kuhn", "nash", 3, {"num_hands": 3}), counter, real.renderer, SCRIPTED, collective=True
     )
-    assert counter.count("generate") == counter.count("generate_choice") == decision_bound(kuhn)
+    assert counter.count("generate") == counter.count("generate_choice") == kuhn.max_decisions_per_seat
     assert all(len(rec.rounds) == kuhn.num_rounds for rec, _ in results)
     with pytest.raises(RuntimeError, match="more than collective=2"):
         play_episodes(

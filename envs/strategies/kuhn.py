@@ -12,7 +12,8 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from envs.base import Strategy, View
-from envs.kuhn import INFO_STATES, actions_at, best_response, nash_policy, validate_policy
+from envs.kuhn import INFO_STATES, actions_at
+from envs.kuhn_exact import best_response, nash_policy, validate_policy
 
 Table = dict[str, dict[str, float]]
 
@@ -50,7 +51,7 @@ class TabularKuhnStrategy(Strategy):
 
 
 class Nash(TabularKuhnStrategy):
-    """Kuhn's equilibrium family (`envs.kuhn.nash_policy`), alpha = 1/3 by default: as first mover bet J
+    """Kuhn's equilibrium family (`envs.kuhn_exact.nash_policy`), alpha = 1/3 by default: as first mover bet J
     with alpha, never Q, K with 3*alpha, call Q with alpha + 1/3; as second mover bet J after a pass with
     1/3, always K, call Q with 1/3; always call with K, never with J."""
 

@@ -8,7 +8,6 @@ keeping every step's full score tensor. The same class wraps a live policy insid
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,15 +89,12 @@ class HFBackend:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from sepo.models import resolve_model
+        from sepo.models import adapter_base_model, resolve_model
 
         path = resolve_model(name_or_path)
-        adapter_config = Path(path) / "adapter_config.json"
-        if adapter is None and adapter_config.is_file():
-            adapter, path = (
-                path,
-                resolve_model(json.loads(adapter_config.read_text())["base_model_name_or_path"]),
-            )
+        base = adapter_base_model(path) if adapter is None else None
+        if base is not None:
+            adapter, path = path, resolve_model(base)
         if isinstance(dtype, str) and dtype != "auto":
             if not isinstance(getattr(torch, dtype, None), torch.dtype):
                 raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16, float16 or auto")

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from envs.base import Lambdas
 from sepo.files import write_text_atomic
-from sepo.objective import EpisodeTerms, Metrics, aggregate, episode_terms
+from sepo.objective import EpisodeTerms, Metrics, aggregate, episode_terms, resolve_lambdas
 from sepo.pools import POOL_NAMES, load_pools
 
 
@@ -159,10 +158,6 @@ def kuhn_policy(backend, renderer, sampling, samples: int, seed: int = 0) -> dic
     return {k: dict(v) for k, v in policy.items()}
 
 
-def _lambdas(game) -> Lambdas:
-    return getattr(game, "eval_lambdas", game.default_lambdas)
-
-
 def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[str, Any]:
     """Play every pool opponent and return the JSON-able metrics of one model on one game."""
     from sepo.backends.base import SamplingSpec
@@ -170,7 +165,7 @@ def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[st
 
     params = cfg.game_params.get(game_name, {})
     game = envs.make_game(game_name, **params)
-    lambdas = _lambdas(game) if cfg.use_eval_lambdas else game.default_lambdas
+    lambdas = resolve_lambdas(game, evaluation=cfg.use_eval_lambdas)
     pools = load_pools(game_name, extra_dir=cfg.pools_dir)
     sampling = SamplingSpec(temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy,
                             max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed)
@@ -204,7 +199,7 @@ def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[st
     if game_name == "kuhn":
         out["card_frequencies"] = kuhn_card_frequencies(records)
         if cfg.kuhn_exact:
-            from envs.kuhn import exploitability
+            from envs.kuhn_exact import exploitability
 
             policy = kuhn_policy(backend, renderer, sampling, cfg.kuhn_rationale_samples, cfg.seed)
             out["kuhn_policy"] = policy
@@ -221,10 +216,7 @@ def load_backend(model: str, cfg: EvalConfig):
         kwargs["base_url"] = cfg.base_url
     elif cfg.dtype:
         kwargs["dtype"] = cfg.dtype
-    if cfg.backend == "hf" and (Path(model) / "adapter_config.json").is_file():
-        base = json.loads((Path(model) / "adapter_config.json").read_text())["base_model_name_or_path"]
-        return make_backend("hf", base, adapter=model, **kwargs)
-    return make_backend(cfg.backend, model, **kwargs)
+    return make_backend(cfg.backend, model, **kwargs)  # the HF backend loads adapter directories on their base
 
 
 # ------------------------------------------------------------------------------------------------
@@ -361,7 +353,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    parser = TrlParser((EvalConfig,))
+    parser = TrlParser((EvalConfig,), prog="sepo eval", description=__doc__.splitlines()[0])
     (cfg,) = parser.parse_args_and_config(args=argv)
     cfg.games = [g for item in cfg.games for g in item.split(",") if g]
     if isinstance(cfg.game_params, str):

@@ -11,10 +11,11 @@ from typing import Any
 
 from trl import GRPOConfig
 
-CREDIT_MODES = ("per_pool", "shared", "auxiliary")
+from sepo.objective import CREDIT_MODES
+from sepo.pools import POOL_NAMES
+
 ADVANTAGE_MODES = ("per_round", "episode")
 RETURN_MODES = ("reward_to_go", "per_round")
-POOLS = ("training", "exploit", "collusive")
 
 
 def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
@@ -111,7 +112,7 @@ class SEPOConfig(GRPOConfig):
         _check_choice("return_mode", self.return_mode, RETURN_MODES)
         self.game_params = dict(self.game_params or {})
         self.lambdas = dict(self.lambdas or {})
-        self.pool_mix = dict(self.pool_mix or dict.fromkeys(POOLS, "all"))
+        self.pool_mix = dict(self.pool_mix or dict.fromkeys(POOL_NAMES, "all"))
         self.pool_weights = {pool: float(w) for pool, w in (self.pool_weights or {}).items()}
         for mapping, what in ((self.game_params, "game_params"), (self.lambdas, "lambdas")):
             for game in mapping:
@@ -119,7 +120,7 @@ class SEPOConfig(GRPOConfig):
                     raise ValueError(f"{what} names game {game!r}, which is not in games {self.games}")
         for mapping, what in ((self.pool_mix, "pool_mix"), (self.pool_weights, "pool_weights")):
             for pool in mapping:
-                _check_choice(f"pool in {what}", pool, POOLS)
+                _check_choice(f"pool in {what}", pool, POOL_NAMES)
         if self.seat not in (0, 1):
             raise ValueError(f"seat must be 0 or 1, got {self.seat}")
 

@@ -15,17 +15,7 @@ from envs import Game
 from envs.base import Lambdas
 from sepo import objective
 from sepo.objective import EpisodeTerms
-
-
-def game_lambdas(game: Game, override: Mapping[str, float] | None) -> Lambdas:
-    """The game's default lambdas with a recipe's {e, c, x} override applied."""
-    if not override:
-        return game.default_lambdas
-    unknown = set(override) - {"e", "c", "x"}
-    if unknown:
-        raise ValueError(f"unknown lambda keys {sorted(unknown)} for {game.name!r}; use e, c, x")
-    base = game.default_lambdas
-    return Lambdas(**{k: float(override.get(k, getattr(base, k))) for k in ("e", "c", "x")})
+from sepo.pools import POOL_NAMES
 
 
 def terms_of(record: Any, game: Game) -> EpisodeTerms:
@@ -109,7 +99,7 @@ def episode_metrics(records: Sequence[Any], games: Mapping[str, Game],
         out[f"sepo/{name}/J"] = m.safety
         for key in ("u", "e", "c", "x", "payoff", "welfare"):
             out[f"sepo/{name}/{key}"] = getattr(m, key)
-        for pool in objective.POOLS:
+        for pool in POOL_NAMES:
             pool_terms = [t for t in terms if t.pool == pool]
             if pool_terms:
                 for key in ("u", "e", "c", "x"):

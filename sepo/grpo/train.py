@@ -26,7 +26,7 @@ from sepo.models import resolve_model
 
 def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
     """Parse `--config` YAML plus overrides into (SEPOConfig, ModelConfig)."""
-    parser = TrlParser((SEPOConfig, ModelConfig))
+    parser = TrlParser((SEPOConfig, ModelConfig), prog="sepo train", description=__doc__.splitlines()[0])
     args, model_args = parser.parse_args_and_config(args=argv)
     if not model_args.model_name_or_path:
         raise SystemExit("sepo train: set model_name_or_path (a checkpoint dir, hub id, or `default`)")

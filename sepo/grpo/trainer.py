@@ -26,9 +26,10 @@ from trl.models.utils import unwrap_model_for_generation
 from envs import Game, make_game
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
 from sepo.grpo.advantages import sepo_round_advantages, token_advantages
-from sepo.grpo.config import POOLS, SEPOConfig
-from sepo.grpo.rewards import SEPOReward, game_lambdas
-from sepo.pools import Pools, load_pools
+from sepo.grpo.config import SEPOConfig
+from sepo.grpo.rewards import SEPOReward
+from sepo.objective import resolve_lambdas
+from sepo.pools import POOL_NAMES, Pools, load_pools
 
 RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
 """Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, auxiliary
@@ -40,7 +41,7 @@ def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any
     rng = random.Random(args.seed)
     block = []
     for game in args.games:
-        for pool in POOLS:
+        for pool in POOL_NAMES:
             choice = args.pool_mix.get(pool, 0)
             names = pools[game].names(pool)
             if choice == "all":
@@ -142,7 +143,7 @@ class SEPOTrainer(GRPOTrainer):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
         self.pools = {g: load_pools(g, extra_dir=args.pool_dir) for g in args.games}
-        self.lambdas = {g: game_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
+        self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
         # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
         self._pool_factories = {m.name: m.factory for p in self.pools.values() for m in p.registry.values()

@@ -117,7 +117,7 @@ class Trajectory:
 
 
 @dataclass
-class _Episode:
+class _InPlay:
     """Mutable per-episode state inside `play_episodes`."""
 
     spec: EpisodeSpec
@@ -144,7 +144,7 @@ class _Episode:
         )
 
 
-def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _Episode:
+def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _InPlay:
     if spec.seat not in (0, 1):
         raise ValueError(f"seat must be 0 or 1, got {spec.seat!r}")
     game = make_game(spec.game, **spec.game_params)
@@ -154,10 +154,10 @@ def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -
     else:
         opponent = make_strategy(spec.game, spec.opponent)
     opponent.reset(game, 1 - spec.seat, random.Random(f"{spec.seed}:opponent"))
-    return _Episode(spec=spec, game=game, state=state, opponent=opponent)
+    return _InPlay(spec=spec, game=game, state=state, opponent=opponent)
 
 
-def _step(ep: _Episode, agent_action: str | None) -> None:
+def _step(ep: _InPlay, agent_action: str | None) -> None:
     """Let the opponent choose for its seats at this decision point and step the game."""
     actions = {} if agent_action is None else {ep.spec.seat: agent_action}
     for seat in ep.game.current_players(ep.state):
@@ -166,13 +166,13 @@ def _step(ep: _Episode, agent_action: str | None) -> None:
     ep.game.step(ep.state, actions)
 
 
-def _advance_opponent(ep: _Episode) -> None:
+def _advance_opponent(ep: _InPlay) -> None:
     """Play opponent-only decision points (sequential games) until the LLM seat acts or the game ends."""
     while not ep.game.is_terminal(ep.state) and not ep.agent_to_act():
         _step(ep, None)
 
 
-def _open_turn(ep: _Episode, renderer: ChatRenderer) -> Prompt:
+def _open_turn(ep: _InPlay, renderer: ChatRenderer) -> Prompt:
     """Append the observation as a user turn (env tokens) and return the prompt for the model's turn."""
     obs = ep.game.observation(ep.state, ep.spec.seat)
     if ep.traj is None:
@@ -189,7 +189,7 @@ def _open_turn(ep: _Episode, renderer: ChatRenderer) -> Prompt:
     return Prompt(ids=ep.context, messages=[dict(m) for m in ep.messages])
 
 
-def _model_turn(ep: _Episode, gen: Generation, renderer: ChatRenderer, keep_open: bool) -> bool:
+def _model_turn(ep: _InPlay, gen: Generation, renderer: ChatRenderer, keep_open: bool) -> bool:
     """Record the model's tokens and try to parse them; returns True if the turn produced an action.
 
     A turn that did not end with end-of-turn (truncated, or stopped by another stop token, which is dropped)
@@ -222,14 +222,14 @@ def _model_turn(ep: _Episode, gen: Generation, renderer: ChatRenderer, keep_open
     return action is not None
 
 
-def _fallback_prompt(ep: _Episode, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
+def _fallback_prompt(ep: _InPlay, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
     context = ep.context[: len(ep.context) - len(ep.turn_ids)]
     ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id)
     prefix = ep.prefill + renderer.decode_turn(ep.turn_ids) + FALLBACK_CUE
     return Prompt(ids=ids, messages=[dict(m) for m in ep.messages], assistant_prefix=prefix), cue
 
 
-def _forced_turn(ep: _Episode, cue: list[int], gen: Generation, legal: list[str], renderer: ChatRenderer):
+def _forced_turn(ep: _InPlay, cue: list[int], gen: Generation, legal: list[str], renderer: ChatRenderer):
     """Append the cue (env tokens) and the constrained action tokens + end-of-turn (forced tokens)."""
     by_key = {a.casefold(): a for a in legal}
     action = by_key.get(gen.text.strip().casefold())
@@ -246,7 +246,7 @@ def _forced_turn(ep: _Episode, cue: list[int], gen: Generation, legal: list[str]
     turn.action, turn.fallback, turn.n_forced_tokens = action, True, len(gen.token_ids)
 
 
-def _close_unparsed(ep: _Episode, renderer: ChatRenderer) -> None:
+def _close_unparsed(ep: _InPlay, renderer: ChatRenderer) -> None:
     """No fallback: end the turn (a synthetic end-of-turn if it was cut off) and play a seeded random
     legal action, so the episode continues and the failure is counted."""
     if not ep.turn_ids or ep.turn_ids[-1] != renderer.end_of_turn_id:
@@ -260,17 +260,6 @@ def _seeded(sampling: SamplingSpec, iteration: int, call: int) -> SamplingSpec:
     if sampling.seed is None:
         return sampling
     return replace(sampling, seed=sampling.seed * 1_000_003 + 2 * iteration + call)
-
-
-def decision_bound(game: Game) -> int:
-    """Upper bound on the LLM seat's decisions per episode: `game.max_decisions_per_seat` if the game
-    defines it, else one per round for simultaneous-move games and two per round for alternating ones
-    (Kuhn: at most bet/pass then call/fold per hand)."""
-    bound = getattr(game, "max_decisions_per_seat", None)
-    if bound is not None:
-        return int(bound)
-    sequential = len(game.current_players(game.new_state(random.Random(0)))) == 1
-    return game.num_rounds * (2 if sequential else 1)
 
 
 def play_episodes(
@@ -296,13 +285,14 @@ def play_episodes(
     max_turn_tokens: longest model turn (default `sampling.max_new_tokens`); longer turns are cut and go to
         the fallback.
     collective: True (or an int number of iterations, identical on all ranks) makes the call sequence fixed:
-        exactly one generate and one generate_choice call per iteration for `decision_bound` iterations.
+        exactly one generate and one generate_choice call per iteration for `Game.max_decisions_per_seat`
+        iterations.
     reuse_prefix: let a backend that offers `prefix_session()` (HF) reuse each round's key/value cache in
         the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
     """
     episodes = [_start(spec, opponents) for spec in specs]
     if isinstance(collective, bool):
-        n_iter = max((decision_bound(ep.game) for ep in episodes), default=0) if collective else None
+        n_iter = max((ep.game.max_decisions_per_seat for ep in episodes), default=0) if collective else None
     else:
         n_iter = int(collective)
     turn_sampling = replace(sampling, max_new_tokens=max_turn_tokens or sampling.max_new_tokens)
@@ -349,7 +339,7 @@ def play_episodes(
     return [(_record(ep), ep.traj if trajectories else None) for ep in episodes]
 
 
-def _record(ep: _Episode) -> EpisodeRecord:
+def _record(ep: _InPlay) -> EpisodeRecord:
     return EpisodeRecord(
         spec=ep.spec,
         rounds=list(ep.state.history),

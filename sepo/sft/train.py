@@ -183,7 +183,7 @@ def _source_path(name_or_path: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    parser = TrlParser((SEPOSFTConfig,))
+    parser = TrlParser((SEPOSFTConfig,), prog="sepo sft", description=__doc__.splitlines()[0])
     (config,) = parser.parse_args_and_config(args=argv)
     merged = run_sft(config)
     print(f"merged checkpoint: {merged}")

@@ -139,7 +139,7 @@ def per_pool_contrast(batches: list[dict[str, Any]], max_payoff: float, lambdas:
 def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
     """Both checks, on the recorded rollouts of the study's arms."""
     import envs
-    from sepo.grpo.rewards import game_lambdas
+    from sepo.objective import resolve_lambdas
 
     out: dict[str, Any] = {"shared_equals_reward_only": {}, "auxiliary_uncorrelated": None, "per_pool_contrast": None}
     worst = 0.0
@@ -147,8 +147,8 @@ def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
         args, _ = arm_configs(cfg, arm)
         game_name = args.games[0]
         game = envs.make_game(game_name, **args.game_params.get(game_name, {}))
-        lambdas = game_lambdas(game, args.lambdas.get(game_name))
-        true_lambdas = game_lambdas(game, cfg.train.get("lambdas", {}).get(game_name))  # before arm overrides
+        lambdas = resolve_lambdas(game, args.lambdas.get(game_name))
+        true_lambdas = resolve_lambdas(game, cfg.train.get("lambdas", {}).get(game_name))  # before arm overrides
         batches = read_batches(Path(args.output_dir) / EPISODES_FILE)
         per_batch = [shared_equals_reward_only([terms_from_dict(ep, game.max_payoff) for ep in b["episodes"]],
                                                b["num_generations"], true_lambdas, args) for b in batches]
