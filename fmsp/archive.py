@@ -32,7 +32,8 @@ class ArchiveEntry:
     side: str
     iteration: int  # 0 for the seed baselines
     parents: list[str] = field(default_factory=list)
-    scores: dict[str, Any] = field(default_factory=dict)  # {"quality": float, "vs": {opponent id: score}}
+    # {"quality": mean score against the fixed reference set, "reference": [its ids], "vs": {opponent id: score}}
+    scores: dict[str, Any] = field(default_factory=dict)
     judge: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     origin: str = "generated"  # "baseline" | "generated"
@@ -52,10 +53,11 @@ class ArchiveEntry:
 
 
 class Archive:
-    """The archive of one side. Pass `path` to persist after every change; `Archive.load(path)` reloads it."""
+    """The archive of one side. Pass `path` to persist after every change; `Archive.load(path)` reloads it.
+    `embedder` names the model that made the embeddings (so vectors of different models are never mixed)."""
 
-    def __init__(self, side: str, dim: int, path: str | Path | None = None) -> None:
-        self.side, self.dim = side, dim
+    def __init__(self, side: str, dim: int, path: str | Path | None = None, embedder: str | None = None) -> None:
+        self.side, self.dim, self.embedder = side, dim, embedder
         self.path = Path(path) if path is not None else None
         self.entries: list[ArchiveEntry] = []
         self._emb = np.zeros((0, dim), dtype=np.float32)
@@ -108,11 +110,17 @@ class Archive:
 
     def replace(self, old_id: str, entry: ArchiveEntry, embedding: np.ndarray) -> str:
         """Add `entry` and retire `old_id` at `entry.iteration` (QDSP local competition, vFMSP incumbent)."""
+        self.retire(old_id, entry.iteration, entry.id, save=False)
+        return self.add(entry, embedding)
+
+    def retire(self, old_id: str, iteration: int, replaced_by: str | None, save: bool = True) -> None:
+        """Mark `old_id` inactive from `iteration` on (it stays in the log; `truncate` can revive it)."""
         old = self.get(old_id)
         if not old.active:
             raise ValueError(f"archive {self.side}: {old_id} was already replaced")
-        old.removed_at, old.replaced_by = entry.iteration, entry.id
-        return self.add(entry, embedding)
+        old.removed_at, old.replaced_by = iteration, replaced_by
+        if save:
+            self.save()
 
     def update_scores(self, entry_id: str, scores: dict[str, Any]) -> None:
         """Merge head-to-head results computed later (e.g. for context sampling) into an entry."""
@@ -139,13 +147,13 @@ class Archive:
         write_atomic(self.path / "embeddings.npy", lambda fh: np.save(fh, self._emb))
         lines = "".join(json.dumps(asdict(e), sort_keys=True) + "\n" for e in self.entries)
         write_text_atomic(self.path / "entries.jsonl", lines)
-        write_json_atomic(self.path / "meta.json", {"side": self.side, "dim": self.dim})
+        write_json_atomic(self.path / "meta.json", {"side": self.side, "dim": self.dim, "embedder": self.embedder})
 
     @classmethod
     def load(cls, path: str | Path) -> Archive:
         path = Path(path)
         meta = json.loads((path / "meta.json").read_text())
-        archive = cls(meta["side"], meta["dim"], path)
+        archive = cls(meta["side"], meta["dim"], path, meta.get("embedder"))
         with open(path / "entries.jsonl") as fh:
             archive.entries = [ArchiveEntry(**json.loads(line)) for line in fh if line.strip()]
         emb = np.load(path / "embeddings.npy")

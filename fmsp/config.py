@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-VARIANTS = ("vfmsp", "nssp", "qdsp")
+VARIANTS = ("vfmsp", "nssp", "qdsp", "open_loop")  # open_loop: the paper's baseline (no context)
 
 
 @dataclass
@@ -39,6 +39,8 @@ class FMSPConfig:
     fm_max_retries: int = 4
     fm_price_prompt_per_1k: float = 0.0
     fm_price_completion_per_1k: float = 0.0
+    fm_device: str | None = None  # local_transformers: None = cuda when available, else cpu
+    fm_dtype: str | None = None  # local_transformers: None = bfloat16 on cuda, float32 on cpu
     fm_policies_path: str | None = None  # scripted_test_double: directory of policy files
     fm_judge_answers: list[str] = field(default_factory=lambda: ["Decision: Yes"])
 
@@ -50,11 +52,12 @@ class FMSPConfig:
     embedder_api_key: str | None = None  # openai only; default OPENAI_API_KEY
 
     # search
-    use_judge: bool | None = None  # None: True for nssp/qdsp, False for vfmsp
+    use_judge: bool | None = None  # None: True for nssp/qdsp, False for vfmsp and open_loop
+    search_sides: list[str] | None = None  # sides the FM writes for, in turn; None = both (e.g. [attacker])
     context_neighbors: int = 3
     judge_neighbors: int = 3
     max_repairs: int = 3
-    eval_opponents: int = 5  # opponents sampled from the other population per evaluation
+    eval_opponents: int = 5  # current opponents each candidate also plays (recorded; quality uses the baselines)
     max_code_chars: int = 3000
 
     # sandbox
@@ -77,7 +80,7 @@ class FMSPConfig:
 
     @property
     def judge_enabled(self) -> bool:
-        return self.variant != "vfmsp" if self.use_judge is None else self.use_judge
+        return self.variant in ("nssp", "qdsp") if self.use_judge is None else self.use_judge
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

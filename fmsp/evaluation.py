@@ -9,9 +9,11 @@ sum domains score_a / (score_a + score_b)) with a weak Gaussian prior that keeps
 finite, and put on the Elo scale R = 1000 + 400 * t / ln(10) (mean 1000). Confidence intervals are
 percentiles over bootstrap refits on pairings resampled with replacement.
 
-QD-score. Per side, the code embeddings of every active member of every run are projected on the 2-D
-PCA plane fitted on all of them together; one common `cells` x `cells` grid spans the projected
-points' bounding box. A run's map holds in each cell the best quality of its members falling there
+QD-score. Per side, the code embeddings of every active generated member of every run are projected on a
+fixed 2-D plane with a fixed `cells` x `cells` grid (`Projection`): PCA axes and a box (the projected points'
+bounding box plus a 10% margin) fitted ONCE, on the first evaluation's runs and the domain's baselines, saved
+to `projection.json` and reused by passing it back (`--projection`), so that adding runs never moves a cell
+(members outside the box fall in its edge cells; `outside` counts them). A run's map holds in each cell the best quality of its members falling there
 (quality = mean score against the other side's human baselines, a reference shared by all runs);
 empty cells count 0. QD-score = the sum over cells of the map (Pugh et al. 2015); `qd_score_mean`
 divides by the number of cells (the "mean of the map" form FMSP reports).
@@ -265,39 +267,103 @@ def quality_vs_baselines(
     return scores.mean(axis=1)
 
 
-def qd_scores(domain: Domain, runs: Sequence[Run], play: MatchRunner, cells: int) -> dict[str, Any]:
-    """Per side and run: the QD map on the shared PCA grid and its QD-score (see module docstring)."""
-    out: dict[str, Any] = {}
-    for side in domain.sides:
-        members = {r.name: generated_members(r.archives[side]) if side in r.archives else [] for r in runs}
-        embeddings = {
-            r.name: np.array([r.archives[side].embedding(e.id) for e in members[r.name]]).reshape(
-                len(members[r.name]), -1
-            )
-            for r in runs
-        }
-        pooled = [e for e in embeddings.values() if len(e)]
-        if not pooled:
+@dataclass(frozen=True)
+class Projection:
+    """One side's fixed QD grid: embeddings x map to (x - mean) @ axes.T, in `cells` x `cells` cells over
+    the box [lo, hi]; `embedder` names the model whose vectors it was fitted on."""
+
+    embedder: str | None
+    mean: np.ndarray
+    axes: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    cells: int
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        return (np.asarray(x, dtype=float).reshape(-1, len(self.mean)) - self.mean) @ self.axes.T
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"embedder": self.embedder, "mean": self.mean.tolist(), "axes": self.axes.tolist(),
+                "lo": self.lo.tolist(), "hi": self.hi.tolist(), "cells": self.cells}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Projection:
+        return cls(data["embedder"], *(np.array(data[k], dtype=float) for k in ("mean", "axes", "lo", "hi")),
+                   int(data["cells"]))  # fmt: skip
+
+
+def fit_projection(embeddings: np.ndarray, embedder: str | None, cells: int, margin: float = 0.1) -> Projection:
+    """PCA plane of `embeddings` and the box around their projections, widened by `margin` of its span per
+    side (an axis without spread gets a unit-wide box)."""
+    mean, axes = fit_pca(embeddings)
+    points = (embeddings - mean) @ axes.T
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    pad = np.where(hi - lo > 1e-9, margin * (hi - lo), 0.5)
+    return Projection(embedder, mean, axes, lo - pad, hi + pad, cells)
+
+
+def save_projections(projections: dict[str, Projection], path: Path) -> None:
+    write_json_atomic(path, {side: p.to_dict() for side, p in projections.items()})
+
+
+def load_projections(path: Path) -> dict[str, Projection]:
+    return {side: Projection.from_dict(d) for side, d in json.loads(Path(path).read_text()).items()}
+
+
+def _side_embeddings(run: Run, side: str, members: list[ArchiveEntry]) -> np.ndarray:
+    archive = run.archives[side]
+    return np.array([archive.embedding(e.id) for e in members], dtype=float).reshape(len(members), archive.dim)
+
+
+def _check_projection(projection: Projection, runs: Sequence[Run], side: str) -> None:
+    for run in runs:
+        archive = run.archives.get(side)
+        if archive is None:
             continue
-        all_emb = np.concatenate(pooled)
-        mean, axes = fit_pca(all_emb)
-        projected = {name: (e - mean) @ axes.T for name, e in embeddings.items()}
-        all_points = np.concatenate([p for p in projected.values() if len(p)])
-        lo, hi = all_points.min(axis=0), all_points.max(axis=0)
-        out[side] = {"bounds": [lo.tolist(), hi.tolist()], "cells": cells, "runs": {}}
-        for run in runs:
-            quality = (
-                quality_vs_baselines(domain, side, members[run.name], play)
-                if members[run.name]
-                else np.zeros(0)
-            )
-            grid = qd_map(projected[run.name], quality, lo, hi, cells)
+        if archive.dim != len(projection.mean):
+            raise ValueError(f"run {run.name} ({side}) has {archive.dim}-d embeddings; the projection expects "
+                             f"{len(projection.mean)}-d")  # fmt: skip
+        if None not in (archive.embedder, projection.embedder) and archive.embedder != projection.embedder:
+            raise ValueError(f"run {run.name} ({side}) was embedded by {archive.embedder!r}; the projection was "
+                             f"fitted on {projection.embedder!r}")  # fmt: skip
+
+
+def qd_scores(domain: Domain, runs: Sequence[Run], play: MatchRunner, cells: int,
+              projections: dict[str, Projection] | None = None) -> tuple[dict[str, Any], dict[str, Projection]]:  # fmt: skip
+    """Per side and run: the QD map on the side's fixed grid and its QD-score (see module docstring).
+
+    `projections` (per side) are reused as they are; a side without one gets one fitted on these runs' members
+    and baselines. Returns the results and the projections used (to save for the next evaluation).
+    """
+    out: dict[str, Any] = {}
+    used = dict(projections or {})
+    for side in domain.sides:
+        with_side = [r for r in runs if side in r.archives]
+        members = {r.name: generated_members(r.archives[side]) for r in with_side}
+        embeddings = {r.name: _side_embeddings(r, side, members[r.name]) for r in with_side}
+        if side not in used:
+            pooled = [e for e in embeddings.values() if len(e)]
+            if not pooled:
+                continue
+            baselines = [e for e in with_side[0].archives[side].entries if e.origin == "baseline"]
+            fit_on = np.concatenate([*pooled, _side_embeddings(with_side[0], side, baselines)])
+            used[side] = fit_projection(fit_on, with_side[0].archives[side].embedder, cells)
+        projection = used[side]
+        _check_projection(projection, with_side, side)
+        out[side] = {"bounds": [projection.lo.tolist(), projection.hi.tolist()], "cells": projection.cells,
+                     "runs": {}}  # fmt: skip
+        for run in with_side:
+            points = projection.project(embeddings[run.name])
+            quality = (quality_vs_baselines(domain, side, members[run.name], play) if members[run.name]
+                       else np.zeros(0))  # fmt: skip
+            grid = qd_map(points, quality, projection.lo, projection.hi, projection.cells)
+            outside = int(np.sum(np.any((points < projection.lo) | (points > projection.hi), axis=1)))
             out[side]["runs"][run.name] = {
                 "qd_score": float(grid.sum()), "qd_score_mean": float(grid.mean()),
-                "filled_cells": int(np.count_nonzero(grid)), "members": len(quality),
-                "map": grid.tolist(), "points": projected[run.name].tolist(), "quality": quality.tolist(),
+                "filled_cells": int(np.count_nonzero(grid)), "members": len(quality), "outside": outside,
+                "map": grid.tolist(), "points": points.tolist(), "quality": quality.tolist(),
             }  # fmt: skip
-    return out
+    return out, used
 
 
 def elo_markdown(rows: list[dict], summary: dict[str, Any], sides: Sequence[str]) -> str:
@@ -397,14 +463,16 @@ def _save_figure(fig: Any, path: Path) -> None:
 
 def evaluate(
     domain: Domain, runs: Sequence[Run], play: MatchRunner, out_dir: Path, *, top: int = 3, n_random: int = 15,
-    cells: int = 10, n_boot: int = 200, seed: int = 0,
+    cells: int = 10, n_boot: int = 200, seed: int = 0, projections: dict[str, Projection] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Elo table, QD-scores and plots for `runs`; writes results.json, elo.json, elo.md, elo.png and
-    map_<run>_<side>.png to `out_dir`."""
+    """Elo table, QD-scores and plots for `runs`; writes results.json, elo.json, elo.md, elo.png,
+    map_<run>_<side>.png and projection.json (the QD grids used; pass them back to keep cells fixed) to
+    `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     players = build_population(domain, runs, top, n_random, seed)
     rows = elo_table(domain, players, play, n_boot, seed)
-    qd = qd_scores(domain, runs, play, cells)
+    qd, projections = qd_scores(domain, runs, play, cells, projections)
+    save_projections(projections, out_dir / "projection.json")
     def elos(run: Run, side: str) -> list[float]:
         return [r["elo"] for r in rows if r["run"] == run.name and r["side"] == side]
 
@@ -443,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--random", type=int, default=15, dest="n_random")
     parser.add_argument("--cells", type=int, default=10)
+    parser.add_argument("--projection", type=Path, help="projection.json of an earlier `fmsp eval` (fixed QD grid)")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per sandbox job")
@@ -454,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(load_run(path, name or None))
         except (FileNotFoundError, ValueError) as exc:
             parser.error(str(exc))
+    if args.projection is not None and not args.projection.is_file():
+        parser.error(f"--projection {args.projection} does not exist (it is the projection.json an earlier "
+                     f"`fmsp eval` wrote)")  # fmt: skip
     domain_name = args.domain or runs[0].config.get("domain")
     if not domain_name:
         parser.error("--domain is required when the run has no config.yaml")
@@ -463,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     domain = make_domain(domain_name, **domain_config)
     sandbox = Sandbox(SandboxLimits(timeout_s=args.timeout, cpu_s=int(args.timeout)))
     results = evaluate(domain, runs, sandbox_runner(domain, sandbox), Path(args.out), top=args.top,
-                       n_random=args.n_random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed)  # fmt: skip
+                       n_random=args.n_random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed,
+                       projections=load_projections(args.projection) if args.projection else None)  # fmt: skip
     print(json.dumps(results["summary"], indent=2))
     return 0

@@ -2,7 +2,7 @@
 
 - `OpenAIChatFM`: any OpenAI-compatible chat endpoint (OpenAI, `vllm serve`) through the official SDK, with
   retries and exponential backoff on transient errors, timeouts, and token / cost accounting.
-- `LocalTransformersFM`: a local transformers chat model (e.g. the embedded default `default`).
+- `LocalTransformersFM`: a local transformers chat model (the embedded `default`, or e.g. Qwen2.5-Coder on a GPU).
 - `ScriptedFM`: a TEST DOUBLE, not a model. It replays hand-written policy code (from a list or a directory)
   and scripted judge answers, so the whole pipeline (and the CLI) can run where no strong code-writing FM is
   available. Its outputs say nothing about what a real FM would do.
@@ -124,47 +124,59 @@ class OpenAIChatFM:
         return Completion(text=text, usage=usage)
 
 
+def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, str]:
+    """`device` None -> "cuda" when available, else "cpu"; `dtype` None -> "bfloat16" on cuda, "float32" on cpu."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    return device, dtype
+
+
 @dataclass
 class LocalTransformersFM:
-    """A local transformers chat model; `model` is a checkpoint dir or a `sepo.models` name such as `default`."""
+    """A local transformers chat model through `sepo.backends.hf.HFBackend` (the rollout engine's backend);
+    `model` is a hub id, a checkpoint dir, or a `sepo.models` name such as `default`. `device`/`dtype`: see
+    `resolve_device_dtype`. Call k samples with seed (seed, k), so a resumed run continues the same stream."""
 
     model: str = "default"
     temperature: float = 0.8
     max_tokens: int = 512
-    device: str = "cpu"
+    device: str | None = None
+    dtype: str | None = None
     seed: int = 0
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from sepo.backends.hf import HFBackend
 
-        from sepo.models import resolve_model
-
-        path = resolve_model(self.model)
+        self.device, self.dtype = resolve_device_dtype(self.device, self.dtype)
         self.name = self.model
-        self._torch = torch
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
-        self._model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
-        self._generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self._backend = HFBackend.from_model(self.model, dtype=self.dtype, device=self.device)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"usage": asdict(self.usage)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.usage = Usage(**state["usage"])
 
     def complete(self, messages: Messages, **kw: Any) -> Completion:
+        from sepo.backends.base import Prompt, SamplingSpec
+
         params = _sampling(kw)
         temperature = params.get("temperature", self.temperature)
-        inputs = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        ).to(self.device)
-        self._torch.manual_seed(int(self._torch.randint(0, 2**31 - 1, (1,), generator=self._generator)))
-        with self._torch.inference_mode():
-            out = self._model.generate(
-                **inputs, max_new_tokens=params.get("max_tokens", self.max_tokens), do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None, top_p=None, top_k=None,
-                pad_token_id=self._tokenizer.pad_token_id or self._tokenizer.eos_token_id,
-            )  # fmt: skip
-        new = out[0, inputs["input_ids"].shape[1] :]
-        usage = Usage(prompt_tokens=int(inputs["input_ids"].shape[1]), completion_tokens=int(new.shape[0]), calls=1)
+        call_seed = random.Random(f"{self.seed}:{self.usage.calls}").getrandbits(31)
+        spec = SamplingSpec(temperature=temperature if temperature > 0 else 1.0, top_p=1.0, top_k=0,
+                            max_new_tokens=params.get("max_tokens", self.max_tokens), greedy=temperature <= 0,
+                            seed=call_seed)  # fmt: skip
+        ids = self._backend.renderer.prompt_ids(messages)
+        (generation,) = self._backend.generate([Prompt(ids=ids, messages=messages)], spec)
+        usage = Usage(prompt_tokens=len(ids), completion_tokens=len(generation.token_ids), calls=1)
         self.usage += usage
-        return Completion(text=self._tokenizer.decode(new, skip_special_tokens=True), usage=usage)
+        return Completion(text=generation.text, usage=usage)
 
 
 @dataclass(frozen=True)

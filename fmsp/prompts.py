@@ -7,6 +7,7 @@ nearest neighbours; the judge follows the ACD pattern with a final "Decision: Ye
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -40,10 +41,27 @@ class Context:
     neighbours: list[ArchiveEntry]
 
 
-def generation_messages(task: str, side: str, context: Context, max_code_chars: int = 3000) -> list[dict[str, str]]:
+# What each variant asks for (the paper: vFMSP refines its one incumbent; NSSP and QDSP ask for a policy
+# distinct from everything in the context; the open-loop baseline sees no archive and no result at all).
+_INSTRUCTIONS = {
+    "vfmsp": ("Write an IMPROVED version of the incumbent {side} policy shown first: it must score higher than the "
+              "incumbent against the opponent. Keep what works, fix what loses, or change the approach entirely."),
+    "nssp": ("Write a NEW {side} policy that is conceptually distinct from every policy above and that you "
+             "expect to score well against the opponent. Think about which idea is missing."),
+    "open_loop": "Write a {side} policy that you expect to score well.",
+}  # fmt: skip
+_INSTRUCTIONS["qdsp"] = _INSTRUCTIONS["nssp"]
+
+
+def generation_messages(task: str, side: str, context: Context, variant: str,
+                        max_code_chars: int = 3000) -> list[dict[str, str]]:  # fmt: skip
+    """The generation request: the domain's task, the context (what `variant` may see) and its instruction."""
+    if variant not in _INSTRUCTIONS:
+        raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(_INSTRUCTIONS)}")
     parts = [task, ""]
+    own_label = "The incumbent" if variant == "vfmsp" else "A current"
     if context.own is not None:
-        parts.append(f"A current {side} policy from the archive:\n{_show(context.own, max_code_chars)}")
+        parts.append(f"{own_label} {side} policy from the archive:\n{_show(context.own, max_code_chars)}")
     if context.opponent is not None:
         parts.append(f"A current opponent policy:\n{_show(context.opponent, max_code_chars)}")
     if context.own_score is not None and context.own is not None and context.opponent is not None:
@@ -52,9 +70,7 @@ def generation_messages(task: str, side: str, context: Context, max_code_chars: 
     if context.neighbours:
         shown = "\n\n".join(_show(n, max_code_chars) for n in context.neighbours)
         parts.append(f"Other {side} policies similar to the first one:\n{shown}")
-    parts.append(f"Write a NEW {side} policy that is conceptually distinct from every policy above and that "
-                 f"you expect to score well against the opponent. Think about which idea is missing.\n"
-                 f"{ANSWER_FORMAT}")  # fmt: skip
+    parts.append(f"{_INSTRUCTIONS[variant].format(side=side)}\n{ANSWER_FORMAT}")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
@@ -94,18 +110,58 @@ class ParsedPolicy:
     code: str
 
 
-_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+# An opening fence line: ``` plus an optional info string ("python", "Python", "python3", "py", ...); the closing
+# ``` ends a line. Blocks labelled with another language (bash, text, json, ...) are never policies.
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)```[ \t]*$", re.DOTALL | re.MULTILINE)
+_PYTHON_TAGS = ("", "python", "python3", "py", "py3")
 _FIELD = re.compile(r"^\s*\**(NAME|DESCRIPTION)\**\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_CODE_START = re.compile(r"^(?:import|from|class)\b", re.MULTILINE)
 
 
 class AnswerFormatError(ValueError):
-    """The FM's answer holds no code block; the message is fed back to it."""
+    """The FM's answer holds no code; the message is fed back to it."""
+
+
+def defines_class(code: str) -> bool:
+    """Whether `code` defines a class at top level (by its syntax tree, or a `class` line if it does not parse:
+    a policy with a syntax error is still the policy, and the unit test reports the error for repair)."""
+    try:
+        return any(isinstance(node, ast.ClassDef) for node in ast.parse(code).body)
+    except (SyntaxError, ValueError):
+        return re.search(r"^class\s+\w+", code, re.MULTILINE) is not None
+
+
+def _unfenced_code(text: str) -> str | None:
+    """Code written without a closing fence (cut off, or never fenced): from the first import/class line on,
+    minus an opening fence line and trailing prose lines that stop it from parsing."""
+    text = re.sub(r"^[ \t]*```[^\n]*\n", "", text, count=1, flags=re.MULTILINE)
+    start = _CODE_START.search(text)
+    if start is None or not defines_class(text[start.start():]):
+        return None
+    lines = text[start.start():].rstrip().splitlines()
+    for end in range(len(lines), max(0, len(lines) - 20), -1):
+        candidate = "\n".join(lines[:end]).rstrip() + "\n"
+        try:
+            ast.parse(candidate)
+        except SyntaxError:
+            continue
+        if defines_class(candidate):
+            return candidate
+    return "\n".join(lines) + "\n"
 
 
 def parse_policy_answer(text: str) -> ParsedPolicy:
-    """The last fenced code block, plus the NAME/DESCRIPTION lines when present."""
-    blocks = _BLOCK.findall(text)
-    if not blocks or not blocks[-1].strip():
-        raise AnswerFormatError("the answer contains no ```python code block")
+    """The policy code of an answer plus its NAME/DESCRIPTION lines when present.
+
+    The code is the last fenced Python (or unlabelled) block that defines a class, so a trailing usage example
+    or a first draft before the final version are not taken; without such a block, the last Python block;
+    without any fence, the code from the first import/class line on. CRLF line ends are accepted.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    blocks = [code for tag, code in _FENCE.findall(text) if tag.lower() in _PYTHON_TAGS and code.strip()]
+    policies = [code for code in blocks if defines_class(code)]
+    code = policies[-1] if policies else blocks[-1] if blocks else _unfenced_code(text)
+    if code is None:
+        raise AnswerFormatError("the answer contains no Python code block defining the policy class")
     fields = {key.upper(): value for key, value in _FIELD.findall(text.split("```")[0])}
-    return ParsedPolicy(name=fields.get("NAME"), description=fields.get("DESCRIPTION"), code=blocks[-1])
+    return ParsedPolicy(name=fields.get("NAME"), description=fields.get("DESCRIPTION"), code=code)

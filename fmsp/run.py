@@ -1,6 +1,7 @@
 """The FMSP run loop: build the parts from a config, seed the archives, iterate, log, and resume.
 
-Run directory layout: `config.yaml` (resolved), `state.json` (last completed iteration, RNG and FM state,
+Run directory layout: `config.yaml` (resolved), `domain.json` (the domain's resolved match config and what
+it records, e.g. Gandalf's password word list), `state.json` (last completed iteration, RNG and FM state,
 counters; written atomically at the end of every iteration), `iterations.jsonl` (one record per iteration),
 `archive/<side>/` (persisted after every accepted change) and `summary.json`. On restart the archives are
 rolled back to the last completed iteration, so an interrupted iteration is redone from the same state.
@@ -33,7 +34,8 @@ def build_fm(config: FMSPConfig) -> FoundationModel:
                        judge_answers=config.fm_judge_answers)  # fmt: skip
     if config.fm_provider == "local_transformers":
         return make_fm("local_transformers", model=config.fm_model, temperature=config.fm_temperature,
-                       max_tokens=config.fm_max_tokens, seed=config.seed)  # fmt: skip
+                       max_tokens=config.fm_max_tokens, device=config.fm_device, dtype=config.fm_dtype,
+                       seed=config.seed)  # fmt: skip
     return make_fm(config.fm_provider, model=config.fm_model, base_url=config.fm_base_url, api_key=config.fm_api_key,
                    temperature=config.fm_temperature, max_tokens=config.fm_max_tokens, timeout_s=config.fm_timeout_s,
                    max_retries=config.fm_max_retries, price_prompt_per_1k=config.fm_price_prompt_per_1k,
@@ -95,6 +97,9 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
                                                memory_mb=config.sandbox_memory_mb))  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.yaml")
+    record = domain.record() if hasattr(domain, "record") else {}  # e.g. Gandalf's password word list
+    write_json_atomic(run_dir / "domain.json", {"name": domain.name, "sides": list(domain.sides),
+                                                "match_config": domain.match_config(), **record})  # fmt: skip
     rng = random.Random(config.seed)
     archive_dir = run_dir / "archive"
     t_start = time.monotonic()
@@ -111,7 +116,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         search.counters = Counters(**state["counters"])
     else:
         completed = 0
-        archives = {s: Archive(s, embedder.dim, archive_dir / s) for s in domain.sides}
+        archives = {s: Archive(s, embedder.dim, archive_dir / s, embedder.name) for s in domain.sides}
         search = FMSPSearch(config, domain, archives, fm, embedder, sandbox, rng)
         search.seed_baselines()
         _save_state(run_dir, 0, rng, fm, search.counters)

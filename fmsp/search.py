@@ -1,16 +1,26 @@
 """One FMSP iteration and the three archive update rules (vFMSP, NSSP, QDSP).
 
-Iteration i writes a policy for side `sides[(i - 1) % 2]`: sample context, generate, unit-test in the sandbox
-with bounded repair, embed, retrieve neighbours, ask the FM-as-judge whether it is novel (NSSP/QDSP), evaluate
-it (and its rival, on the same opponents, in one sandbox job) against the other population, then update:
+Iteration i writes a policy for side `sides[(i - 1) % len(sides)]` (`search_sides`, default both sides of the
+domain): sample context, generate, unit-test in the sandbox with bounded repair, embed, retrieve neighbours, ask
+the FM-as-judge whether it is novel (NSSP/QDSP), evaluate it, then update:
 
-- vFMSP: one incumbent per side, replaced when the new policy outscores it.
+- vFMSP: exactly one incumbent per side (the best baseline by quality to start with), replaced only when a new
+  policy's quality is higher; the FM is asked to improve on the incumbent.
 - NSSP: add if novel, never remove.
-- QDSP: add if novel, else replace the single nearest neighbour if the new policy scores better.
+- QDSP: add if novel, else replace the single nearest neighbour if the new policy's quality is higher.
+- open_loop (the paper's baseline): the FM sees no archive and no score; every working policy is added.
+
+Quality is one fixed yardstick per side: the mean score against the reference set, the other side's human
+baselines (the archive as it stands at run start), so the quality of iteration 5 and of iteration 50 are on one
+scale and a rival's stored quality compares directly with a candidate's. It is stored with each entry
+(`scores["quality"]`, the reference ids in `scores["reference"]`, the per-opponent scores in `scores["vs"]`).
+Each candidate also plays `eval_opponents` members of the current opposing archive; those head-to-head scores
+are recorded and shown in later contexts, but no update rule reads them.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -51,6 +61,8 @@ class Decision:
 def decide(variant: str, novel: bool | None, score: float | None, rival: ArchiveEntry | None,
            rival_score: float | None) -> Decision:  # fmt: skip
     """The update rule of `variant` for a tested candidate. `rival` is the incumbent (vFMSP) or nearest neighbour."""
+    if variant == "open_loop":
+        return Decision("add", None, "open loop: every working policy is kept")
     if variant == "vfmsp":
         if rival is None:
             return Decision("add", None, "no incumbent yet")
@@ -116,6 +128,10 @@ class FMSPSearch:
         self.fm, self.embedder, self.sandbox, self.rng = fm, embedder, sandbox, rng
         self.counters = Counters()
         self.match_config = domain.match_config()
+        self.search_sides = tuple(config.search_sides or domain.sides)
+        unknown = set(self.search_sides) - set(domain.sides)
+        if unknown:
+            raise ValueError(f"search_sides {sorted(unknown)} are not sides of {domain.name}; valid: {domain.sides}")
 
     # --- sandbox helpers ---------------------------------------------------------------------------
     def _match_args(self, side: str, policy: PolicyCode, opponent: PolicyCode) -> list[Any]:
@@ -181,14 +197,22 @@ class FMSPSearch:
             a.scores.setdefault("vs", {})[b.id] = float(value["score_a"])
             b.scores.setdefault("vs", {})[a.id] = float(value["score_b"])
         for side in self.domain.sides:
+            reference = [e.id for e in entries[self.other(side)]]
             for entry in entries[side]:
                 vs = entry.scores.get("vs", {})
                 entry.scores["quality"] = float(np.mean(list(vs.values()))) if vs else None
+                entry.scores["reference"] = reference
             self.archives[side].save()
+        if self.config.variant == "vfmsp":
+            for side in self.domain.sides:
+                start = max(entries[side], key=lambda e: -math.inf if e.quality is None else e.quality)
+                for entry in entries[side]:
+                    if entry is not start:
+                        self.archives[side].retire(entry.id, 0, start.id)
 
     # --- one iteration -----------------------------------------------------------------------------
     def step(self, iteration: int) -> IterationRecord:
-        side = self.domain.sides[(iteration - 1) % 2]
+        side = self.search_sides[(iteration - 1) % len(self.search_sides)]
         record = IterationRecord(iteration=iteration, side=side)
         usage_before = asdict(self.fm.usage)
         t0 = time.monotonic()
@@ -202,6 +226,8 @@ class FMSPSearch:
         return record
 
     def _context(self, side: str, record: IterationRecord) -> Context:
+        if self.config.variant == "open_loop":  # the FM sees no archive and no result
+            return Context(own=None, opponent=None, own_score=None, neighbours=[])
         own = next(iter(self.archives[side].sample(self.rng, 1)), None)
         opponent = next(iter(self.archives[self.other(side)].sample(self.rng, 1)), None)
         score = None
@@ -223,7 +249,7 @@ class FMSPSearch:
     def _generate(self, side: str, context: Context, record: IterationRecord) -> PolicyCode | None:
         """Ask for a policy and repair it until the domain unit test passes (1 + max_repairs attempts)."""
         task = self.domain.task_prompt(side)
-        messages = generation_messages(task, side, context, self.config.max_code_chars)
+        messages = generation_messages(task, side, context, self.config.variant, self.config.max_code_chars)
         for attempt in range(self.config.max_repairs + 1):
             t0 = time.monotonic()
             try:
@@ -276,7 +302,7 @@ class FMSPSearch:
             novel = self._judge(entry, [e for e, _ in neighbours], record)
         rival = None
         if variant == "vfmsp":
-            rival = next(iter(archive.elites()), None)
+            rival = incumbent(archive)
         elif variant == "qdsp" and not novel and neighbours:
             rival = neighbours[0][0]
         if variant == "nssp" and not novel:
@@ -319,30 +345,45 @@ class FMSPSearch:
         record.timings["judge_s"] = time.monotonic() - t0
         return bool(verdict)
 
+    def reference(self, side: str) -> list[ArchiveEntry]:
+        """The fixed reference set of `side`'s quality: the other side's baselines (retired ones included)."""
+        return [e for e in self.archives[self.other(side)].entries if e.origin == "baseline"]
+
     def _evaluate(self, side: str, entry: ArchiveEntry, rival: ArchiveEntry | None,
                   record: IterationRecord) -> tuple[float, float | None] | None:  # fmt: skip
-        """Mean score of the candidate (and of its rival, on the same opponents) against the other population."""
-        opponents = self.archives[self.other(side)].sample(self.rng, self.config.eval_opponents)
-        if not opponents:
-            record.evaluation = {"opponents": [], "score": None}
-            return 0.0, None
-        pairs = [(entry.policy(), o.policy()) for o in opponents]
-        if rival is not None:
-            pairs += [(rival.policy(), o.policy()) for o in opponents]
+        """The candidate's quality (mean score against the reference set) and the rival's stored quality.
+
+        The candidate also plays `eval_opponents` current members of the other archive (same sandbox job);
+        their scores go into `scores["vs"]` for later contexts only.
+        """
+        reference = self.reference(side)
+        known = {e.id for e in reference}
+        current = [o for o in self.archives[self.other(side)].sample(self.rng, self.config.eval_opponents)
+                   if o.id not in known]  # fmt: skip
+        opponents = reference + current
         t0 = time.monotonic()
-        scores, result = self._matches(side, pairs)
+        scores, result = self._matches(side, [(entry.policy(), o.policy()) for o in opponents])
         record.timings["eval_s"] = time.monotonic() - t0
         if scores is None:
             record.evaluation = {"error": result.error, "error_type": result.error_type, "timed_out": result.timed_out}
             return None
-        n = len(opponents)
-        own, rival_scores = scores[:n], scores[n:]
-        entry.scores = {"quality": float(np.mean(own)), "vs": {o.id: s for o, s in zip(opponents, own)}}
-        rival_mean = float(np.mean(rival_scores)) if rival_scores else None
-        record.evaluation = {"opponents": [o.id for o in opponents], "score": entry.scores["quality"],
-                             "rival": rival and rival.id, "rival_score": rival_mean, "wall_s": result.wall_s,
-                             "cpu_s": result.cpu_s}  # fmt: skip
-        return entry.scores["quality"], rival_mean
+        vs = {o.id: s for o, s in zip(opponents, scores)}
+        quality = float(np.mean([vs[o.id] for o in reference]))
+        entry.scores = {"quality": quality, "reference": [o.id for o in reference], "vs": vs}
+        rival_quality = rival.quality if rival is not None else None
+        record.evaluation = {"reference": [o.id for o in reference], "score": quality,
+                             "current_opponents": [o.id for o in current], "rival": rival and rival.id,
+                             "rival_score": rival_quality, "wall_s": result.wall_s, "cpu_s": result.cpu_s}  # fmt: skip
+        return quality, rival_quality
+
+
+def incumbent(archive: Archive) -> ArchiveEntry | None:
+    """vFMSP's single active member of a side (None before seeding)."""
+    members = archive.elites()
+    if len(members) > 1:
+        raise RuntimeError(f"vFMSP keeps one incumbent per side, but archive {archive.side} has {len(members)} "
+                           f"active members: {[e.id for e in members]}")  # fmt: skip
+    return members[0] if members else None
 
 
 def _embed_text(policy: PolicyCode) -> str:

@@ -117,7 +117,33 @@ def test_parse_policy_answer_takes_last_block_and_fields():
     parsed = parse_policy_answer(text)
     assert parsed.code == "class P:\n    pass\n" and parsed.name == "spiral" and parsed.description == "spirals out"
     with pytest.raises(AnswerFormatError):
-        parse_policy_answer("class P: pass")
+        parse_policy_answer("I would chase the evader with a clever plan.")
+
+
+POLICY = "import math\n\nclass Chase:\n    def __call__(self, obs):\n        return 0.0\n"
+
+
+@pytest.mark.parametrize("fence", ["```python", "```Python", "```python3", "```py", "```", "```PY ", "``` python"])
+def test_parse_policy_answer_accepts_fence_variants(fence):
+    parsed = parse_policy_answer(f"NAME: chase\nDESCRIPTION: d\n{fence}\n{POLICY}```\n")
+    assert parsed.code == POLICY and parsed.name == "chase"
+
+
+def test_parse_policy_answer_accepts_crlf_and_skips_trailing_usage_block():
+    answer = (f"NAME: chase\nDESCRIPTION: turns\n```python\n{POLICY}```\nUse it like this:\n```\n"
+              "policy = Chase()\nprint(policy({}))\n```\n```bash\npython run.py\n```\n").replace("\n", "\r\n")  # fmt: skip
+    parsed = parse_policy_answer(answer)
+    assert parsed.code == POLICY and (parsed.name, parsed.description) == ("chase", "turns")
+    # A block that does not parse still counts as the policy when it defines the class (the unit test reports it).
+    broken = "```python\nclass Chase:\n    def __call__(self, obs)\n        return 0\n```\n```\nChase()\n```"
+    assert parse_policy_answer(broken).code.startswith("class Chase:")
+
+
+def test_parse_policy_answer_reads_unfenced_or_unterminated_code():
+    prose = f"Here is the policy.\n{POLICY}\nIt always goes straight."
+    assert parse_policy_answer(prose).code == POLICY
+    cut = f"NAME: chase\n```python\n{POLICY}"  # the answer hit max_tokens before the closing fence
+    assert parse_policy_answer(cut).code == POLICY
 
 
 # --- config --------------------------------------------------------------------------------------

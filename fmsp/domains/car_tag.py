@@ -272,12 +272,31 @@ def unit_test(policy: Mapping[str, Any], side: str, config: Mapping[str, Any]) -
             result = simulate(PurePursuit(), instance, small)
             stats = result.evader_stats
     except Exception as exc:  # noqa: BLE001 - any failure inside the policy is reported for repair
-        raise AssertionError(f"the {side} policy failed during a game: {exc!r}") from None
+        hint = _BATCH_HINT.format(n=small["n_games"]) if _plays_one_game(policy, side, small) else ""
+        raise AssertionError(f"the {side} policy failed during a game: {exc!r}{hint}") from None
     assert stats.invalid == 0, f"the {side} policy returned NaN or inf {stats.invalid} times"
     limit = "[-1, 1]" if side == "pursuer" else "[-pi, pi]"
     assert stats.out_of_range == 0, (
         f"the {side} policy returned values outside {limit} {stats.out_of_range} times"
     )
+
+
+_BATCH_HINT = (
+    "\nIt plays a single game but not a batch of {n}: every obs value is a numpy array of shape (n_games,), so "
+    "use numpy element-wise functions (np.arctan2, np.hypot, np.where) instead of math.* and Python if/else on "
+    "them, or loop over the games; return an array of shape (n_games,)."
+)
+
+
+def _plays_one_game(policy: Mapping[str, Any], side: str, config: Mapping[str, Any]) -> bool:
+    """Whether a fresh instance of `policy` finishes a batch of one game (per-game code written for scalars)."""
+    one = {**config, "n_games": 1}
+    try:
+        instance = instantiate(policy, ("__call__",))
+        simulate(instance, FleeDirectly(), one) if side == "pursuer" else simulate(PurePursuit(), instance, one)
+    except Exception:  # noqa: BLE001 - any failure means it is not (only) an API mismatch
+        return False
+    return True
 
 
 # --- the domain --------------------------------------------------------------------------------
@@ -301,6 +320,8 @@ numpy). `obs` holds numpy float arrays of shape (n_games,): pursuer_x, pursuer_y
 evader_x, evader_y, and a bool array `active` (False once a game has ended); plus the int `step`
 (0 at the start of the games; reset any per-game memory then, sized to n_games) and the floats
 pursuer_speed, evader_speed, turn_radius, max_turn_rate, capture_radius, dt, max_steps.
+Per-game code (math.atan2 on these arrays, Python if/else on their values) fails with more than one game:
+use numpy element-wise functions (np.arctan2, np.hypot, np.where) or loop over the games.
 Headings are radians counter-clockwise from the +x axis: a unit moves by speed*dt*(cos h, sin h).
 {action}
 Return an array of shape (n_games,) (or one float for all games). NaN/inf count as 0 and are reported."""
