@@ -35,6 +35,12 @@ BASELINES = {
     "high": [_policy("half", "return 0.5", "high")],
     "low": [_policy("third", "return 0.3", "low")],
 }
+# Several baselines per side, of different strength (the target's mode is 0.2, its mean 2/7).
+MANY_BASELINES = {
+    "high": [_policy("half", "return 0.5", "high"), _policy("fifth", "return 0.2", "high"),
+             _policy("most", "return 0.9", "high")],
+    "low": [_policy("third", "return 0.3", "low"), _policy("tenth", "return 0.1", "low")],
+}  # fmt: skip
 
 # Hand-written "FM outputs": distinct, working policies (plus one buggy one to exercise repair).
 SCRIPTED_POLICIES = [
@@ -90,14 +96,16 @@ class NumberDuel:
     unit_test_entry = "fmsp_doubles:duel_unit_test"
     allowed_imports = ("math", "random")
 
-    def __init__(self, games: int = 5, rounds: int = 20, seed: int = 0) -> None:
+    def __init__(self, games: int = 5, rounds: int = 20, seed: int = 0,
+                 baselines: dict[str, list[PolicyCode]] | None = None) -> None:  # fmt: skip
         self.config = {"games": games, "rounds": rounds, "seed": seed}
+        self._baselines = baselines or BASELINES
 
     def task_prompt(self, side: str) -> str:
         return f"You write policies for the side '{side}'. {TASK}"
 
     def baselines(self, side: str) -> list[PolicyCode]:
-        return list(BASELINES[side])
+        return list(self._baselines[side])
 
     def match_config(self) -> dict[str, Any]:
         return dict(self.config)

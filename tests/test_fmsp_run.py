@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from fmsp_doubles import NumberDuel, RecordingFM, ScriptedFMTestDouble, assert_honest_failed_iteration
+from fmsp_doubles import (
+    MANY_BASELINES,
+    NumberDuel,
+    RecordingFM,
+    ScriptedFMTestDouble,
+    assert_honest_failed_iteration,
+    duel_match,
+)
 
 import fmsp.run as fmsp_run
 from fmsp.archive import Archive
@@ -35,11 +42,11 @@ def qdsp_run(tmp_path_factory, embedder) -> tuple[Path, dict]:
     return run_dir, toy_run(run_dir, embedder, "qdsp", 6, judge=QDSP_JUDGE)
 
 
-def toy_run(tmp_path: Path, embedder, variant: str, iterations: int, judge=None, **kw):
+def toy_run(tmp_path: Path, embedder, variant: str, iterations: int, judge=None, domain=None, fm=None, **kw):
     config = FMSPConfig(domain="number_duel", variant=variant, iterations=iterations, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=2, progress=False, **kw)  # fmt: skip
     sandbox = Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS])
-    return fmsp_run.run(config, domain=NumberDuel(games=2, rounds=10), fm=ScriptedFMTestDouble(judge),
+    return fmsp_run.run(config, domain=domain or NumberDuel(games=2, rounds=10), fm=fm or ScriptedFMTestDouble(judge),
                         embedder=embedder, sandbox=sandbox)  # fmt: skip
 
 
@@ -78,10 +85,90 @@ def test_qdsp_run_bookkeeping(qdsp_run):
     assert summary["archive_sizes"] == {s: sum(e["removed_at"] is None for e in dump[s]) for s in dump}
 
 
-def test_vfmsp_keeps_one_incumbent_per_side(tmp_path, embedder):
-    summary = toy_run(tmp_path, embedder, "vfmsp", 4)
+def hand_quality(entry, side: str, domain: NumberDuel) -> float:
+    """Mean score of `entry` against the other side's baselines, replayed in-process (trusted test code)."""
+    other = "low" if side == "high" else "high"
+    config = domain.match_config()
+    scores = [duel_match(entry.policy().to_dict(), ref.to_dict(), config)["score_a"] if side == "high"
+              else duel_match(ref.to_dict(), entry.policy().to_dict(), config)["score_b"]
+              for ref in domain.baselines(other)]  # fmt: skip
+    return sum(scores) / len(scores)
+
+
+def test_vfmsp_keeps_a_single_incumbent_that_changes_only_when_beaten(tmp_path, embedder):
+    domain = NumberDuel(games=2, rounds=10, baselines=MANY_BASELINES)
+    fm = RecordingFM(ScriptedFMTestDouble())
+    summary = toy_run(tmp_path, embedder, "vfmsp", 8, domain=domain, fm=fm)
     assert summary["archive_sizes"] == {"high": 1, "low": 1}
-    assert all(r["judge"] is None for r in records(tmp_path))  # vFMSP has no novelty judge
+    archives = {s: Archive.load(tmp_path / "archive" / s) for s in ("high", "low")}
+    quality = {}
+    for side, archive in archives.items():
+        other = "low" if side == "high" else "high"
+        reference = [e.id for e in archives[other].entries if e.origin == "baseline"]
+        for e in archive.entries:
+            quality[e.id] = hand_quality(e, side, domain)
+            assert e.quality == pytest.approx(quality[e.id]) and e.scores["reference"] == reference
+    # The starting incumbent is the best baseline; the others are retired at iteration 0.
+    incumbent = {}
+    for side, archive in archives.items():
+        base = [e for e in archive.entries if e.origin == "baseline"]
+        incumbent[side] = max(base, key=lambda e: quality[e.id]).id
+        assert [e.id for e in base if e.removed_at != 0] == [incumbent[side]]
+    outcomes = []
+    for r in records(tmp_path):
+        side, other = r["side"], "low" if r["side"] == "high" else "high"
+        assert r["judge"] is None  # vFMSP has no novelty judge
+        if r["outcome"] not in ("replace", "reject"):
+            continue
+        # context and rival are the current incumbents, never an older member
+        assert (r["context"]["own"], r["context"]["opponent"]) == (incumbent[side], incumbent[other])
+        assert r["evaluation"]["rival"] == incumbent[side]
+        beaten = quality[r["candidate"]["id"]] > quality[incumbent[side]] if r["outcome"] == "replace" else None
+        outcomes.append(r["outcome"])
+        if r["outcome"] == "replace":
+            assert beaten
+            incumbent[side] = r["candidate"]["id"]
+        else:
+            assert r["evaluation"]["score"] <= quality[incumbent[side]] + 1e-12
+    assert {"replace", "reject"} <= set(outcomes)  # both branches were exercised
+    assert {s: [e.id for e in a.elites()] for s, a in archives.items()} == {s: [i] for s, i in incumbent.items()}
+    generate = [c for c in fm.calls if "Answer in exactly this format" in c[-1]["content"] and len(c) == 2]
+    assert generate and all("IMPROVED version of the incumbent" in c[-1]["content"] for c in generate)
+
+
+def test_open_loop_sees_no_archive_and_keeps_every_working_policy(tmp_path, embedder):
+    fm = RecordingFM(ScriptedFMTestDouble(["Decision: No"]))
+    summary = toy_run(tmp_path, embedder, "open_loop", 4, fm=fm)
+    first_requests = [c[-1]["content"] for c in fm.calls if len(c) == 2]
+    assert len(first_requests) == 4
+    for text in first_requests:  # no archive member, no opponent, no score: the task and the instruction only
+        assert text.count("```") == 2  # only the answer-format template's fence
+        assert "Head-to-head" not in text and "return 0.5" not in text and "return 0.3" not in text
+    recs = records(tmp_path)
+    assert {r["outcome"] for r in recs} <= {"add", "unit_test_failed"} and summary["counters"]["judge_calls"] == 0
+    assert summary["counters"]["added"] == sum(r["outcome"] == "add" for r in recs) >= 3
+
+
+def test_search_sides_limits_generation_to_the_named_side(tmp_path, embedder):
+    summary = toy_run(tmp_path, embedder, "qdsp", 3, judge=["Decision: Yes"], search_sides=["low"])
+    assert [r["side"] for r in records(tmp_path)] == ["low", "low", "low"]
+    assert summary["archive_totals"]["high"] == 1
+    with pytest.raises(ValueError, match="search_sides .*middle"):
+        toy_run(tmp_path / "bad", embedder, "qdsp", 1, search_sides=["middle"])
+
+
+def test_embedder_sees_the_whole_policy(embedder):
+    """MiniLM reads 256 tokens; policies are longer. Two policies that differ only past the window differ."""
+    head = "import numpy as np\n\n\nclass Chase:\n" + "".join(f"    # note {i}: keep turning\n" for i in range(60))
+    a = head + "    def __call__(self, obs):\n        return 1.0\n"
+    b = head + "    def __call__(self, obs):\n        return np.sin(obs['step'] / 7.0) - 0.5\n"
+    truncated = embedder._model.encode([a, b], normalize_embeddings=True)
+    assert float(truncated[0] @ truncated[1]) > 1 - 1e-6  # the raw model cannot tell them apart
+    va, vb = embedder.embed([a, b])
+    assert float(va @ vb) < 1 - 1e-4 and abs(float(va @ va) - 1) < 1e-5
+    pieces = embedder.chunks(a)
+    assert len(pieces) >= 2 and all(n <= embedder.window for _, n in pieces)
+    assert " ".join(p for p, _ in pieces).split() == a.split()  # consecutive, nothing dropped
 
 
 def test_nssp_never_removes(tmp_path, embedder):
