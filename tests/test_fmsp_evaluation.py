@@ -1,4 +1,4 @@
-"""Elo (Bradley-Terry + bootstrap), QD-score on a shared PCA grid, and `fmsp eval` end to end."""
+"""Elo (Bradley-Terry + bootstrap), QD-score on a fixed PCA grid, and `fmsp eval` end to end."""
 
 from __future__ import annotations
 
@@ -11,7 +11,18 @@ from fmsp.archive import Archive, ArchiveEntry
 from fmsp.config import FMSPConfig, save_config
 from fmsp.domains import make_domain
 from fmsp.domains.loading import run_entry_in_process
-from fmsp.evaluation import elo_ratings, fit_pca, load_run, main, qd_map, sandbox_runner, win_share
+from fmsp.evaluation import (
+    Projection,
+    elo_ratings,
+    fit_pca,
+    fit_projection,
+    load_run,
+    main,
+    qd_map,
+    qd_scores,
+    sandbox_runner,
+    win_share,
+)
 from fmsp.sandbox import Sandbox
 
 
@@ -88,7 +99,7 @@ class Offset{k}:
 """
 
 
-def make_run(path, seed: int, n: int = 4) -> None:
+def make_run(path, seed: int, n: int = 4, embedder: str = "test-embedder") -> None:
     """A run directory like `fmsp run` writes: config.yaml and archive/<side>/ with embeddings."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True)
@@ -96,7 +107,7 @@ def make_run(path, seed: int, n: int = 4) -> None:
         FMSPConfig(domain="car_tag", domain_config={"n_games": 6, "max_steps": 60}), path / "config.yaml"
     )
     for side, template in (("pursuer", PURSUER), ("evader", EVADER)):
-        archive = Archive(side, 8, path / "archive" / side)
+        archive = Archive(side, 8, path / "archive" / side, embedder)
         for k in range(1, n + 1):
             code = template.format(k=k + seed)
             v = rng.normal(size=8)
@@ -146,6 +157,57 @@ def test_evaluate_runs_in_process_and_through_the_cli(tmp_path):
     results = json.loads((tmp_path / "cli" / "results.json").read_text())
     assert set(results["summary"]) == {"qdsp", "vfmsp"} and results["domain"] == "car_tag"
     assert len(results["elo"]) == 2 * (2 + 2)
+    # a third run, on the first evaluation's grid: the first two runs' cells do not move
+    make_run(tmp_path / "nssp", 9)
+    rc = main(["--run", f"qdsp={tmp_path / 'qdsp'}", "--run", str(tmp_path / "vfmsp"), "--run", str(tmp_path / "nssp"),
+               "--out", str(tmp_path / "cli3"), "--top", "1", "--random", "0", "--bootstrap", "20",
+               "--projection", str(tmp_path / "cli" / "projection.json")])  # fmt: skip
+    assert rc == 0
+    again = json.loads((tmp_path / "cli3" / "results.json").read_text())
+    for side in ("pursuer", "evader"):
+        for run in ("qdsp", "vfmsp"):
+            assert again["qd"][side]["runs"][run] == results["qd"][side]["runs"][run]
+        assert again["qd"][side]["runs"]["nssp"]["members"] == 4
+
+
+def in_process_play(domain):
+    cfg = domain.match_config()
+    return lambda pairs: [run_entry_in_process(domain.match_entry, a.to_dict(), b.to_dict(), cfg) for a, b in pairs]
+
+
+def test_qd_cells_do_not_move_when_a_run_is_added(tmp_path):
+    for name, seed in (("a", 1), ("b", 5), ("c", 9)):
+        make_run(tmp_path / name, seed)
+    domain = make_domain("car_tag", n_games=4, max_steps=40)
+    play = in_process_play(domain)
+    two = [load_run(tmp_path / "a"), load_run(tmp_path / "b")]
+    three = [*two, load_run(tmp_path / "c")]
+    first, projections = qd_scores(domain, two, play, cells=4)
+    reused, same = qd_scores(domain, three, play, cells=4, projections=projections)
+    refit, _ = qd_scores(domain, three, play, cells=4)
+    assert same == projections
+    for side in ("pursuer", "evader"):
+        for run in ("a", "b"):
+            assert reused[side]["runs"][run]["points"] == first[side]["runs"][run]["points"]
+            assert reused[side]["runs"][run]["map"] == first[side]["runs"][run]["map"]
+        # refitting on three runs would have moved them: the fixed projection is what keeps them
+        assert refit[side]["runs"]["a"]["points"] != first[side]["runs"]["a"]["points"]
+
+
+def test_fit_projection_box_and_checks(tmp_path):
+    x = np.array([[0.0, 0.0, 1.0], [2.0, 0.0, 1.0], [4.0, 0.0, 1.0]])
+    p = fit_projection(x, "m", cells=5)
+    assert abs(p.axes[0, 0]) == pytest.approx(1.0)
+    # projections -2, 0, 2 along the first axis: box [-2, 2] widened by 10% of its span; no spread on the second
+    assert p.lo.tolist() == pytest.approx([-2.4, -0.5]) and p.hi.tolist() == pytest.approx([2.4, 0.5])
+    assert abs(p.project(np.array([[3.0, 0.0, 1.0]]))[0, 0]) == pytest.approx(1.0)
+    make_run(tmp_path / "run", 1, embedder="another-model")
+    other = Projection("test-embedder", np.zeros(8), np.eye(2, 8), -np.ones(2), np.ones(2), 3)
+    domain = make_domain("car_tag", n_games=2, max_steps=10)
+    with pytest.raises(ValueError, match="another-model"):
+        qd_scores(domain, [load_run(tmp_path / "run")], in_process_play(domain), 3, {"pursuer": other})
+    with pytest.raises(SystemExit):
+        main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--projection", str(tmp_path / "none")])
 
 
 def test_sandbox_runner_reports_failing_matches_as_none():
