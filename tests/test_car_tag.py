@@ -147,6 +147,33 @@ def test_domain_contract_baselines_and_unit_tests():
         make_car_tag(speed=2)
 
 
+PER_GAME = """import math
+
+
+class Chase:
+    name = "chase"
+    description = "per-game code: steer at the evader with math on scalars"
+
+    def __call__(self, obs):
+        bearing = math.atan2(obs["evader_y"] - obs["pursuer_y"], obs["evader_x"] - obs["pursuer_x"])
+        error = (bearing - obs["pursuer_heading"] + math.pi) % (2 * math.pi) - math.pi
+        return max(-1.0, min(1.0, error))
+"""
+
+
+def test_unit_test_names_the_batch_api_when_per_game_code_fails_on_a_batch():
+    config = make_car_tag().match_config()
+    with pytest.raises(AssertionError, match="plays a single game but not a batch of 8") as info:
+        unit_test(code(PER_GAME), "pursuer", config)
+    assert "np.arctan2" in str(info.value)
+    # a policy that fails for another reason gets no such hint
+    broken = "class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return 1 / 0\n"
+    with pytest.raises(AssertionError, match="ZeroDivisionError") as info:
+        unit_test(code(broken), "pursuer", config)
+    assert "batch" not in str(info.value)
+    assert "Per-game code" in make_car_tag().task_prompt("evader")
+
+
 def test_benchmark_pairing_time(capsys):
     domain = make_car_tag()
     p, e = domain.baselines("pursuer")[1], domain.baselines("evader")[0]

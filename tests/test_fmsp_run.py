@@ -270,6 +270,25 @@ def _wait_for(predicate, timeout_s: float) -> None:
     raise AssertionError("timed out waiting for the run")
 
 
+def test_local_transformers_fm_device_and_dtype(tiny_model_dir, monkeypatch):
+    import torch
+
+    from fmsp.fm import LocalTransformersFM, resolve_device_dtype
+
+    assert resolve_device_dtype(None, None) == ("cpu", "float32")  # this machine has no GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device_dtype(None, None) == ("cuda", "bfloat16")
+    assert resolve_device_dtype("cuda:1", "float16") == ("cuda:1", "float16")
+    with pytest.raises(ValueError, match="unknown dtype 'bf17'"):
+        resolve_device_dtype("cpu", "bf17")
+    monkeypatch.undo()
+    fm = LocalTransformersFM(model=tiny_model_dir, max_tokens=4, device="cpu", dtype="bfloat16")
+    assert next(fm._backend.model.parameters()).dtype == torch.bfloat16
+    assert fm.complete([{"role": "user", "content": "hi"}]).usage.completion_tokens <= 4
+    config = FMSPConfig(fm_provider="local_transformers", fm_model=tiny_model_dir, fm_device="cpu", fm_dtype="float16")
+    assert next(fmsp_run.build_fm(config)._backend.model.parameters()).dtype == torch.float16
+
+
 @pytest.mark.parametrize("model", ["tiny", pytest.param("default", marks=pytest.mark.slow)])
 def test_local_transformers_fm_real_path(tmp_path, embedder, tiny_model_dir, model, one_torch_thread):
     """A real (weak) model: its answers fail; the repair loop, counters and token usage must say so honestly."""

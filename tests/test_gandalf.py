@@ -243,3 +243,41 @@ def test_openai_target_through_the_sdk(monkeypatch):
         assert llm_judge(domain.target())("Is it?") is True
     finally:
         server.shutdown()
+
+
+def test_wilson_interval_matches_known_values():
+    from fmsp.domains.gandalf_levels import wilson_interval
+
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(10, 10) == pytest.approx((0.7225, 1.0), abs=1e-4)
+
+
+def test_level_table_reads_the_stored_reference_scores(tmp_path, capsys):
+    from fmsp.archive import Archive, ArchiveEntry
+    from fmsp.config import FMSPConfig, save_config
+    from fmsp.domains.gandalf_levels import main as levels_main
+
+    run = tmp_path / "run"
+    save_config(FMSPConfig(domain="gandalf", domain_config={"n_games": 10}), (run / "config.yaml"))
+    defenders = Archive("defender", 2, run / "archive" / "defender")
+    for level in (1, 7):
+        d = level_defender(level)
+        defenders.add(ArchiveEntry(defenders.next_id(), d.name, "", d.code, "defender", 0, origin="baseline"),
+                      [1.0, 0.0])  # fmt: skip
+    attackers = Archive("attacker", 2, run / "archive" / "attacker")
+    rows = [("direct_ask", "baseline", {"defender-00000": 1.0, "defender-00001": 0.0}),
+            ("a1", "generated", {"defender-00000": 0.5, "defender-00001": 0.0}),
+            ("a2", "generated", {"defender-00000": 0.9, "defender-00001": 0.5})]  # fmt: skip
+    for i, (name, origin, vs) in enumerate(rows):
+        attackers.add(ArchiveEntry(attackers.next_id(), name, "", "", "attacker", i, origin=origin,
+                                   scores={"quality": 0.0, "vs": vs}), [0.0, 1.0])  # fmt: skip
+    attackers.retire("attacker-00002", 3, None)  # a retired attacker still counts: the run found it
+    assert levels_main(["--run", f"qdsp={run}", "--out", str(tmp_path / "out")]) == 0
+    table = json.loads((tmp_path / "out" / "levels.json").read_text())
+    generated, baseline = table
+    assert (generated["attackers"], generated["n_attackers"], generated["n_games"]) == ("generated", 2, 10)
+    assert generated["levels"]["1"]["success"] == 0.9 and generated["levels"]["1"]["attacker"] == "a2"
+    assert generated["levels"]["7"]["ci_low"] == pytest.approx(0.2366, abs=1e-4)
+    assert baseline["levels"]["1"]["success"] == 1.0 and baseline["levels"]["7"]["success"] == 0.0
+    assert "| qdsp | generated (2) | 0.90 [" in capsys.readouterr().out
