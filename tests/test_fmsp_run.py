@@ -136,6 +136,19 @@ def test_vfmsp_keeps_a_single_incumbent_that_changes_only_when_beaten(tmp_path, 
     assert generate and all("IMPROVED version of the incumbent" in c[-1]["content"] for c in generate)
 
 
+def test_quality_is_measured_against_the_fixed_reference_set(qdsp_run):
+    """Every stored quality equals a hand replay against the other side's baselines, whatever the archive held
+    when it was measured (the candidates also played current, generated opponents: those must not count)."""
+    run_dir, _ = qdsp_run
+    domain = NumberDuel(games=2, rounds=10)
+    generated_opponents = 0
+    for side in ("high", "low"):
+        for e in Archive.load(run_dir / "archive" / side).entries:
+            assert e.quality == pytest.approx(hand_quality(e, side, domain))
+            generated_opponents += sum(not o.endswith("00000") for o in e.scores["vs"])
+    assert generated_opponents > 0  # the property was exercised
+
+
 def test_open_loop_sees_no_archive_and_keeps_every_working_policy(tmp_path, embedder):
     fm = RecordingFM(ScriptedFMTestDouble(["Decision: No"]))
     summary = toy_run(tmp_path, embedder, "open_loop", 4, fm=fm)
