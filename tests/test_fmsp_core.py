@@ -121,18 +121,21 @@ def test_parse_policy_answer_takes_last_block_and_fields():
 
 
 POLICY = "import math\n\nclass Chase:\n    def __call__(self, obs):\n        return 0.0\n"
+DRAFT = "class Chase:\n    def __call__(self, obs):\n        return undefined\n"
+USAGE = "```\npolicy = Chase()\nprint(policy({}))\n```\n```bash\npython run.py\n```\n"
 
 
 @pytest.mark.parametrize("fence", ["```python", "```Python", "```python3", "```py", "```", "```PY ", "``` python"])
 def test_parse_policy_answer_accepts_fence_variants(fence):
-    parsed = parse_policy_answer(f"NAME: chase\nDESCRIPTION: d\n{fence}\n{POLICY}```\n")
+    """A draft, the final version, then usage blocks: the last block defining the class is the policy."""
+    answer = f"NAME: chase\nDESCRIPTION: d\n{fence}\n{DRAFT}```\nFixed:\n{fence}\n{POLICY}```\nUsage:\n{USAGE}"
+    parsed = parse_policy_answer(answer)
     assert parsed.code == POLICY and parsed.name == "chase"
 
 
 def test_parse_policy_answer_accepts_crlf_and_skips_trailing_usage_block():
-    answer = (f"NAME: chase\nDESCRIPTION: turns\n```python\n{POLICY}```\nUse it like this:\n```\n"
-              "policy = Chase()\nprint(policy({}))\n```\n```bash\npython run.py\n```\n").replace("\n", "\r\n")  # fmt: skip
-    parsed = parse_policy_answer(answer)
+    answer = f"NAME: chase\nDESCRIPTION: turns\n```python\n{DRAFT}```\n```python\n{POLICY}```\nUse it:\n{USAGE}"
+    parsed = parse_policy_answer(answer.replace("\n", "\r\n"))
     assert parsed.code == POLICY and (parsed.name, parsed.description) == ("chase", "turns")
     # A block that does not parse still counts as the policy when it defines the class (the unit test reports it).
     broken = "```python\nclass Chase:\n    def __call__(self, obs)\n        return 0\n```\n```\nChase()\n```"
