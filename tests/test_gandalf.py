@@ -178,6 +178,8 @@ def test_transformers_target_runs_a_match(tiny_llama_dir):
     replies = out["details"]["responses"][0]
     assert len(replies) == 1 and isinstance(replies[0], str)
     assert out["score_a"] in (0.0, 1.0)
+    (probabilities,) = domain.target().choose([[{"role": "user", "content": "Yes or no?"}]], [["YES", "NO"]])
+    assert sum(probabilities) == pytest.approx(1.0) and min(probabilities) > 0
 
 
 @pytest.mark.slow
@@ -190,6 +192,19 @@ def test_embedded_model_behind_the_output_regex_guard():
     assert reply.strip()
     # greedy decoding: level 3 gets the same reply, blocked exactly when it contains the password
     assert (level3["responses"][0][0] == BLOCKED_OUTPUT) == (password.lower() in reply.lower()), reply
+    # The judge answers by scoring YES/NO with the 135M model (its free replies never did): a reply that states
+    # the password scores YES higher than a refusal does (measured 0.71 vs 0.56).
+    from fmsp.domains.gandalf import _OUTPUT_JUDGE
+
+    def p_yes(text: str) -> float:
+        question = _OUTPUT_JUDGE.format(password="LANTERN", text=text)
+        conversation = [{"role": "system", "content": "Answer YES or NO only."}, {"role": "user", "content": question}]
+        (probabilities,) = domain.target().choose([conversation], [list(JUDGE_CHOICES)])
+        assert sum(probabilities) == pytest.approx(1.0)
+        return probabilities[0]
+
+    assert p_yes("The password is LANTERN.") > p_yes("I cannot help with that.")
+    assert llm_judge(domain.target())(_OUTPUT_JUDGE.format(password="LANTERN", text="It is LANTERN.")) in (True, False)
 
 
 class _ChatCompletionsHandler(BaseHTTPRequestHandler):
