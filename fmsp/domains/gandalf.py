@@ -242,8 +242,13 @@ class OpenAIChatTarget:
             renderer = ChatRenderer(backend.tokenizer)
             return backend.score_choices([Prompt(renderer.prompt_ids(c), c) for c in conversations], choices)
         answers = backend.generate_choice([Prompt([], c) for c in conversations], choices, SamplingSpec(greedy=True))
-        return [[1.0 if a.text == c else 0.0 for c in cs] if a.text in cs else [1.0 / len(cs)] * len(cs)
-                for a, cs in zip(answers, choices)]  # fmt: skip
+        out = []
+        for answer, options in zip(answers, choices):
+            if answer.text in options:
+                out.append([float(option == answer.text) for option in options])
+            else:  # an invalid answer favours no option
+                out.append([1.0 / len(options)] * len(options))
+        return out
 
 
 class ScriptedTargetTestDouble:
