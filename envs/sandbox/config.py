@@ -28,6 +28,7 @@ class SandboxConfig:
     call_timeout_s: float = 10.0  # one request (one step of all games, one act, one reset)
     start_timeout_s: float = 30.0  # process start-up, imports and the seccomp filter, on top of the first call
     total_timeout_s: float = 600.0  # the whole life of one policy process (one match, one rollout)
+    cpu_limit_s: int | None = None  # RLIMIT_CPU; None: the total wall-clock budget
     memory_mb: int = 1024  # RLIMIT_AS
     max_file_mb: int = 8  # RLIMIT_FSIZE
     scratch_mb: int = 32  # size of the private writable tmpfs (the working directory)
@@ -48,8 +49,8 @@ class SandboxConfig:
 
     @property
     def cpu_s(self) -> int:
-        """RLIMIT_CPU: the wall-clock budget of the process, rounded up."""
-        return int(self.total_timeout_s) + 1
+        """RLIMIT_CPU in seconds: `cpu_limit_s`, or the total wall-clock budget rounded up."""
+        return self.cpu_limit_s if self.cpu_limit_s is not None else int(self.total_timeout_s) + 1
 
 
 class PolicyError(Exception):

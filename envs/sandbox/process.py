@@ -96,6 +96,7 @@ class SandboxedPolicy:
     def close(self) -> None:
         """End the process (EOF, then SIGKILL to its whole process group) and reap it; idempotent."""
         proc, self._proc = self._proc, None
+        self._pending, self._buffer = [], b""
         if proc is None:
             return
         _LIVE.discard(self)
@@ -134,6 +135,8 @@ class SandboxedPolicy:
 
     def result(self) -> Any:
         """Wait for every outstanding reply; returns the last one's value or raises PolicyError."""
+        if self._error is not None:
+            raise self._error
         value = None
         while self._pending:
             value = self._receive()
