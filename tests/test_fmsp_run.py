@@ -11,10 +11,11 @@ import pytest
 from fmsp_doubles import NumberDuel, RecordingFM, ScriptedFMTestDouble, assert_honest_failed_iteration
 
 import fmsp.run as fmsp_run
+from envs.sandbox import SandboxConfig
 from fmsp.archive import Archive
 from fmsp.config import FMSPConfig
 from fmsp.embeddings import SentenceTransformerEmbedder
-from fmsp.sandbox import Sandbox, SandboxLimits
+from fmsp.sandbox import Sandbox
 
 TESTS = str(Path(__file__).parent)
 REPO = Path(__file__).resolve().parent.parent
@@ -38,7 +39,7 @@ def qdsp_run(tmp_path_factory, embedder) -> tuple[Path, dict]:
 def toy_run(tmp_path: Path, embedder, variant: str, iterations: int, judge=None, **kw):
     config = FMSPConfig(domain="number_duel", variant=variant, iterations=iterations, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=2, progress=False, **kw)  # fmt: skip
-    sandbox = Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS])
+    sandbox = Sandbox(SandboxConfig(total_timeout_s=20))
     return fmsp_run.run(config, domain=NumberDuel(games=2, rounds=10), fm=ScriptedFMTestDouble(judge),
                         embedder=embedder, sandbox=sandbox)  # fmt: skip
 
@@ -194,5 +195,5 @@ def test_local_transformers_fm_real_path(tmp_path, embedder, tiny_model_dir, mod
     config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=1, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
     summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm, embedder=embedder,
-                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+                           sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
     assert_honest_failed_iteration(tmp_path, summary, fm.calls, max_tokens)

@@ -61,7 +61,7 @@ class SandboxedPolicy:
         self._error: PolicyError | None = None
         self.info: dict[str, Any] = {}  # the loaded class: name, description, class (set by the load reply)
         self.checks: dict[str, Any] = {}  # what the worker verified about its own containment
-        self.cpu_s = 0.0
+        self.cpu_s = 0.0  # CPU seconds the process reported with its last reply (informational)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,7 +112,7 @@ class SandboxedPolicy:
         if status is None:
             status = _wait(proc.pid, 10.0)
         if status is not None:
-            proc.returncode, self.cpu_s = status
+            proc.returncode = status
         proc.stdout.close()
         if self._stderr is not None:
             self._stderr.close()
@@ -219,6 +219,8 @@ class SandboxedPolicy:
             kind = reply.get("kind") if reply.get("kind") in ("load", "exception") else "exception"
             kind = "start" if pending.op == "init" else kind
             raise self.failure(kind, _text(reply.get("error"), 500), _text(reply.get("detail"), self.config.max_output_chars))
+        if isinstance(reply.get("cpu_s"), float):
+            self.cpu_s = reply["cpu_s"]
         if pending.op == "init":
             self._ready = True
             self.checks = value if isinstance(value, dict) else {}
@@ -230,7 +232,7 @@ class SandboxedPolicy:
         self._stderr.seek(0)
         tail = self._stderr.read(4000).decode(errors="replace").strip()  # bwrap's or the interpreter's start-up errors
         status = _wait(self._proc.pid, 1.0)
-        how = "" if status is None else f" ({_describe(status[0])})"
+        how = "" if status is None else f" ({_describe(status)})"
         kind = "start" if not self._ready else "crash"
         return self.failure(kind, f"the policy process died during {op}{how}", tail)
 
@@ -253,17 +255,17 @@ def _poll(fd: int, event: int, deadline: float) -> int | None:
             return events[0][1]
 
 
-def _wait(pid: int, timeout_s: float) -> tuple[int, float] | None:
-    """(exit status, CPU seconds of the process and its reaped children) once `pid` exits; None on timeout."""
+def _wait(pid: int, timeout_s: float) -> int | None:
+    """The exit code once `pid` exits (negative: killed by that signal); None on timeout."""
     deadline = time.monotonic() + timeout_s
     delay = 0.001
     while True:
         try:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
+            done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return 0, 0.0
+            return 0
         if done:
-            return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+            return os.waitstatus_to_exitcode(status)
         if time.monotonic() >= deadline:
             return None
         time.sleep(delay)

@@ -10,6 +10,8 @@ the seccomp program the harness compiled (no_new_privs first). Then it answers, 
     {"op": "new", "slot"}                        -> a fresh instance of the slot's class
     {"op": "call", "slot", "method", "args"}     -> {"ok": true, "value": return value}
 
+(every reply also carries the process's CPU seconds so far, "cpu_s", for the harness's timing records).
+
 Errors come back as {"ok": false, "kind": "load"|"exception", "error", "detail"}. Nothing here is a security
 boundary: the policy shares this process and can rewrite all of it; what it cannot do is reach anything
 outside the process, which the OS layers guarantee. Stdlib only (numpy only if preloaded).
@@ -25,6 +27,7 @@ import os
 import random
 import resource
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -214,7 +217,7 @@ def serve(reader: Any, writer: Any) -> None:
                 value = None
             else:
                 value = _call(slots[message["slot"]][1], message["method"], message["args"])
-            reply = encode({"ok": True, "value": value})
+            reply = encode({"ok": True, "value": value, "cpu_s": time.process_time()})
         except BaseException as exc:  # noqa: BLE001 - policy code may raise anything, SystemExit included
             reply = encode(_error("load" if op in ("load", "new") else "exception", exc, out, limit))
         writer.write(reply)
