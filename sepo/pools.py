@@ -198,7 +198,7 @@ def smoke_test(member: PoolMember, seed: int = 0) -> None:
         try:
             play_episode(game, strategies, random.Random(seed + seat))
         except PolicyError as exc:
-            where = f"pool member {member.name!r} ({member.file})"
+            where = f"pool member {member.name!r}"
             if exc.kind == "load":
                 raise PoolError(f"{where} does not load: {exc.message}\n{exc.detail}".strip()) from None
             if exc.kind == "invalid_action":

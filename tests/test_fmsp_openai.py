@@ -7,7 +7,6 @@ One server at a time (function-scoped fixtures), so the module never holds two e
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +20,6 @@ from fmsp.config import FMSPConfig
 from fmsp.embeddings import EmbeddingError, OpenAIEmbedder, SentenceTransformerEmbedder
 from fmsp.fm import FMError, OpenAIChatFM
 from fmsp.sandbox import Sandbox
-
-TESTS = str(Path(__file__).parent)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from fmsp.config import FMSPConfig
 from fmsp.embeddings import SentenceTransformerEmbedder
 from fmsp.sandbox import Sandbox
 
-TESTS = str(Path(__file__).parent)
 REPO = Path(__file__).resolve().parent.parent
 
 

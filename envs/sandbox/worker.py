@@ -23,6 +23,7 @@ import base64
 import ctypes
 import importlib
 import io
+import linecache
 import os
 import random
 import resource
@@ -207,7 +208,10 @@ def serve(reader: Any, writer: Any) -> None:
                 value: Any = _init(message)
             elif op == "load":
                 namespace: dict[str, Any] = {"__name__": "policy"}
-                exec(compile(message["code"], f"<{message.get('name', 'policy')}>", "exec"), namespace)  # noqa: S102
+                filename = f"<{message.get('name', 'policy')}>"
+                lines = message["code"].splitlines(keepends=True)
+                linecache.cache[filename] = (len(message["code"]), None, lines, filename)  # source lines in tracebacks
+                exec(compile(message["code"], filename, "exec"), namespace)  # noqa: S102
                 cls = _find_class(namespace, message)
                 slots[message["slot"]] = (cls, _instantiate(cls))
                 value = _describe(cls, slots[message["slot"]][1])
