@@ -9,9 +9,20 @@ import pytest
 
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.config import FMSPConfig, save_config
+from fmsp.domain import PolicyCode
 from fmsp.domains import make_domain
-from fmsp.domains.loading import run_entry_in_process
-from fmsp.evaluation import elo_ratings, fit_pca, load_run, main, qd_map, sandbox_runner, win_share
+from fmsp.evaluation import (
+    Player,
+    elo_markdown,
+    elo_ratings,
+    elo_table,
+    fit_pca,
+    load_run,
+    main,
+    qd_map,
+    sandbox_runner,
+    win_share,
+)
 from fmsp.sandbox import Sandbox
 
 
@@ -108,16 +119,15 @@ def make_run(path, seed: int, n: int = 4) -> None:
 def test_evaluate_runs_in_process_and_through_the_cli(tmp_path):
     for name, seed in (("qdsp", 1), ("vfmsp", 5)):
         make_run(tmp_path / name, seed)
-    # in-process match runner (trusted test code): the evaluation pipeline itself
+    # the sandboxed runner, counting what it is asked to play
     from fmsp.evaluation import evaluate
 
     domain = make_domain("car_tag", n_games=6, max_steps=60)
-    cfg = domain.match_config()
     calls = []
 
     def play(pairs):
         calls.append(len(pairs))
-        return [run_entry_in_process(domain.match_entry, a.to_dict(), b.to_dict(), cfg) for a, b in pairs]
+        return sandbox_runner(domain, Sandbox())(pairs)
 
     runs = [load_run(tmp_path / "qdsp"), load_run(tmp_path / "vfmsp")]
     out = evaluate(domain, runs, play, tmp_path / "eval", top=2, n_random=1, cells=4, n_boot=50)
@@ -148,18 +158,26 @@ def test_evaluate_runs_in_process_and_through_the_cli(tmp_path):
     assert len(results["elo"]) == 2 * (2 + 2)
 
 
-def test_sandbox_runner_reports_failing_matches_as_none():
+def test_a_failing_policy_is_named_unrated_and_leaves_the_others_unchanged():
+    """A crashing pursuer: its row says it failed (and against whom); it gets no rating; every other player's
+    rating is exactly the one of a round robin without it, and none of them is flagged."""
     domain = make_domain("car_tag", n_games=4, max_steps=30)
-    good = domain.baselines("pursuer")[0]
-    crash = type(good)(
-        "crash",
-        "",
-        "class C:\n    name='c'\n    description=''\n    def __call__(self, o):\n        raise RuntimeError('x')\n",
-        "pursuer",
-    )  # noqa: E501
-    evader = domain.baselines("evader")[0]
-    results = sandbox_runner(domain, Sandbox(), chunk=4)([(good, evader), (crash, evader)])
-    assert results[0] is not None and results[1] is None
+    pursuers, evaders = domain.baselines("pursuer"), domain.baselines("evader")
+    crash = PolicyCode("crash", "", "class C:\n    name='c'\n    description=''\n    def __call__(self, o):\n"
+                       "        raise RuntimeError('x')\n", "pursuer")  # fmt: skip
+    players = [Player(f"p:{p.name}", "baseline", "pursuer", p) for p in [*pursuers, crash]]
+    players += [Player(f"e:{p.name}", "baseline", "evader", p) for p in evaders]
+    play = sandbox_runner(domain, Sandbox(), chunk=3)
+    rows = elo_table(domain, players, play, n_boot=30, seed=0)
+    clean = elo_table(domain, [p for p in players if p.policy is not crash], play, n_boot=30, seed=0)
+    failed = next(r for r in rows if r["name"] == "crash")
+    assert failed["elo"] is None and failed["ci_low"] is None
+    assert failed["failure"]["kind"] == "exception" and "RuntimeError: x" in failed["failure"]["message"]
+    assert failed["failure"]["opponent"] == "e:" + evaders[0].name
+    others = [r for r in rows if r["name"] != "crash"]
+    assert [r["elo"] for r in others] == [r["elo"] for r in clean]
+    assert all(r["failure"] is None for r in others)
+    assert "crash (failed: exception against e:" in elo_markdown(rows, {}, domain.sides)
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
