@@ -9,7 +9,7 @@ Layers, outermost first (each is the OS's own tool, not a Python-level hook):
 2. **bubblewrap** (`bwrap`, Debian's package): fresh user, pid, network, mount, ipc, uts (and cgroup)
    namespaces, no further user namespaces inside, an empty environment, a root filesystem holding only
    read-only binds of /usr, the Python installation, numpy and the `envs` package, a minimal /dev, no /proc,
-   and a private size-limited tmpfs as the only writable place (the working directory). A root harness
+   a read-only root, and a private size-limited tmpfs as the only writable place (the working directory). A root harness
    first stages these binds with a root-run `bwrap` (its own mount namespace, nothing else), because the
    unprivileged uid cannot reach e.g. an interpreter installed under /root.
 3. **seccomp**: a filter compiled by libseccomp (through `pyseccomp`) in the harness and loaded by the
@@ -199,7 +199,7 @@ def _inner_bwrap(bwrap: str, uid: int, gid: int, paths: list[str] | tuple[str, .
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(uid), "--gid", str(gid), "--die-with-parent",
             "--clearenv", *_binds(paths), "--dev", "/dev", "--perms", "0700", "--size", str(scratch_mb << 20),
-            "--tmpfs", "/scratch", "--chdir", "/scratch"]  # fmt: skip
+            "--tmpfs", "/scratch", "--remount-ro", "/", "--chdir", "/scratch"]  # fmt: skip
     for key, value in (env or {}).items():
         args += ["--setenv", key, value]
     return [*args, "--"]
