@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     for key in "ab":
         side = record[key]
         failure = side["failure"]
-        shown = f"FAILED ({failure['kind']}: {failure['message']})" if failure else f"score {side['score']:.4f}"
+        if failure:
+            shown = f"FAILED ({failure['kind']}: {failure['message']})"
+        else:
+            shown = "no score (the other policy failed)" if side["score"] is None else f"score {side['score']:.4f}"
         print(f"{key} ({side['side']}, {side['name']}): {shown}")
     return 0

@@ -34,7 +34,7 @@ _LIVE: weakref.WeakSet[SandboxedPolicy] = weakref.WeakSet()
 @dataclass
 class _Pending:
     op: str
-    deadline: float
+    slow: bool  # sent before the process reported ready: start-up time is added to its limit
 
 
 class SandboxedPolicy:
@@ -56,7 +56,7 @@ class SandboxedPolicy:
         self._scratch: tempfile.TemporaryDirectory | None = None
         self._pending: list[_Pending] = []
         self._buffer = b""
-        self._started_at = 0.0
+        self._clock: float | None = None  # when the harness first waited on this process (the total budget's start)
         self._ready = False
         self._error: PolicyError | None = None
         self.info: dict[str, Any] = {}  # the loaded class: name, description, class (set by the load reply)
@@ -77,7 +77,6 @@ class SandboxedPolicy:
             if layers.root and layers.setpriv:
                 os.chown(cwd, self.config.uid, self.config.gid)
         self._stderr = tempfile.TemporaryFile()
-        self._started_at = time.monotonic()
         self._proc = subprocess.Popen(  # noqa: S603 - fixed argv built by envs.sandbox.layers
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=cwd,
             env={} if in_bwrap else worker_env(), start_new_session=True, close_fds=True,
@@ -175,16 +174,15 @@ class SandboxedPolicy:
             raise self._error
         if self._proc is None:
             self.start()
-        now = time.monotonic()
-        budget = self.config.call_timeout_s + (0.0 if self._ready else self.config.start_timeout_s)
-        self._pending.append(_Pending(op, min(now + budget, self._started_at + self.config.total_timeout_s)))
+        self._pending.append(_Pending(op, not self._ready))
         try:
             data = encode(message)
         except (TypeError, ValueError) as exc:  # the harness sent something unencodable: a bug, not the policy's
             raise TypeError(f"cannot send {op} request to the policy process: {exc}") from None
         fd, view = self._proc.stdin.fileno(), memoryview(data)
+        deadline = time.monotonic() + self.config.call_timeout_s
         while view:
-            ready = _poll(fd, select.POLLOUT, self._pending[-1].deadline)
+            ready = _poll(fd, select.POLLOUT, deadline)
             if ready is None:
                 raise self.failure("timeout", f"the policy stopped reading its requests ({op})")
             try:
@@ -194,13 +192,22 @@ class SandboxedPolicy:
             except (BrokenPipeError, OSError):
                 raise self._died(op) from None
 
+    def _deadline(self, pending: _Pending) -> float:
+        """A reply is due `call_timeout_s` after the harness starts waiting for it (plus the start-up allowance
+        for the set-up requests), and every reply within `total_timeout_s` of the first wait."""
+        now = time.monotonic()
+        self._clock = now if self._clock is None else self._clock
+        allowance = self.config.start_timeout_s if pending.slow else 0.0
+        return min(now + self.config.call_timeout_s, self._clock + self.config.total_timeout_s) + allowance
+
     def _receive(self) -> Any:
         pending = self._pending[0]
         fd = self._proc.stdout.fileno()
+        deadline = self._deadline(pending)
         while b"\n" not in self._buffer:
             if len(self._buffer) > self.config.max_message_bytes:
                 raise self.failure("protocol", f"reply to {pending.op} longer than {self.config.max_message_bytes} bytes")
-            if _poll(fd, select.POLLIN, pending.deadline) is None:
+            if _poll(fd, select.POLLIN, deadline) is None:
                 waited = "start-up and " if not self._ready else ""
                 raise self.failure("timeout", f"no reply to {pending.op} within the {waited}call time limit "
                                  f"({self.config.call_timeout_s:g} s per call, {self.config.total_timeout_s:g} s in all)")

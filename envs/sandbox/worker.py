@@ -103,6 +103,11 @@ def _init(message: dict[str, Any]) -> dict[str, Any]:
     return _checks(libc)
 
 
+def _defines(cls: type, method: str) -> bool:
+    """Whether `cls` (or a base other than object) defines `method` (not e.g. type.__call__ of every class)."""
+    return any(callable(vars(k).get(method)) for k in cls.__mro__ if k is not object)
+
+
 def _find_class(namespace: dict[str, Any], message: dict[str, Any]) -> type:
     methods, wanted, name = message.get("methods", []), message.get("class_name"), str(message.get("name"))
     if wanted:
@@ -110,12 +115,12 @@ def _find_class(namespace: dict[str, Any], message: dict[str, Any]) -> type:
         if not isinstance(cls, type):
             found = sorted(k for k, v in namespace.items() if isinstance(v, type) and v.__module__ == "policy")
             raise LookupError(f"no class {wanted!r}; classes defined: {', '.join(found) or 'none'}")
-        missing = [m for m in methods if not callable(getattr(cls, m, None))]
+        missing = [m for m in methods if not _defines(cls, m)]
         if missing:
             raise LookupError(f"class {wanted!r} has no method(s) {', '.join(missing)}")
         return cls
     classes = [v for v in namespace.values() if isinstance(v, type) and v.__module__ == "policy"
-               and all(callable(getattr(v, m, None)) for m in methods)]  # fmt: skip
+               and all(_defines(v, m) for m in methods)]  # fmt: skip
     if len(classes) > 1:
         classes = [c for c in classes if name in (c.__name__, getattr(c, "name", None))]
     if len(classes) != 1:
