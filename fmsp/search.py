@@ -111,7 +111,6 @@ class FMSPSearch:
         self.config, self.domain, self.archives = config, domain, archives
         self.fm, self.embedder, self.sandbox, self.rng = fm, embedder, sandbox, rng
         self.counters = Counters()
-        self.match_config = domain.match_config()
 
     # --- sandbox helpers ---------------------------------------------------------------------------
     def _matches(self, side: str, pairs: list[tuple[PolicyCode, PolicyCode]]) -> tuple[list[float] | None, BatchResult]:
