@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,6 +44,17 @@ def test_a_policy_process_reports_every_layer_in_force():
         assert policy.checks == {"uid": 61235, "pid": 2, "effective_capabilities": 0, "no_new_privs": True,
                                  "seccomp": True, "sockets": False, "host_proc": False}  # fmt: skip
         assert policy.call("act", {"nested": [1, "two", None]}) == {"nested": [1, "two", None]}
+        # seen from the host: the worker (and everything of the sandbox) runs as the unprivileged uid, not root
+        names = [(Path(d) / "comm").read_text().strip() for d in Path("/proc").glob("[0-9]*") if _uid(d) == 61235]
+        assert any(n.startswith("python") for n in names), names
+
+
+def _uid(proc_dir) -> int | None:
+    try:
+        line = next(x for x in (Path(proc_dir) / "status").read_text().splitlines() if x.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return None
+    return int(line.split()[1])
 
 
 def _without_bubblewrap(monkeypatch) -> None:
