@@ -210,7 +210,7 @@ def test_hostile_policy_is_contained(spec: Spec, arena: Arena):
     if spec.expect == {"ok"}:
         assert mine is None, mine
     else:
-        assert mine is not None and mine["kind"] in spec.expect, mine
+        assert mine is not None and mine["kind"] in spec.expect, hostile.to_dict()
         assert hostile.score_a is None and hostile.score_b is None
     assert theirs is None, theirs
     if spec.like:  # whatever it did inside its process, it scored exactly as the honest policy it imitates

@@ -27,7 +27,7 @@ class SandboxConfig:
 
     call_timeout_s: float = 10.0  # one request (one step of all games, one act, one reset)
     start_timeout_s: float = 30.0  # process start-up, imports and the seccomp filter, on top of the first call
-    total_timeout_s: float = 600.0  # all replies of one process (one match, one rollout), from the first wait
+    total_timeout_s: float = 600.0  # all the harness's waits on one process (one match, one rollout) together
     cpu_limit_s: int | None = None  # RLIMIT_CPU; None: the total wall-clock budget
     memory_mb: int = 1024  # RLIMIT_AS
     max_file_mb: int = 8  # RLIMIT_FSIZE

@@ -56,7 +56,7 @@ class SandboxedPolicy:
         self._scratch: tempfile.TemporaryDirectory | None = None
         self._pending: list[_Pending] = []
         self._buffer = b""
-        self._clock: float | None = None  # when the harness first waited on this process (the total budget's start)
+        self._waited = 0.0  # seconds the harness has spent waiting for this process's replies (its total budget)
         self._ready = False
         self._error: PolicyError | None = None
         self.info: dict[str, Any] = {}  # the loaded class: name, description, class (set by the load reply)
@@ -192,31 +192,26 @@ class SandboxedPolicy:
             except (BrokenPipeError, OSError):
                 raise self._died(op) from None
 
-    def _deadline(self, pending: _Pending) -> float:
-        """A reply is due `call_timeout_s` after the harness starts waiting for it (plus the start-up allowance
-        for the set-up requests), and every reply within `total_timeout_s` of the first wait."""
-        now = time.monotonic()
-        self._clock = now if self._clock is None else self._clock
-        allowance = self.config.start_timeout_s if pending.slow else 0.0
-        return min(now + self.config.call_timeout_s, self._clock + self.config.total_timeout_s) + allowance
-
     def _receive(self) -> Any:
         pending = self._pending[0]
         fd = self._proc.stdout.fileno()
-        deadline = self._deadline(pending)
+        started = time.monotonic()
+        # Charged only while the harness waits on this process, so a slow opponent never uses up its budget.
+        budget = min(self.config.call_timeout_s, self.config.total_timeout_s - self._waited)
+        deadline = started + budget + (self.config.start_timeout_s if pending.slow else 0.0)
         while b"\n" not in self._buffer:
             if len(self._buffer) > self.config.max_message_bytes:
                 raise self.failure("protocol", f"reply to {pending.op} longer than {self.config.max_message_bytes} bytes")
             if _poll(fd, select.POLLIN, deadline) is None:
-                waited = "start-up and " if not self._ready else ""
-                raise self.failure("timeout", f"no reply to {pending.op} within the {waited}call time limit "
-                                 f"({self.config.call_timeout_s:g} s per call, {self.config.total_timeout_s:g} s in all)")
+                raise self.failure("timeout", f"no reply to {pending.op} within the time limit ({self.config.call_timeout_s:g} s "
+                                   f"per call, {self.config.total_timeout_s:g} s in all, plus start-up for the first)")
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise self._died(pending.op)
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         self._pending.pop(0)
+        self._waited += 0.0 if pending.slow else time.monotonic() - started
         try:
             reply = decode(line)
             ok, value = reply["ok"], reply.get("value")

@@ -7,5 +7,5 @@ class Deliberate:
     description = "each step is within the call limit, the whole match is not"
 
     def __call__(self, obs):
-        time.sleep(1.0)
+        time.sleep(2.5)
         return 0.0
