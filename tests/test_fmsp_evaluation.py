@@ -184,3 +184,30 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
     assert "not an FMSP run directory" in capsys.readouterr().err
+
+
+def test_a_policy_that_fails_only_some_matches_has_all_its_matches_left_out():
+    """Hand-made outcomes: pursuer "flaky" beats every evader but fails against "e2". Its wins must not count for
+    anyone: every other rating equals the round robin without it."""
+    from fmsp.sandbox import MatchOutcome
+
+    domain = make_domain("car_tag")
+    code = {name: PolicyCode(name, "", f"# {name}", side) for name, side in
+            (("p1", "pursuer"), ("p2", "pursuer"), ("flaky", "pursuer"), ("e1", "evader"), ("e2", "evader"))}  # fmt: skip
+    share = {("p1", "e1"): 0.7, ("p1", "e2"): 0.4, ("p2", "e1"): 0.55, ("p2", "e2"): 0.2, ("flaky", "e1"): 1.0}
+
+    def play(pairs):
+        out = []
+        for a, b in pairs:
+            if (a.name, b.name) == ("flaky", "e2"):
+                out.append(MatchOutcome(None, None, {"policy": "flaky", "kind": "crash", "message": "died", "detail": ""}))
+            else:
+                out.append(MatchOutcome(share[a.name, b.name], 1.0 - share[a.name, b.name]))
+        return out
+
+    players = [Player(n, "run", p.side, p) for n, p in code.items()]
+    rows = elo_table(domain, players, play, n_boot=20, seed=0)
+    clean = elo_table(domain, [p for p in players if p.label != "flaky"], play, n_boot=20, seed=0)
+    assert [r["elo"] for r in rows if r["label"] != "flaky"] == [r["elo"] for r in clean]
+    flaky = next(r for r in rows if r["label"] == "flaky")
+    assert flaky["elo"] is None and flaky["failure"]["kind"] == "crash" and flaky["failure"]["opponent"] == "e2"

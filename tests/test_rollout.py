@@ -361,9 +361,9 @@ def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_onc
 
     monkeypatch.setattr(SandboxedPolicy, "submit", counting_submit)
     monkeypatch.setattr(SandboxedPolicy, "result", counting_result)
-    real = backends["llama"]
+    real, made = backends["llama"], []
     sandboxed = play_episodes(_specs("ipd", "fmsp_generous", 4), real, real.renderer, SAMPLING, trajectories=False,
-                              opponents={"fmsp_generous": lambda: pools.make("fmsp_generous")})  # fmt: skip
+                              opponents={"fmsp_generous": lambda: made.append(pools.make("fmsp_generous")) or made[-1]})  # fmt: skip
 
     class InProcess(Strategy):
         name = "in_process"
@@ -379,4 +379,4 @@ def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_onc
                               opponents={"fmsp_generous": InProcess})  # fmt: skip
     assert [[r.record for r in rec.rounds] for rec, _ in sandboxed] == [[r.record for r in rec.rounds] for rec, _ in reference]
     assert most[0] == 4  # the four episodes' opponents were asked before any answer was read
-    assert not _LIVE  # every opponent process ended with the rollout
+    assert len(made) == 4 and not _LIVE  # every opponent process ended with the rollout (not when collected)
