@@ -93,6 +93,7 @@ class Layers:
         return text + ("; MISSING: " + "; ".join(self.missing) if self.missing else "")
 
 
+@functools.lru_cache(maxsize=64)
 def seccomp_program(pid: int) -> bytes:
     """The BPF program (libseccomp's compilation, native architecture; other ABIs are killed) for a worker
     whose own pid is `pid`."""
@@ -131,7 +132,7 @@ def detect_layers(uid: int = 65534, gid: int = 65534) -> Layers:
     if bwrap is None:
         missing.append("bubblewrap (bwrap) not found; `make install` installs it (apt-get install bubblewrap)")
     else:
-        probe = _prefix(bwrap, setpriv, uid, gid, [])[0] + [*_inner_bwrap(bwrap, uid, gid, []), "/usr/bin/true"]
+        probe = [*_prefix(bwrap, setpriv, uid, gid, []), *_inner_bwrap(bwrap, uid, gid, []), "/usr/bin/true"]
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, env={}, check=False)
         if done.returncode != 0:
             missing.append(f"bubblewrap cannot create namespaces here ({done.stderr.strip()[:300]}); "
@@ -205,17 +206,16 @@ def _inner_bwrap(bwrap: str, uid: int, gid: int, paths: list[str] | tuple[str, .
     return [*args, "--"]
 
 
-def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int,
-            paths: list[str] | tuple[str, ...]) -> tuple[list[str], bool]:  # fmt: skip
+def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int, paths: list[str] | tuple[str, ...]) -> list[str]:
     """The root-only part: stage the binds (root bwrap, mount namespace only), then drop to uid/gid."""
     if os.geteuid() != 0 or setpriv is None:
-        return [], False
+        return []
     drop = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
             "--no-new-privs", "--"]  # fmt: skip
     if bwrap is None:
-        return drop, True
+        return drop
     stage = [bwrap, "--die-with-parent", *_binds(paths), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--"]
-    return stage + drop, True
+    return stage + drop
 
 
 def worker_command(layers: Layers, config: SandboxConfig) -> tuple[list[str], bool]:
@@ -224,7 +224,7 @@ def worker_command(layers: Layers, config: SandboxConfig) -> tuple[list[str], bo
     boot = (f"import sys; sys.path[:] = [p for p in sys.path if p] + {list(path)!r}; "
             "from envs.sandbox.worker import main; main()")  # fmt: skip
     interpreter = [python, "-S", "-s", "-B", "-c", boot]
-    prefix, _ = _prefix(layers.bwrap, layers.setpriv, config.uid, config.gid, show)
+    prefix = _prefix(layers.bwrap, layers.setpriv, config.uid, config.gid, show)
     if layers.bwrap is None:
         return [*prefix, *interpreter], False
     inner = _inner_bwrap(layers.bwrap, config.uid, config.gid, show, config.scratch_mb, worker_env())
