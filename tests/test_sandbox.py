@@ -82,6 +82,11 @@ def test_a_missing_layer_refuses_unless_unsafe(monkeypatch, tmp_path, capsys):
     assert main(["--domain", "car_tag", "--games", "2", "--a", files[0], "--b", files[1], "--json",
                  str(tmp_path / "o.json"), "--unsafe-sandbox"]) == 0  # fmt: skip
     assert "MISSING: bubblewrap" in json.loads((tmp_path / "o.json").read_text())["sandbox"]
+    # `fmsp run ... --unsafe-sandbox` (a bare flag) is the recipe key unsafe_sandbox: true
+    from fmsp.config import load_config, parse_overrides
+
+    config = load_config(None, parse_overrides(["--unsafe-sandbox", "--iterations", "3"]))
+    assert config.unsafe_sandbox and config.iterations == 3 and config.sandbox_config().unsafe
 
 
 def test_act_all_sends_every_request_before_reading_any_reply(monkeypatch):
