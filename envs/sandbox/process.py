@@ -103,15 +103,12 @@ class SandboxedPolicy:
             proc.stdin.close()
         except OSError:
             pass
-        status = _wait(proc.pid, 0.2)
+        _wait(proc.pid, 0.2, reap=False)  # a moment to exit on EOF; unreaped, so its pid (the group id) stays ours
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # stragglers too; the pid namespace dies with its init
         except (ProcessLookupError, PermissionError):
             pass
-        if status is None:
-            status = _wait(proc.pid, 10.0)
-        if status is not None:
-            proc.returncode = status
+        proc.returncode = _wait(proc.pid, 10.0)
         proc.stdout.close()
         if self._stderr is not None:
             self._stderr.close()
@@ -233,7 +230,7 @@ class SandboxedPolicy:
     def _died(self, op: str) -> PolicyError:
         self._stderr.seek(0)
         tail = self._stderr.read(4000).decode(errors="replace").strip()  # bwrap's or the interpreter's start-up errors
-        status = _wait(self._proc.pid, 1.0)
+        status = _wait(self._proc.pid, 1.0, reap=False)
         how = "" if status is None else f" ({_describe(status)})"
         kind = "start" if not self._ready else "crash"
         return self.failure(kind, f"the policy process died during {op}{how}", tail)
@@ -257,17 +254,19 @@ def _poll(fd: int, event: int, deadline: float) -> int | None:
             return events[0][1]
 
 
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The exit code once `pid` exits (negative: killed by that signal); None on timeout."""
+def _wait(pid: int, timeout_s: float, reap: bool = True) -> int | None:
+    """The exit code once `pid` exits (negative: killed by that signal); None on timeout. `reap=False` leaves the
+    process a zombie, so its pid cannot be reused before the harness is done with its process group."""
     deadline = time.monotonic() + timeout_s
     delay = 0.001
+    flags = os.WEXITED | os.WNOHANG | (0 if reap else os.WNOWAIT)
     while True:
         try:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            info = os.waitid(os.P_PID, pid, flags)
         except ChildProcessError:
             return 0
-        if done:
-            return os.waitstatus_to_exitcode(status)
+        if info is not None:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         if time.monotonic() >= deadline:
             return None
         time.sleep(delay)
