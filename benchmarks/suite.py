@@ -7,7 +7,9 @@ Parts (each a function returning a dict of figures):
             advantages) next to generation and the model's forward/backward/optimizer - goal <= 5%;
   envs      IPD engine vs Axelrod 4.13.1, exact Kuhn exploitability vs OpenSpiel (benchmarks/games.py);
   car_tag   one FMSP Car Tag pairing: 100 games x 1000 steps, vectorised vs the one-game-at-a-time scalar
-            reference (extrapolated) - goal <= 1 s.
+            reference (extrapolated) - goal <= 1 s;
+  sandbox   the same Car Tag pairing and an IPD match with both policies in sandboxed processes vs in-process
+            (benchmarks/sandbox.py) - goals <= 1.5 s and <= 5 ms per IPD episode.
 Every run appends one JSON line (date, machine, git sha, figures) to `--out` (default
 benchmarks/results.jsonl) and regenerates RESULTS.md next to it.
 """
@@ -23,11 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import car_tag, games, overhead, rollout
+from benchmarks import car_tag, games, overhead, rollout, sandbox
 from sepo.files import write_jsonl_atomic, write_text_atomic
 from sepo.provenance import git_sha, machine_info
 
-PARTS = ("rollout", "overhead", "envs", "car_tag")
+PARTS = ("rollout", "overhead", "envs", "car_tag", "sandbox")
 DEFAULT_OUT = Path("benchmarks/results.jsonl")
 
 
@@ -40,6 +42,7 @@ RUNNERS: dict[str, Callable[[bool, bool], dict[str, Any]]] = {
     "overhead": overhead.bench,
     "envs": games.bench,
     "car_tag": car_tag.bench,
+    "sandbox": sandbox.bench,
 }
 
 
@@ -73,6 +76,15 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if r := figures.get("car_tag"):
         out.append((f"Car Tag pairing {r['games']} x {r['max_steps']} steps", f"{r['pairing_s']:.3f} s",
                     f"{r['scalar_reference_s']:.2f} s scalar reference", f"{r['speedup']:.1f}x", "<= 1 s"))
+    if r := figures.get("sandbox"):
+        c, i, p = r["car_tag"], r["ipd"], r["parts"]
+        out.append((f"Car Tag pairing {c['games']} x {c['steps']} steps, both policies sandboxed", f"{c['sandboxed_s']:.3f} s",
+                    f"{c['in_process_s']:.3f} s in-process", f"{c['ratio']:.1f}x", "<= 1.5 s"))
+        out.append((f"IPD episode ({i['rounds']} rounds), both sandboxed, over {i['episodes']} episodes",
+                    f"{i['sandboxed_ms_per_episode']:.2f} ms", f"{i['in_process_ms_per_episode']:.3f} ms in-process",
+                    f"{i['ratio']:.0f}x", "<= 5 ms"))
+        out.append(("  sandbox start-up, one policy process / one pipelined step of two", f"{p['start_s']:.3f} s",
+                    f"{p['pipelined_step_ms']:.3f} ms", "-", "-"))
     return out
 
 

@@ -255,6 +255,9 @@ class Strategy(ABC):
     @abstractmethod
     def act(self, view: View) -> str: ...
 
+    def close(self) -> None:  # noqa: B027 - a hook most strategies need not override
+        """Release what the strategy holds once its episodes are over (a sandboxed one ends its process)."""
+
 
 @dataclass
 class MatchResult:
@@ -270,13 +273,16 @@ class MatchResult:
 
 
 def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random) -> MatchResult:
-    """Play one episode between two strategies (seat i is `strategies[i]`)."""
+    """Play one episode between two strategies (seat i is `strategies[i]`); sandboxed strategies that act at
+    the same decision point are asked together (`envs.sandbox.strategy.act_all`)."""
+    from envs.sandbox.strategy import act_all
+
     state = game.new_state(rng)
     for seat, strategy in enumerate(strategies):
         strategy.reset(game, seat, random.Random(rng.random()))
     while not game.is_terminal(state):
         seats = game.current_players(state)
-        actions = {s: strategies[s].act(game.view(state, s)) for s in seats}
+        actions = dict(zip(seats, act_all([(strategies[s], game.view(state, s)) for s in seats])))
         game.step(state, actions)
     return MatchResult(
         game=game.name,

@@ -1,4 +1,4 @@
-"""The `fmsp` console script: `fmsp run|eval|export [options]`, each implemented by a module's `main(argv)`."""
+"""The `fmsp` console script: `fmsp run|eval|export|match [options]`, each implemented by a module's `main(argv)`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ COMMANDS: Commands = {
     "run": ("fmsp.run", "run or resume a vFMSP / NSSP / QDSP search (--config configs/fmsp/<recipe>.yaml)"),
     "eval": ("fmsp.evaluation", "Elo over a shared population and QD-score of finished runs"),
     "export": ("fmsp.export", "export chosen policies into SEPO opponent pools"),
+    "match": ("fmsp.match", "play two policy files through the sandbox and write the result as JSON"),
 }
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from envs.sandbox import SandboxConfig
+
 VARIANTS = ("vfmsp", "nssp", "qdsp", "open_loop")  # open_loop: the paper's baseline (no context)
 
 
@@ -60,10 +62,12 @@ class FMSPConfig:
     eval_opponents: int = 5  # current opponents each candidate also plays (recorded; quality uses the baselines)
     max_code_chars: int = 3000
 
-    # sandbox
-    sandbox_timeout_s: float = 120.0
-    sandbox_cpu_s: int = 120
-    sandbox_memory_mb: int = 2048
+    # sandbox (every policy in its own contained process; see envs.sandbox)
+    sandbox_timeout_s: float = 120.0  # wall clock of one policy process: one match or one unit test
+    sandbox_call_timeout_s: float = 10.0  # wall clock of one request (a step of all games, one act)
+    sandbox_cpu_s: int = 120  # RLIMIT_CPU of a policy process
+    sandbox_memory_mb: int = 2048  # RLIMIT_AS of a policy process
+    unsafe_sandbox: bool = False  # run even where an isolation layer is missing (the present ones still apply)
 
     # logging
     report_to: str = "none"  # none | wandb
@@ -85,13 +89,20 @@ class FMSPConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def sandbox_config(self) -> SandboxConfig:
+        """The sandbox keys as an `envs.sandbox.SandboxConfig`."""
+        return SandboxConfig(call_timeout_s=self.sandbox_call_timeout_s, total_timeout_s=self.sandbox_timeout_s,
+                             cpu_limit_s=self.sandbox_cpu_s, memory_mb=self.sandbox_memory_mb,
+                             unsafe=self.unsafe_sandbox)  # fmt: skip
+
 
 def _field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(FMSPConfig)]
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
-    """`--key value` / `--key=value` pairs; values are parsed as YAML scalars (so 3, true, null, [a, b] work)."""
+    """`--key value` / `--key=value` pairs; values are parsed as YAML scalars (so 3, true, null, [a, b] work).
+    A bare `--flag` (last, or followed by another `--key`) means true, e.g. `--unsafe-sandbox`."""
     overrides: dict[str, Any] = {}
     items = list(argv)
     while items:
@@ -100,9 +111,7 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
             raise ValueError(f"expected --key value, got {token!r}")
         key, eq, value = token[2:].partition("=")
         if not eq:
-            if not items:
-                raise ValueError(f"--{key} needs a value")
-            value = items.pop(0)
+            value = "true" if not items or items[0].startswith("--") else items.pop(0)
         overrides[key.replace("-", "_")] = yaml.safe_load(value)
     return overrides
 

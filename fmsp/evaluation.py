@@ -6,8 +6,11 @@ FMSP's evaluation. Every policy of the first side plays every policy of the seco
 domain's match config). A Bradley-Terry model, P(a beats b) = sigmoid(t_a - t_b), is fitted by
 maximum likelihood to the fractional match scores (score_a as a's share of the win; for non-constant-
 sum domains score_a / (score_a + score_b)) with a weak Gaussian prior that keeps unbeaten players
-finite, and put on the Elo scale R = 1000 + 400 * t / ln(10) (mean 1000). Confidence intervals are
-percentiles over bootstrap refits on pairings resampled with replacement.
+finite, and put on the Elo scale R = 1000 + 400 * t / ln(10) (mean 1000 over the rated players).
+Confidence intervals are percentiles over bootstrap refits on pairings resampled with replacement. A
+policy that fails a match (crash, timeout, invalid action; see `fmsp.sandbox`) is not rated: its row
+names the failure, and all its matches are left out of the fit, so its opponents are rated as if it had
+not been in the population (they are not flagged).
 
 QD-score. Per side, the code embeddings of every active generated member of every run are projected on a
 fixed 2-D plane with a fixed `cells` x `cells` grid (`Projection`): PCA axes and a box (the projected points'
@@ -26,6 +29,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +40,7 @@ from tqdm import tqdm
 
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.domain import Domain, PolicyCode
+from fmsp.sandbox import MatchOutcome, Sandbox
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 ELO_SCALE = 400.0 / math.log(10.0)
@@ -190,38 +195,16 @@ def build_population(domain: Domain, runs: Sequence[Run], top: int, n_random: in
 
 # --- playing matches -----------------------------------------------------------------------------
 
-MatchRunner = Callable[[list[tuple[PolicyCode, PolicyCode]]], list[dict[str, Any] | None]]
+MatchRunner = Callable[[list[tuple[PolicyCode, PolicyCode]]], list[MatchOutcome]]
 
 
-def sandbox_runner(domain: Domain, sandbox: Any, chunk: int = 32) -> MatchRunner:
-    """Plays (first-side, second-side) pairs in the sandbox, `chunk` per worker; a failing chunk is
-    replayed one match per worker and matches that still fail come back as None."""
+def sandbox_runner(domain: Domain, sandbox: Sandbox, chunk: int = 16) -> MatchRunner:
+    """Plays (first-side, second-side) pairs through `sandbox`, each policy in its own process."""
 
-    def run_one(entry: str, a: dict, b: dict, config: dict) -> dict:
-        result = sandbox.run(entry, [[a, b, config]], domain.allowed_imports)
-        if not result.ok:
-            raise RuntimeError(result.error)
-        return result.value[0]
-
-    def play(pairs: list[tuple[PolicyCode, PolicyCode]]) -> list[dict[str, Any] | None]:
-        config = domain.match_config()
-        out: list[dict[str, Any] | None] = []
-        if getattr(domain, "interactive", False):  # e.g. Gandalf: the trusted harness drives the phases
-            for a, b in tqdm(pairs, desc="matches", leave=False):
-                try:
-                    out.append(domain.play(run_one, a, b))  # type: ignore[attr-defined]
-                except RuntimeError:
-                    out.append(None)
-            return out
+    def play(pairs: list[tuple[PolicyCode, PolicyCode]]) -> list[MatchOutcome]:
+        out: list[MatchOutcome] = []
         for start in tqdm(range(0, len(pairs), chunk), desc="matches", leave=False):
-            calls = [[a.to_dict(), b.to_dict(), config] for a, b in pairs[start : start + chunk]]
-            result = sandbox.run(domain.match_entry, calls, domain.allowed_imports)
-            if result.ok:
-                out += result.value
-                continue
-            for call in calls:
-                single = sandbox.run(domain.match_entry, [call], domain.allowed_imports)
-                out.append(single.value[0] if single.ok else None)
+            out += sandbox.play_all(domain, pairs[start : start + chunk]).outcomes
         return out
 
     return play
@@ -231,26 +214,32 @@ def sandbox_runner(domain: Domain, sandbox: Any, chunk: int = 32) -> MatchRunner
 
 
 def elo_table(domain: Domain, players: list[Player], play: MatchRunner, n_boot: int, seed: int) -> list[dict]:
-    """Round robin between the sides, then Elo with bootstrap CIs; one row per player."""
+    """Round robin between the sides, then Elo with bootstrap CIs; one row per player. A player that failed a
+    match gets `elo` None and its first `failure`; its matches are left out of everyone's fit."""
     first = [i for i, p in enumerate(players) if p.side == domain.sides[0]]
     second = [i for i, p in enumerate(players) if p.side == domain.sides[1]]
     pairs = [(i, j) for i in first for j in second]
-    results = play([(players[i].policy, players[j].policy) for i, j in pairs])
-    kept = [
-        (i, j, win_share(r["score_a"], r["score_b"])) for (i, j), r in zip(pairs, results) if r is not None
-    ]
+    outcomes = play([(players[i].policy, players[j].policy) for i, j in pairs])
+    failed: dict[int, dict[str, Any]] = {}
+    for (i, j), o in zip(pairs, outcomes):
+        for k, failure in ((i, o.failure_a), (j, o.failure_b)):
+            if failure is not None:
+                failed.setdefault(k, {**failure, "opponent": players[j if k == i else i].label})
+    kept = [(i, j, win_share(o.score_a, o.score_b)) for (i, j), o in zip(pairs, outcomes)
+            if o.ok and i not in failed and j not in failed]  # fmt: skip
     if not kept:
         raise RuntimeError("no match of the round robin finished; check the policies and the sandbox limits")
-    a, b, s = (np.array(x) for x in zip(*kept))
-    elo, lo, hi = elo_ratings(a, b, s, len(players), n_boot=n_boot, seed=seed)
-    failed = {i for (i, j), r in zip(pairs, results) if r is None} | {
-        j for (i, j), r in zip(pairs, results) if r is None
-    }
-    return [
-        {"label": p.label, "run": p.run, "side": p.side, "name": p.policy.name, "elo": float(elo[k]),
-         "ci_low": float(lo[k]), "ci_high": float(hi[k]), "had_failed_matches": k in failed}
-        for k, p in enumerate(players)
-    ]  # fmt: skip
+    rated = sorted({k for i, j, _ in kept for k in (i, j)})
+    index = {k: n for n, k in enumerate(rated)}
+    a, b, s = (np.array(x) for x in zip(*[(index[i], index[j], w) for i, j, w in kept]))
+    elo, lo, hi = elo_ratings(a, b, s, len(rated), n_boot=n_boot, seed=seed)
+    rows = []
+    for k, p in enumerate(players):
+        n = index.get(k)
+        rows.append({"label": p.label, "run": p.run, "side": p.side, "name": p.policy.name,
+                     "elo": None if n is None else float(elo[n]), "ci_low": None if n is None else float(lo[n]),
+                     "ci_high": None if n is None else float(hi[n]), "failure": failed.get(k)})  # fmt: skip
+    return rows
 
 
 def quality_vs_baselines(
@@ -263,7 +252,7 @@ def quality_vs_baselines(
     pairs = [(e.policy(), r) if first else (r, e.policy()) for e in entries for r in refs]
     results = play(pairs)
     key = "score_a" if first else "score_b"
-    scores = np.array([0.0 if r is None else float(r[key]) for r in results]).reshape(len(entries), len(refs))
+    scores = np.array([getattr(r, key) if r.ok else 0.0 for r in results]).reshape(len(entries), len(refs))
     return scores.mean(axis=1)
 
 
@@ -371,11 +360,14 @@ def elo_markdown(rows: list[dict], summary: dict[str, Any], sides: Sequence[str]
     lines = ["# FMSP evaluation", ""]
     for side in sides:
         lines += [f"## {side}", "", "| rank | policy | run | Elo | 95% CI |", "|---:|---|---|---:|---|"]
-        ranked = sorted((r for r in rows if r["side"] == side), key=lambda r: -r["elo"])
+        ranked = sorted((r for r in rows if r["side"] == side and r["elo"] is not None), key=lambda r: -r["elo"])
         for rank, r in enumerate(ranked, 1):
-            flag = " (failed matches)" if r["had_failed_matches"] else ""
-            lines.append(f"| {rank} | {r['name']}{flag} | {r['run']} | {r['elo']:.0f} | "
+            lines.append(f"| {rank} | {r['name']} | {r['run']} | {r['elo']:.0f} | "
                          f"[{r['ci_low']:.0f}, {r['ci_high']:.0f}] |")  # fmt: skip
+        for r in (r for r in rows if r["side"] == side and r["elo"] is None):
+            f = r["failure"]
+            why = f"failed: {f['kind']} against {f['opponent']}" if f else "unrated: every opponent failed"
+            lines.append(f"| – | {r['name']} ({why}) | {r['run']} | – | – |")
         lines.append("")
     lines += ["## runs", "", "| run | side | mean Elo | max Elo | QD-score |", "|---|---|---:|---:|---:|"]
     for run, by_side in summary.items():
@@ -401,7 +393,8 @@ def plot_elo(rows: list[dict], sides: Sequence[str], path: Path) -> None:
     fig, axes = plt.subplots(1, len(sides), figsize=(7 * len(sides), 5), squeeze=False)
     for ax, side in zip(axes[0], sides):
         side_rows = sorted(
-            (r for r in rows if r["side"] == side), key=lambda r: (runs.index(r["run"]), -r["elo"])
+            (r for r in rows if r["side"] == side and r["elo"] is not None),
+            key=lambda r: (runs.index(r["run"]), -r["elo"]),
         )
         for x, r in enumerate(side_rows):
             err = [[r["elo"] - r["ci_low"]], [r["ci_high"] - r["elo"]]]
@@ -474,7 +467,7 @@ def evaluate(
     qd, projections = qd_scores(domain, runs, play, cells, projections)
     save_projections(projections, out_dir / "projection.json")
     def elos(run: Run, side: str) -> list[float]:
-        return [r["elo"] for r in rows if r["run"] == run.name and r["side"] == side]
+        return [r["elo"] for r in rows if r["run"] == run.name and r["side"] == side and r["elo"] is not None]
 
     summary = {
         run.name: {
@@ -498,8 +491,8 @@ def evaluate(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from envs.sandbox import SandboxConfig, SandboxUnavailable
     from fmsp.domains import make_domain
-    from fmsp.sandbox import Sandbox, SandboxLimits
 
     parser = argparse.ArgumentParser(prog="fmsp eval", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -514,7 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projection", type=Path, help="projection.json of an earlier `fmsp eval` (fixed QD grid)")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per sandbox job")
+    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process (one match)")
+    parser.add_argument("--unsafe-sandbox", action="store_true",
+                        help="run even where an isolation layer is missing (the present layers still apply)")
     args = parser.parse_args(argv)
     runs = []
     for spec in args.run:
@@ -533,7 +528,11 @@ def main(argv: list[str] | None = None) -> int:
         json.loads(args.domain_config) if args.domain_config else runs[0].config.get("domain_config", {})
     )
     domain = make_domain(domain_name, **domain_config)
-    sandbox = Sandbox(SandboxLimits(timeout_s=args.timeout, cpu_s=int(args.timeout)))
+    sandbox = Sandbox(SandboxConfig(total_timeout_s=args.timeout, unsafe=args.unsafe_sandbox))
+    try:
+        print(sandbox.check(), file=sys.stderr)
+    except SandboxUnavailable as exc:
+        parser.error(str(exc))
     results = evaluate(domain, runs, sandbox_runner(domain, sandbox), Path(args.out), top=args.top,
                        n_random=args.n_random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed,
                        projections=load_projections(args.projection) if args.projection else None)  # fmt: skip

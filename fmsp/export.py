@@ -116,6 +116,7 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
 
 
 def main(argv: list[str] | None = None) -> int:
+    from envs.sandbox import SandboxConfig, SandboxUnavailable
     from sepo.pools import POOL_NAMES, PoolError, load_pool_dir
 
     parser = argparse.ArgumentParser(prog="fmsp export", description=__doc__.split("\n")[0])
@@ -130,12 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         "--side", default=None, help="archive side (default: exploiter for exploit, else cooperator)"
     )
     parser.add_argument("--prefix", default="fmsp")
+    parser.add_argument("--unsafe-sandbox", action="store_true",
+                        help="smoke-test the members even where a sandbox isolation layer is missing")
     args = parser.parse_args(argv)
     try:
         entries = export(load_run(args.run), parse_selection(args.select), args.pool, args.game, Path(args.out),
                          args.side, args.prefix)  # fmt: skip
-        loaded = load_pool_dir(args.out, args.game)
-    except (ValueError, FileNotFoundError, PoolError) as exc:
+        loaded = load_pool_dir(args.out, args.game, SandboxConfig(unsafe=args.unsafe_sandbox))
+    except (ValueError, FileNotFoundError, PoolError, SandboxUnavailable) as exc:
         parser.exit(1, f"fmsp export: {exc}\n")
     print(
         f"exported {len(entries)} policies to {args.out} ({len(loaded)} {args.game} members load and pass smoke tests)"

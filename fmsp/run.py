@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from envs.sandbox import SandboxUnavailable
 from fmsp.archive import Archive
 from fmsp.config import FMSPConfig, load_config, parse_overrides, save_config
 from fmsp.domain import Domain
 from fmsp.embeddings import Embedder, make_embedder
 from fmsp.fm import FoundationModel, make_fm
-from fmsp.sandbox import Sandbox, SandboxLimits
+from fmsp.sandbox import Sandbox
 from fmsp.search import Counters, FMSPSearch
 from sepo.files import write_json_atomic, write_text_atomic
 
@@ -93,8 +95,8 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     domain = domain or build_domain(config)
     fm = fm or build_fm(config)
     embedder = embedder or build_embedder(config)
-    sandbox = sandbox or Sandbox(SandboxLimits(timeout_s=config.sandbox_timeout_s, cpu_s=config.sandbox_cpu_s,
-                                               memory_mb=config.sandbox_memory_mb))  # fmt: skip
+    sandbox = sandbox or Sandbox(config.sandbox_config())
+    print(sandbox.check(), file=sys.stderr)  # refuses (SandboxUnavailable) when a layer is missing, unless unsafe
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.yaml")
     record = domain.record() if hasattr(domain, "record") else {}  # e.g. Gandalf's password word list
@@ -188,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, parse_overrides(rest))
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
-    summary = run(config)
+    try:
+        summary = run(config)
+    except SandboxUnavailable as exc:
+        parser.exit(2, f"fmsp run: {exc}\n")
     print(json.dumps(summary, indent=2))
     return 0

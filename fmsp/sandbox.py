@@ -1,174 +1,169 @@
-"""Run a domain entry on untrusted policy code in a separate, limited, killable process.
+"""FMSP's harness around `envs.sandbox`: matches and unit tests of policy code, every policy in its own process.
 
-Design: one fresh `python -m fmsp.sandbox_worker` subprocess per job (a batch of calls, e.g. all games of one
-evaluation), started in its own session so the parent can `os.killpg` the whole group on a wall-clock timeout.
-The worker applies rlimits (CPU, address space, file size, processes), a network namespace + socket block, an
-audit hook (no process creation, no writes outside its scratch dir) and an import guard before any policy code
-runs; see `fmsp.sandbox_worker`. A fresh process per job means no state (module globals, builtins) can leak
-between evaluations. Only a JSON result comes back; stdout/stderr are captured and truncated.
+`Sandbox.play_all(domain, pairs)` starts two contained processes per pair (`envs.sandbox.SandboxedPolicy`,
+labelled "a" and "b"), lets the domain's trusted `play_match` drive them, and ends both; the next pair's
+processes start while the current pair plays. No process serves two matches, so nothing a policy does
+(module globals, monkeypatching, a learned opponent model) reaches another match, and the game and the
+scores never share a process with policy code. A policy that fails yields a `MatchOutcome` naming it
+(`failure_a`/`failure_b`, with the kind from `envs.sandbox.FAILURE_KINDS`); the other side is not blamed.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
-_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "VIRTUAL_ENV")
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Per-job limits. `timeout_s` is wall clock (enforced by the parent); the others are worker rlimits."""
-
-    timeout_s: float = 30.0
-    cpu_s: int = 30
-    memory_mb: int = 2048
-    max_file_mb: int = 16
-    max_processes: int = 0  # RLIMIT_NPROC: no fork/threads (not enforced by the kernel for root; the audit hook is)
-    max_output_chars: int = 20_000
-    max_result_bytes: int = 1_000_000
-    unshare_network: bool = True
+from envs.sandbox import PolicyError, SandboxConfig, SandboxedPolicy, require_layers
+from fmsp.domain import Domain, PolicyCode
 
 
 @dataclass
-class SandboxResult:
-    """What one sandboxed job produced: `value` is the list of per-call return values when `ok`."""
+class MatchOutcome:
+    """One played pair: both scores, or the failure of the policy that failed (scores are then None)."""
 
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    error_type: str | None = None
-    timed_out: bool = False
-    killed: bool = False
-    stdout: str = ""
-    stderr: str = ""
+    score_a: float | None
+    score_b: float | None
+    failure_a: dict[str, Any] | None = None
+    failure_b: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     cpu_s: float = 0.0
-    traceback: str | None = None
-    call_index: int | None = None
-    isolation: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure_a is None and self.failure_b is None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The `fmsp match` record: {"a": {"score", "failure"}, "b": {...}, "details", "wall_s", "cpu_s"}."""
+        return {"a": {"score": self.score_a, "failure": self.failure_a},
+                "b": {"score": self.score_b, "failure": self.failure_b},
+                "details": self.details, "wall_s": self.wall_s, "cpu_s": self.cpu_s}  # fmt: skip
 
 
-def _read_capped(path: Path, limit: int) -> str:
-    if not path.exists():
-        return ""
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    text = data[:limit].decode(errors="replace")
-    return text + ("\n...[truncated]" if len(data) > limit else "")
+@dataclass
+class BatchResult:
+    """The outcomes of `Sandbox.play_all`, with the summary fields the search records."""
+
+    outcomes: list[MatchOutcome]
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+    @property
+    def value(self) -> list[dict[str, Any]]:
+        """Per pair: {"score_a", "score_b", "details"} (scores None for a failed pair)."""
+        return [{"score_a": o.score_a, "score_b": o.score_b, "details": o.details} for o in self.outcomes]
+
+    def _first_failure(self) -> dict[str, Any] | None:
+        return next((f for o in self.outcomes for f in (o.failure_a, o.failure_b) if f is not None), None)
+
+    @property
+    def error(self) -> str | None:
+        failure = self._first_failure()
+        return None if failure is None else f"policy {failure['policy']!r} failed ({failure['kind']}): {failure['message']}"
+
+    @property
+    def error_type(self) -> str | None:
+        failure = self._first_failure()
+        return None if failure is None else failure["kind"]
+
+    @property
+    def traceback(self) -> str | None:
+        failure = self._first_failure()
+        return None if failure is None else failure["detail"]
+
+    @property
+    def timed_out(self) -> bool:
+        return self.error_type == "timeout"
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(o.cpu_s for o in self.outcomes)
 
 
-def _cap(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
+@dataclass
+class UnitTestResult:
+    """A unit test of one policy: ok, or the error (assertion message or the policy's failure) and its detail."""
 
+    ok: bool
+    error: str | None = None
+    traceback: str | None = None
+    kind: str | None = None  # "assertion" or a failure kind
 
-def _worker_env(sys_path: list[str]) -> dict[str, str]:
-    """A minimal environment: no API keys or proxies reach untrusted code; single-threaded numerics."""
-    env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
-    env.update(PYTHONPATH=os.pathsep.join([*sys_path, _REPO_ROOT]), PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")  # fmt: skip
-    return env
-
-
-def _wait(pid: int, timeout_s: float) -> tuple[int | None, float]:
-    """Wait for `pid` up to `timeout_s`; returns (wait status or None on timeout, child CPU seconds)."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.002
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            return status, usage.ru_utime + usage.ru_stime
-        if time.monotonic() >= deadline:
-            return None, 0.0
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+    @property
+    def timed_out(self) -> bool:
+        return self.kind == "timeout"
 
 
 class Sandbox:
-    """Runs `entry(*call)` for a batch of calls in a fresh limited worker process; never raises for bad code."""
+    """Plays FMSP matches and unit tests with every policy contained (see the module docstring)."""
 
-    def __init__(self, limits: SandboxLimits | None = None, sys_path: list[str] | None = None) -> None:
-        self.limits = limits or SandboxLimits()
-        self.sys_path = [str(p) for p in (sys_path or [])]
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
 
-    def run(self, entry: str, calls: list[list[Any]], allowed_imports: tuple[str, ...] = (),
-            timeout_s: float | None = None) -> SandboxResult:  # fmt: skip
-        """Run every call in one worker; stops at the first raising call (reported with its index)."""
-        limits = self.limits
-        timeout = limits.timeout_s if timeout_s is None else timeout_s
-        control = Path(tempfile.mkdtemp(prefix="fmsp-sbx-"))
-        scratch = control / "scratch"
-        scratch.mkdir()
-        job = {
-            "entry": entry, "calls": calls, "allowed_imports": list(allowed_imports), "scratch": str(scratch),
-            "result_path": str(control / "result.json"), "unshare_network": limits.unshare_network,
-            "max_output_chars": limits.max_output_chars, "max_result_bytes": limits.max_result_bytes,
-            "rlimits": {"RLIMIT_CPU": limits.cpu_s, "RLIMIT_AS": limits.memory_mb << 20,
-                        "RLIMIT_FSIZE": limits.max_file_mb << 20, "RLIMIT_NPROC": limits.max_processes},
-        }  # fmt: skip
-        (control / "job.json").write_text(json.dumps(job))
-        start = time.monotonic()
-        try:
-            with open(control / "stdout", "wb") as out, open(control / "stderr", "wb") as err:
-                pid = self._spawn(control, scratch, out, err)
-            status, cpu_s = _wait(pid, timeout)
-            timed_out = status is None
+    def check(self) -> str:
+        """The isolation layers in force (one line); SandboxUnavailable if one is missing and not `unsafe`."""
+        return require_layers(self.config).describe()
+
+    def policy(self, domain: Domain, policy: PolicyCode, label: str) -> SandboxedPolicy:
+        """A not-yet-started process for `policy` with its side's interface."""
+        interface = domain.interface(policy.side)
+        return SandboxedPolicy(policy.code, label=label, config=self.config, methods=interface.methods,
+                               name=policy.name, preload=interface.preload)  # fmt: skip
+
+    def play_all(self, domain: Domain, pairs: Sequence[tuple[PolicyCode, PolicyCode]]) -> BatchResult:
+        """Every (first-side, second-side) pair, in order; the next pair's processes start during this one."""
+        t0 = time.monotonic()
+        outcomes = []
+        upcoming = self._start(domain, pairs[0]) if pairs else None
+        for index, pair in enumerate(pairs):
+            current = upcoming
+            upcoming = self._start(domain, pairs[index + 1]) if index + 1 < len(pairs) else None
+            outcomes.append(self._finish(domain, pair, current))
+        return BatchResult(outcomes, time.monotonic() - t0)
+
+    def play(self, domain: Domain, a: PolicyCode, b: PolicyCode) -> MatchOutcome:
+        """One match of `a` (first side) against `b`."""
+        return self.play_all(domain, [(a, b)]).outcomes[0]
+
+    def unit_test(self, domain: Domain, policy: PolicyCode, side: str) -> UnitTestResult:
+        """The domain's unit test on `policy` in its own process."""
+        with self.policy(domain, policy, "candidate") as handle:
             try:
-                os.killpg(pid, signal.SIGKILL)  # the whole group: stragglers too, not only on timeout
-            except ProcessLookupError:
-                pass
-            if timed_out:
-                status, cpu_s = _wait(pid, 10.0)
-            wall_s = time.monotonic() - start
-            return self._collect(control, status, timed_out, wall_s, cpu_s)
+                domain.unit_test(handle, side)
+            except AssertionError as exc:
+                return UnitTestResult(False, str(exc) or "a unit-test assertion failed", None, "assertion")
+            except PolicyError as exc:
+                return UnitTestResult(False, str(exc), exc.detail, exc.kind)
+        return UnitTestResult(True)
+
+    def _start(self, domain: Domain, pair: tuple[PolicyCode, PolicyCode]) -> tuple[SandboxedPolicy, SandboxedPolicy]:
+        handles = (self.policy(domain, pair[0], "a"), self.policy(domain, pair[1], "b"))
+        for handle in handles:
+            try:
+                handle.start()
+            except PolicyError:
+                pass  # kept in the handle: the match reports it as this policy's failure
+        return handles
+
+    def _finish(self, domain: Domain, pair: tuple[PolicyCode, PolicyCode],
+                handles: tuple[SandboxedPolicy, SandboxedPolicy]) -> MatchOutcome:  # fmt: skip
+        t0 = time.monotonic()
+        try:
+            for handle in handles:
+                handle.loaded()
+            value = domain.play_match(*handles)
+            outcome = MatchOutcome(float(value["score_a"]), float(value["score_b"]), details=value.get("details", {}))
+        except PolicyError as exc:
+            failed = {"policy": pair[0 if exc.label == "a" else 1].name, **exc.to_dict()}
+            outcome = MatchOutcome(None, None, *((failed, None) if exc.label == "a" else (None, failed)))
         finally:
-            shutil.rmtree(control, ignore_errors=True)
-
-    def _spawn(self, control: Path, scratch: Path, out: Any, err: Any) -> int:
-        import subprocess
-
-        proc = subprocess.Popen(  # noqa: S603 - fixed argv, our own worker module
-            [sys.executable, "-u", "-m", "fmsp.sandbox_worker", str(control / "job.json")],
-            cwd=scratch, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_worker_env(self.sys_path),
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
-        proc.returncode = 0  # reaped by os.wait4 in _wait; stop Popen.__del__ from tracking it
-        return proc.pid
-
-    def _collect(self, control: Path, status: int | None, timed_out: bool, wall_s: float,
-                 cpu_s: float) -> SandboxResult:  # fmt: skip
-        limits = self.limits
-        stdout = _read_capped(control / "stdout", limits.max_output_chars)
-        stderr = _read_capped(control / "stderr", limits.max_output_chars)
-        signalled = status is not None and os.WIFSIGNALED(status)
-        killed = timed_out or signalled
-        base = {"timed_out": timed_out, "killed": killed, "wall_s": wall_s, "cpu_s": cpu_s}
-        if timed_out:
-            return SandboxResult(ok=False, error=f"wall-clock timeout after {wall_s:.1f} s", error_type="Timeout",
-                                 stdout=stdout, stderr=stderr, **base)  # fmt: skip
-        result_path = control / "result.json"
-        if signalled or not result_path.exists() or result_path.stat().st_size == 0:
-            sig = os.WTERMSIG(status) if signalled else None
-            why = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed (memory or limit)"}.get(
-                sig, f"worker died (signal {sig}, exit {os.waitstatus_to_exitcode(status) if status else '?'})"
-            )  # fmt: skip
-            return SandboxResult(ok=False, error=why, error_type="WorkerDied", stdout=stdout, stderr=stderr, **base)
-        data = json.loads(result_path.read_text())
-        return SandboxResult(
-            ok=bool(data.get("ok")), value=data.get("value"), error=data.get("error"),
-            error_type=data.get("error_type"), stdout=_cap(data.get("stdout", "") + stdout, limits.max_output_chars),
-            stderr=_cap(data.get("stderr", "") + stderr, limits.max_output_chars), traceback=data.get("traceback"),
-            call_index=data.get("call_index"), isolation=data.get("isolation", {}), **base,
-        )  # fmt: skip
+            for handle in handles:
+                handle.close()
+        outcome.wall_s = time.monotonic() - t0
+        outcome.cpu_s = sum(h.cpu_s for h in handles)
+        return outcome

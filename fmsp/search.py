@@ -42,11 +42,7 @@ from fmsp.prompts import (
     parse_verdict,
     repair_messages,
 )
-from fmsp.sandbox import Sandbox, SandboxResult
-
-
-class _PhaseFailed(RuntimeError):
-    """A sandboxed phase of an interactive match failed (its SandboxResult is kept by the caller)."""
+from fmsp.sandbox import BatchResult, Sandbox
 
 
 @dataclass(frozen=True)
@@ -127,51 +123,21 @@ class FMSPSearch:
         self.config, self.domain, self.archives = config, domain, archives
         self.fm, self.embedder, self.sandbox, self.rng = fm, embedder, sandbox, rng
         self.counters = Counters()
-        self.match_config = domain.match_config()
         self.search_sides = tuple(config.search_sides or domain.sides)
         unknown = set(self.search_sides) - set(domain.sides)
         if unknown:
             raise ValueError(f"search_sides {sorted(unknown)} are not sides of {domain.name}; valid: {domain.sides}")
 
     # --- sandbox helpers ---------------------------------------------------------------------------
-    def _match_args(self, side: str, policy: PolicyCode, opponent: PolicyCode) -> list[Any]:
+    def _matches(self, side: str, pairs: list[tuple[PolicyCode, PolicyCode]]) -> tuple[list[float] | None, BatchResult]:
+        """Scores of `side`'s policy in each (policy, opponent) pair, each policy in its own sandboxed process;
+        None when any policy of the batch failed (the result names which one)."""
         first = side == self.domain.sides[0]
-        pair = (policy, opponent) if first else (opponent, policy)
-        return [pair[0].to_dict(), pair[1].to_dict(), self.match_config]
-
-    def _score(self, side: str, value: dict[str, Any]) -> float:
-        return float(value["score_a" if side == self.domain.sides[0] else "score_b"])
-
-    def _matches(self, side: str, pairs: list[tuple[PolicyCode, PolicyCode]]) -> tuple[list[float] | None, Any]:
-        """Scores of `side`'s policy in each (policy, opponent) pair, all in one sandbox job."""
-        calls = [self._match_args(side, p, o) for p, o in pairs]
-        if getattr(self.domain, "interactive", False):
-            return self._interactive_matches(side, calls)
-        result = self.sandbox.run(self.domain.match_entry, calls, self.domain.allowed_imports)
+        ordered = [(p, o) if first else (o, p) for p, o in pairs]
+        result = self.sandbox.play_all(self.domain, ordered)
         if not result.ok:
             return None, result
-        return [self._score(side, v) for v in result.value], result
-
-    def _interactive_matches(self, side: str, calls: list[list[Any]]) -> tuple[list[float] | None, Any]:
-        """Domains whose trusted harness drives a match (`domain.play`, e.g. Gandalf's target LLM) between
-        sandboxed phases; every phase runs in its own sandbox job."""
-        failure: list[SandboxResult] = []
-
-        def run_entry(entry: str, policy_a: dict, policy_b: dict, config: dict) -> dict:
-            result = self.sandbox.run(entry, [[policy_a, policy_b, config]], self.domain.allowed_imports)
-            if not result.ok:
-                failure.append(result)
-                raise _PhaseFailed(result.error)
-            return result.value[0]
-
-        values = []
-        for policy_a, policy_b, _ in calls:
-            try:
-                values.append(self.domain.play(run_entry, policy_a, policy_b))
-            except _PhaseFailed:
-                return None, failure[-1]
-        wall = SandboxResult(ok=True, value=values)
-        return [self._score(side, v) for v in values], wall
+        return [o.score_a if first else o.score_b for o in result.outcomes], result
 
     def other(self, side: str) -> str:
         return self.domain.sides[1 - self.domain.sides.index(side)]
@@ -268,13 +234,12 @@ class FMSPSearch:
                 name = parsed.name or f"{side}_{record.iteration}"
                 policy = PolicyCode(name=name, description=parsed.description or "", code=parsed.code, side=side)
                 t1 = time.monotonic()
-                result = self.sandbox.run(self.domain.unit_test_entry, [[policy.to_dict(), side, self.match_config]],
-                                          self.domain.allowed_imports)  # fmt: skip
+                result = self.sandbox.unit_test(self.domain, policy, side)
                 test_s = time.monotonic() - t1
                 if result.ok:
                     record.attempts.append({"attempt": attempt, "stage": "passed", "fm_s": fm_s, "test_s": test_s})
                     return policy
-                error = f"{result.error}\n{result.traceback or ''}\n{result.stdout[-1000:]}".strip()
+                error = f"{result.error}\n{result.traceback or ''}".strip()
                 stage = "timeout" if result.timed_out else "unit_test"
             self.counters.unit_test_failures += 1
             record.attempts.append({"attempt": attempt, "stage": stage, "error": error[:2000], "fm_s": fm_s,

@@ -4,6 +4,8 @@ A GRPO group is one (pool, opponent, seed); `Pools.sample` picks the opponent's 
 caller's seeded `random.Random` and `Pools.make` builds a fresh strategy for every rollout.
 Members are the scripted strategies of `envs.strategies.<game>` plus code policies exported by
 FMSP into a pool directory (`manifest.json` in format `sepo-pool-manifest/1`, see `load_pool_dir`).
+Code policies are never imported here: each instance is an `envs.sandbox.SandboxedStrategy`, its own
+contained process started with the rollout and ended with it (`Strategy.close`).
 
 Strict separation: a strategy belongs to one pool only. The paper's pool table lists four names in
 two pools (single-issue `hardball` in training and exploit, `fair` in training and collusive;
@@ -17,19 +19,16 @@ member is exactly as in REFERENCE.md.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import inspect
 import json
 import random
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from envs import GAMES, Strategy, View, make_game, play_episode, strategy_registry
-from envs.base import Game, IllegalActionError
+from envs import GAMES, Strategy, make_game, play_episode, strategy_registry
+from envs.sandbox import PolicyError, SandboxConfig, SandboxedPolicy, SandboxedStrategy
 
 POOL_NAMES: tuple[str, ...] = ("training", "exploit", "collusive")
 MANIFEST_FORMAT = "sepo-pool-manifest/1"
@@ -125,29 +124,6 @@ def check_separation(game: str, pools: Mapping[str, Sequence[str]]) -> None:
 # code policies from a pool directory
 
 
-class LoadedStrategy(Strategy):
-    """Adapts a loaded policy object (a Strategy subclass or duck-typed act/reset) to `envs.base.Strategy`."""
-
-    def __init__(self, inner: Any, name: str, view_format: str = "object", description: str = "") -> None:
-        self.inner = inner
-        self.name = name  # instance attribute: the member name, whatever the class calls itself
-        self.description = description
-        self.view_format = view_format
-
-    def reset(self, game: Game, seat: int, rng: random.Random) -> None:
-        super().reset(game, seat, rng)
-        reset = getattr(self.inner, "reset", None)
-        if reset is None:
-            return
-        if len(inspect.signature(reset).parameters) == 0:
-            reset()
-        else:
-            reset(game, seat, rng)
-
-    def act(self, view: View) -> str:
-        return self.inner.act(view.to_dict() if self.view_format == "dict" else view)
-
-
 def _read_manifest(directory: Path) -> list[dict[str, Any]]:
     path = directory / MANIFEST_FILE
     if not path.is_file():
@@ -165,7 +141,7 @@ def _read_manifest(directory: Path) -> list[dict[str, Any]]:
     return members
 
 
-def _validate_entry(entry: Any, index: int, directory: Path) -> tuple[dict[str, Any], Path]:
+def _validate_entry(entry: Any, index: int, directory: Path) -> tuple[dict[str, Any], Path, bytes]:
     where = f"{directory / MANIFEST_FILE}: member #{index}"
     if not isinstance(entry, dict):
         raise PoolError(f"{where}: must be an object with keys {', '.join(_MEMBER_KEYS)}")
@@ -191,47 +167,24 @@ def _validate_entry(entry: Any, index: int, directory: Path) -> tuple[dict[str, 
         raise PoolError(f"{where}: file {entry['file']!r} is outside the pool directory")
     if not file.is_file():
         raise PoolError(f"{where}: file {entry['file']!r} does not exist")
-    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    data = file.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"].lower():
         raise PoolError(
             f"{where}: sha256 mismatch for {entry['file']!r} (manifest {entry['sha256']}, file {digest})"
         )
-    return entry, file
+    return entry, file, data
 
 
-def _import_class(entry: Mapping[str, Any], file: Path, digest: str) -> type:
-    where = f"pool member {entry['name']!r} ({entry['file']})"
-    module_name = f"sepo_pool_member_{entry['name']}_{digest[:12]}"
-    if module_name in sys.modules:
-        module = sys.modules[module_name]
-    else:
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise PoolError(f"{where}: cannot be imported as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # the file is foreign code: report any failure plainly
-            del sys.modules[module_name]
-            raise PoolError(f"{where}: import failed: {type(exc).__name__}: {exc}") from None
-    cls = getattr(module, entry["class_name"], None)
-    if not isinstance(cls, type):
-        classes = sorted(
-            n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module_name
-        )
-        raise PoolError(
-            f"{where}: no class {entry['class_name']!r}; "
-            f"classes defined there: {', '.join(classes) or 'none'}"
-        )
-    if not callable(getattr(cls, "act", None)):
-        raise PoolError(f"{where}: class {entry['class_name']!r} has no act(view) method")
-    if getattr(cls, "__abstractmethods__", None):
-        raise PoolError(
-            f"{where}: class {entry['class_name']!r} is abstract "
-            f"(missing {', '.join(sorted(cls.__abstractmethods__))})"
-        )
-    return cls
+def _sandboxed_factory(entry: Mapping[str, Any], code: str, sandbox: SandboxConfig) -> Callable[[], Strategy]:
+    """Fresh `SandboxedStrategy` instances of a member (the verified bytes, never re-read from disk)."""
+
+    def factory() -> Strategy:
+        policy = SandboxedPolicy(code, label=entry["name"], config=sandbox, methods=("act",),
+                                 class_name=entry["class_name"], name=entry["name"], preload=("envs",))  # fmt: skip
+        return SandboxedStrategy(policy, entry["name"], entry.get("view", "object"), entry["description"])
+
+    return factory
 
 
 def smoke_test(member: PoolMember, seed: int = 0) -> None:
@@ -244,34 +197,37 @@ def smoke_test(member: PoolMember, seed: int = 0) -> None:
             strategies.reverse()
         try:
             play_episode(game, strategies, random.Random(seed + seat))
-        except IllegalActionError as exc:
-            raise PoolError(
-                f"pool member {member.name!r} played an illegal action in seat {seat} "
-                f"against {opponent_name!r}: {exc}"
-            ) from None
-        except Exception as exc:
-            raise PoolError(
-                f"pool member {member.name!r} failed in a smoke episode (seat {seat} vs {opponent_name!r}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from None
+        except PolicyError as exc:
+            where = f"pool member {member.name!r}"
+            if exc.kind == "load":
+                raise PoolError(f"{where} does not load: {exc.message}\n{exc.detail}".strip()) from None
+            if exc.kind == "invalid_action":
+                raise PoolError(f"{where} played an illegal action in seat {seat} against {opponent_name!r}: "
+                                f"{exc.message}") from None  # fmt: skip
+            raise PoolError(f"{where} failed in a smoke episode (seat {seat} vs {opponent_name!r}, {exc.kind}): "
+                            f"{exc.message}\n{exc.detail}".strip()) from None  # fmt: skip
+        finally:
+            for strategy in strategies:
+                strategy.close()
 
 
-def load_pool_dir(path: str | Path, game: str | None = None) -> list[PoolMember]:
+def load_pool_dir(path: str | Path, game: str | None = None, sandbox: SandboxConfig | None = None) -> list[PoolMember]:
     """Validate a `sepo-pool-manifest/1` directory and return its members (only `game`'s if given).
 
     Checks, each failing with a PoolError that names the member: manifest format and keys, valid
     game/pool/name (unique, not shadowing a scripted strategy), file inside the directory, sha256,
-    import, class with `act`, and a smoke episode in each seat returning only legal actions.
+    and, in the sandbox (`sandbox`, default `SandboxConfig()`), that the code loads, defines `class_name`
+    with `act`, and plays a smoke episode in each seat returning only legal actions.
     """
     directory = Path(path)
     if not directory.is_dir():
         raise PoolError(f"pool directory {directory} does not exist")
     if game is not None:
         _check_game(game)
-    entries: list[tuple[dict[str, Any], Path]] = []
+    entries: list[tuple[dict[str, Any], Path, bytes]] = []
     seen: set[str] = set()
-    for index, raw in enumerate(_read_manifest(directory)):  # validate the whole manifest before importing
-        entry, file = _validate_entry(raw, index, directory)
+    for index, raw in enumerate(_read_manifest(directory)):  # validate the whole manifest before running code
+        entry, file, data = _validate_entry(raw, index, directory)
         name = entry["name"]
         if name in seen:
             raise PoolError(f"{directory / MANIFEST_FILE}: member name {name!r} appears twice")
@@ -282,23 +238,18 @@ def load_pool_dir(path: str | Path, game: str | None = None) -> list[PoolMember]
                 "strategy of the same name; rename it"
             )
         if game is None or entry["game"] == game:
-            entries.append((entry, file))
+            entries.append((entry, file, data))
     members: list[PoolMember] = []
-    for entry, file in entries:
-        name = entry["name"]
-        cls = _import_class(entry, file, entry["sha256"].lower())
-        view_format = entry.get("view", "object")
-
-        def factory(
-            cls=cls, name=name, view_format=view_format, description=entry["description"]
-        ) -> Strategy:
-            return LoadedStrategy(cls(), name, view_format, description)
-
+    for entry, file, data in entries:
+        try:
+            code = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PoolError(f"pool member {entry['name']!r} ({entry['file']}): not UTF-8 text") from None
         member = PoolMember(
-            name=name,
+            name=entry["name"],
             game=entry["game"],
             pool=entry["pool"],
-            factory=factory,
+            factory=_sandboxed_factory(entry, code, sandbox or SandboxConfig()),
             description=entry["description"],
             source=dict(entry["source"]),
             file=str(file),
@@ -362,13 +313,15 @@ def load_pools(
     game: str,
     extra_dir: str | Path | None = None,
     overrides: Mapping[str, Sequence[str]] | None = None,
+    sandbox: SandboxConfig | None = None,
 ) -> Pools:
-    """The pools of `game`: defaults, plus the members of `extra_dir` (added to their manifest pool),
-    with `overrides` ({pool: [names]}) replacing whole pools. Raises PoolError on unknown names or overlap.
+    """The pools of `game`: defaults, plus the members of `extra_dir` (added to their manifest pool, each
+    played in the sandbox `sandbox`), with `overrides` ({pool: [names]}) replacing whole pools. Raises
+    PoolError on unknown names or overlap.
     """
     _check_game(game)
     scripted = strategy_registry(game)
-    extras = {m.name: m for m in load_pool_dir(extra_dir, game)} if extra_dir is not None else {}
+    extras = {m.name: m for m in load_pool_dir(extra_dir, game, sandbox)} if extra_dir is not None else {}
     members: dict[str, list[str]] = {pool: list(names) for pool, names in DEFAULT_POOLS[game].items()}
     for member in extras.values():
         members[member.pool].append(member.name)

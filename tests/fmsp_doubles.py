@@ -4,8 +4,7 @@
 loaded with the hand-written policies below. `RecordingFM` is a spy around a real FM client (it keeps the
 messages of every call); `assert_honest_failed_iteration` is the shared check for runs of real weak models.
 `NumberDuel` is a tiny real domain (sides "high" and "low" pick a number in [0, 1] each round; the one closer to
-a hidden target wins the round). The functions `duel_match`, `duel_unit_test` and `hostile_call` are imported
-by the sandbox worker.
+a hidden target wins the round); its harness runs here, the policies in sandboxed processes.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from fmsp.domain import PolicyCode
+from envs.sandbox import SandboxedPolicy, act_all
+from fmsp.domain import PolicyCode, PolicyInterface
 from fmsp.fm import ScriptedFM
-from fmsp.sandbox_worker import load_policy
 
 TASK = (
     "Write a Python class `Policy` with a method `act(self, obs: dict) -> float` returning a number in [0, 1]. "
@@ -60,16 +59,25 @@ def ScriptedFMTestDouble(judge_answers: list[str] | None = None) -> ScriptedFM: 
     return ScriptedFM(policies=SCRIPTED_POLICIES, judge_answers=judge_answers or ["Decision: Yes"])
 
 
-def duel_match(policy_a: dict, policy_b: dict, config: dict) -> dict[str, Any]:
-    """Play `config['games']` games of `config['rounds']` rounds; scores are mean round-win fractions."""
+def _pick(policy: SandboxedPolicy, value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise policy.failure("invalid_action", f"act must return a float, got {type(value).__name__}")
+    return float(value)
+
+
+def duel_match(a: SandboxedPolicy, b: SandboxedPolicy, config: dict) -> dict[str, Any]:
+    """Play `config['games']` games of `config['rounds']` rounds (fresh instances per game); scores are mean
+    round-win fractions."""
     rng = random.Random(config["seed"])
     wins = [0.0, 0.0]
     for _ in range(config["games"]):
-        players = [load_policy(policy_a)["Policy"](), load_policy(policy_b)["Policy"]()]
+        a.new_instance()
+        b.new_instance()
         last = None
         for r in range(config["rounds"]):
             target = rng.betavariate(2, 5)
-            picks = [float(p.act({"round": r, "last_target": last})) for p in players]
+            obs = {"round": r, "last_target": last}
+            picks = [_pick(p, v) for p, v in zip((a, b), act_all([(a, obs), (b, obs)]))]
             da, db = abs(picks[0] - target), abs(picks[1] - target)
             wins[0] += 1.0 if da < db else 0.5 if da == db else 0.0
             wins[1] += 1.0 if db < da else 0.5 if da == db else 0.0
@@ -78,11 +86,10 @@ def duel_match(policy_a: dict, policy_b: dict, config: dict) -> dict[str, Any]:
     return {"score_a": wins[0] / total, "score_b": wins[1] / total, "details": {"rounds": total}}
 
 
-def duel_unit_test(policy: dict, side: str, config: dict) -> None:
+def duel_unit_test(policy: SandboxedPolicy) -> None:
     """A policy must construct, and return a float in [0, 1] for 20 rounds."""
-    agent = load_policy(policy)["Policy"]()
     for r in range(20):
-        value = agent.act({"round": r, "last_target": 0.3 if r else None})
+        value = policy.call("act", {"round": r, "last_target": 0.3 if r else None})
         assert isinstance(value, int | float), f"act must return a float, got {type(value).__name__}"
         assert 0.0 <= value <= 1.0, f"act returned {value}, outside [0, 1]"
 
@@ -92,8 +99,6 @@ class NumberDuel:
 
     name = "number_duel"
     sides = ("high", "low")
-    match_entry = "fmsp_doubles:duel_match"
-    unit_test_entry = "fmsp_doubles:duel_unit_test"
     allowed_imports = ("math", "random")
 
     def __init__(self, games: int = 5, rounds: int = 20, seed: int = 0,
@@ -110,14 +115,14 @@ class NumberDuel:
     def match_config(self) -> dict[str, Any]:
         return dict(self.config)
 
+    def interface(self, side: str) -> PolicyInterface:
+        return PolicyInterface(("act",))
 
-def hostile_call(code: str, calls: int) -> Any:
-    """Load untrusted `code` (defining `Policy`) and call `act` `calls` times; returns the last value."""
-    agent = load_policy({"name": "hostile", "code": code, "side": "x"})["Policy"]()
-    value = None
-    for i in range(calls):
-        value = agent.act({"round": i})
-    return value
+    def play_match(self, a: SandboxedPolicy, b: SandboxedPolicy) -> dict[str, Any]:
+        return duel_match(a, b, self.config)
+
+    def unit_test(self, policy: SandboxedPolicy, side: str) -> None:
+        duel_unit_test(policy)
 
 
 class RecordingFM:

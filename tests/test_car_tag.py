@@ -12,17 +12,16 @@ from fmsp.baselines.car_tag.evader_flee import FleeDirectly
 from fmsp.baselines.car_tag.evader_flee_and_turn import FleeAndTurn
 from fmsp.baselines.car_tag.pursuer_proportional_navigation import ProportionalNavigation
 from fmsp.baselines.car_tag.pursuer_pure_pursuit import PurePursuit
-from fmsp.domain import Domain
+from fmsp.domain import Domain, PolicyCode
 from fmsp.domains.car_tag import (
     closest_approach,
     initial_states,
     make_car_tag,
     make_config,
-    play_match,
     simulate,
     simulate_scalar,
-    unit_test,
 )
+from fmsp.sandbox import Sandbox
 
 
 class Constant:
@@ -35,8 +34,8 @@ class Constant:
         return self.value
 
 
-def code(cls_source: str, name: str = "p", side: str = "pursuer") -> dict:
-    return {"name": name, "description": "", "code": cls_source, "side": side}
+def code(cls_source: str, name: str = "p", side: str = "pursuer") -> PolicyCode:
+    return PolicyCode(name, "", cls_source, side)
 
 
 def test_closest_approach_catches_a_pass_through():
@@ -68,12 +67,12 @@ def test_never_caught_when_pursuer_circles():
     result = simulate(Constant(1.0), FleeDirectly(), cfg)
     assert (result.survived == 300).all()
     assert result.evader_score == 1.0
-    out = play_match(
+    out = Sandbox().play(
+        make_car_tag(n_games=10, max_steps=300, start_distance=[4.0, 6.0]),
         code("class C:\n    name='c'\n    description=''\n    def __call__(self, o):\n        return 1.0\n"),
         code(_FLEE_SRC, "flee", "evader"),
-        cfg,
     )
-    assert out["score_a"] == 0.0 and out["score_b"] == 1.0
+    assert out.score_a == 0.0 and out.score_b == 1.0
 
 
 _FLEE_SRC = (
@@ -115,34 +114,28 @@ def test_deterministic_by_seed():
 
 
 def test_domain_contract_baselines_and_unit_tests():
-    domain = make_car_tag()
+    domain, sandbox = make_car_tag(), Sandbox()
     assert isinstance(domain, Domain)
     assert domain.sides == ("pursuer", "evader")
     for side in domain.sides:
         baselines = domain.baselines(side)
         assert len(baselines) == 2
         for policy in baselines:
-            unit_test(policy.to_dict(), side, domain.match_config())
+            result = sandbox.unit_test(domain, policy, side)
+            assert result.ok, result.error
         assert "n_games" in domain.task_prompt(side)
-    with pytest.raises(AssertionError, match="outside"):
-        unit_test(
-            code(
-                "class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return 3.0\n"
-            ),
-            "pursuer",
-            domain.match_config(),
-        )
-    with pytest.raises(AssertionError, match="NaN"):
-        unit_test(
-            code(
-                "class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return float('nan')\n",
-                side="evader",
-            ),
-            "evader",
-            domain.match_config(),
-        )
-    with pytest.raises(AssertionError, match="exactly one class"):
-        unit_test(code("x = 1\n"), "pursuer", domain.match_config())
+    out_of_range = code("class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return 3.0\n")
+    result = sandbox.unit_test(domain, out_of_range, "pursuer")
+    assert not result.ok and result.kind == "assertion" and "outside [-1, 1]" in result.error
+    nan = code("class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return float('nan')\n",
+               side="evader")  # fmt: skip
+    result = sandbox.unit_test(domain, nan, "evader")
+    assert not result.ok and "NaN" in result.error
+    result = sandbox.unit_test(domain, code("x = 1\n"), "pursuer")
+    assert not result.ok and result.kind == "load" and "exactly one class" in result.error
+    wrong_shape = code("class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return [0.0] * 3\n")
+    result = sandbox.unit_test(domain, wrong_shape, "pursuer")
+    assert not result.ok and "shape (3,)" in result.error
     with pytest.raises(ValueError, match="unknown car_tag config"):
         make_car_tag(speed=2)
 
@@ -162,42 +155,34 @@ class Chase:
 
 
 def test_unit_test_names_the_batch_api_when_per_game_code_fails_on_a_batch():
-    config = make_car_tag().match_config()
-    with pytest.raises(AssertionError, match="plays a single game but not a batch of 8") as info:
-        unit_test(code(PER_GAME), "pursuer", config)
-    assert "np.arctan2" in str(info.value)
+    domain, sandbox = make_car_tag(), Sandbox()
+    result = sandbox.unit_test(domain, code(PER_GAME), "pursuer")
+    assert not result.ok and "plays a single game but not a batch of 8" in result.error
+    assert "np.arctan2" in result.error
     # a policy that fails for another reason gets no such hint
     broken = "class C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return 1 / 0\n"
-    with pytest.raises(AssertionError, match="ZeroDivisionError") as info:
-        unit_test(code(broken), "pursuer", config)
-    assert "batch" not in str(info.value)
-    assert "Per-game code" in make_car_tag().task_prompt("evader")
+    result = sandbox.unit_test(domain, code(broken), "pursuer")
+    assert not result.ok and "ZeroDivisionError" in result.error and "batch" not in result.error
+    assert "Per-game code" in domain.task_prompt("evader")
 
 
 def test_benchmark_pairing_time(capsys):
     domain = make_car_tag()
-    p, e = domain.baselines("pursuer")[1], domain.baselines("evader")[0]
     start = time.perf_counter()
-    out = play_match(p.to_dict(), e.to_dict(), domain.match_config())  # 100 games x up to 1000 steps
+    out = simulate(PurePursuit(), FleeDirectly(), domain.match_config())  # 100 games x up to 1000 steps
     never = simulate(Constant(1.0), FleeDirectly(), domain.match_config())  # all 100 x 1000 steps
     elapsed = time.perf_counter() - start
-    assert never.survived.min() == 1000 and 0.0 <= out["score_b"] < 0.1
+    assert never.survived.min() == 1000 and 0.0 <= out.evader_score < 0.1
     with capsys.disabled():
         print(f"\n[car_tag] one baseline pairing + one full 100x1000-step pairing: {elapsed:.3f} s")
 
 
-def test_match_and_unit_test_run_inside_the_sandbox():
-    from fmsp.sandbox import Sandbox
-
+def test_sandboxed_match_equals_the_in_process_game():
+    """Both baselines in their own processes, the game in the harness: the very same games as in-process."""
     domain = make_car_tag(n_games=20)
-    p, e = domain.baselines("pursuer")[0].to_dict(), domain.baselines("evader")[1].to_dict()
-    result = Sandbox().run(domain.match_entry, [[p, e, domain.match_config()]], domain.allowed_imports)
-    assert result.ok, result.error
-    assert result.value[0] == play_match(p, e, domain.match_config())
-    sneaky = code(
-        "import os\nclass C:\n    name='c'\n    description='d'\n    def __call__(self, o):\n        return 0.0\n"
-    )
-    result = Sandbox().run(
-        domain.unit_test_entry, [[sneaky, "pursuer", domain.match_config()]], domain.allowed_imports
-    )
-    assert not result.ok and "not allowed" in result.error
+    p, e = domain.baselines("pursuer")[0], domain.baselines("evader")[1]  # proportional navigation, flee-and-turn
+    outcome = Sandbox().play(domain, p, e)
+    assert outcome.ok, (outcome.failure_a, outcome.failure_b)
+    reference = simulate(ProportionalNavigation(), FleeAndTurn(), domain.match_config())
+    assert outcome.score_b == reference.evader_score and outcome.details == reference.details()
+    assert 0.0 < outcome.score_b < 1.0

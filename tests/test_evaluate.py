@@ -66,3 +66,26 @@ def test_eval_default_model_end_to_end(tmp_path):
     r = results["default"]["ipd"]
     assert r["episodes"] == 2 and r["decisions"] == 2 * 2
     assert 0.0 <= r["parse_failure_rate"] <= 1.0 and r["fallback_rate"] == r["parse_failure_rate"]
+
+
+def test_eval_with_a_pools_dir_plays_the_member_in_the_sandbox(tiny_model_dir, tmp_path):
+    """`sepo eval --pools_dir`: an FMSP-exported member is an exploit opponent, played from its own sandboxed
+    process (never imported here), and no policy process outlives the evaluation."""
+    import hashlib
+    import sys
+
+    from envs.sandbox.process import _LIVE
+
+    code = "class Defector:\n    def act(self, view):\n        return 'DEFECT'\n"
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "defector.py").write_text(code)
+    member = {"name": "fmsp_defector", "game": "ipd", "pool": "exploit", "file": "defector.py", "class_name": "Defector",
+              "description": "", "source": {}, "sha256": hashlib.sha256(code.encode()).hexdigest(), "view": "dict"}  # fmt: skip
+    (tmp_path / "pool" / "manifest.json").write_text(json.dumps({"format": "sepo-pool-manifest/1", "members": [member]}))
+    assert main(["--models", f"Tiny={tiny_model_dir}", "--games", "ipd", "--pools", "exploit", "--episodes_per_opponent",
+                 "1", "--max_turn_tokens", "8", "--kuhn_rationale_samples", "1", "--progress", "false",
+                 "--pools_dir", str(tmp_path / "pool"), "--output_dir", str(tmp_path / "eval")]) == 0  # fmt: skip
+    ipd = json.loads((tmp_path / "eval" / "results.json").read_text())["results"]["Tiny"]["ipd"]
+    assert ipd["episodes"] == 3 and "fmsp_defector" in json.dumps(ipd["opponents"])
+    assert not _LIVE  # every policy process ended with its rollout
+    assert not any("Defector" in getattr(m, "__dict__", {}) for m in list(sys.modules.values()))  # never imported here

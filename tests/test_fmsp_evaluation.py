@@ -9,11 +9,14 @@ import pytest
 
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.config import FMSPConfig, save_config
+from fmsp.domain import PolicyCode
 from fmsp.domains import make_domain
-from fmsp.domains.loading import run_entry_in_process
 from fmsp.evaluation import (
+    Player,
     Projection,
+    elo_markdown,
     elo_ratings,
+    elo_table,
     fit_pca,
     fit_projection,
     load_run,
@@ -119,16 +122,15 @@ def make_run(path, seed: int, n: int = 4, embedder: str = "test-embedder") -> No
 def test_evaluate_runs_in_process_and_through_the_cli(tmp_path):
     for name, seed in (("qdsp", 1), ("vfmsp", 5)):
         make_run(tmp_path / name, seed)
-    # in-process match runner (trusted test code): the evaluation pipeline itself
+    # the sandboxed runner, counting what it is asked to play
     from fmsp.evaluation import evaluate
 
     domain = make_domain("car_tag", n_games=6, max_steps=60)
-    cfg = domain.match_config()
     calls = []
 
     def play(pairs):
         calls.append(len(pairs))
-        return [run_entry_in_process(domain.match_entry, a.to_dict(), b.to_dict(), cfg) for a, b in pairs]
+        return sandbox_runner(domain, Sandbox())(pairs)
 
     runs = [load_run(tmp_path / "qdsp"), load_run(tmp_path / "vfmsp")]
     out = evaluate(domain, runs, play, tmp_path / "eval", top=2, n_random=1, cells=4, n_boot=50)
@@ -170,16 +172,15 @@ def test_evaluate_runs_in_process_and_through_the_cli(tmp_path):
         assert again["qd"][side]["runs"]["nssp"]["members"] == 4
 
 
-def in_process_play(domain):
-    cfg = domain.match_config()
-    return lambda pairs: [run_entry_in_process(domain.match_entry, a.to_dict(), b.to_dict(), cfg) for a, b in pairs]
+def sandboxed_play(domain):
+    return sandbox_runner(domain, Sandbox())
 
 
 def test_qd_cells_do_not_move_when_a_run_is_added(tmp_path):
     for name, seed in (("a", 1), ("b", 5), ("c", 9)):
         make_run(tmp_path / name, seed)
     domain = make_domain("car_tag", n_games=4, max_steps=40)
-    play = in_process_play(domain)
+    play = sandboxed_play(domain)
     two = [load_run(tmp_path / "a"), load_run(tmp_path / "b")]
     three = [*two, load_run(tmp_path / "c")]
     first, projections = qd_scores(domain, two, play, cells=4)
@@ -205,26 +206,61 @@ def test_fit_projection_box_and_checks(tmp_path):
     other = Projection("test-embedder", np.zeros(8), np.eye(2, 8), -np.ones(2), np.ones(2), 3)
     domain = make_domain("car_tag", n_games=2, max_steps=10)
     with pytest.raises(ValueError, match="another-model"):
-        qd_scores(domain, [load_run(tmp_path / "run")], in_process_play(domain), 3, {"pursuer": other})
+        qd_scores(domain, [load_run(tmp_path / "run")], sandboxed_play(domain), 3, {"pursuer": other})
     with pytest.raises(SystemExit):
         main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--projection", str(tmp_path / "none")])
 
 
-def test_sandbox_runner_reports_failing_matches_as_none():
+def test_a_failing_policy_is_named_unrated_and_leaves_the_others_unchanged():
+    """A crashing pursuer: its row says it failed (and against whom); it gets no rating; every other player's
+    rating is exactly the one of a round robin without it, and none of them is flagged."""
     domain = make_domain("car_tag", n_games=4, max_steps=30)
-    good = domain.baselines("pursuer")[0]
-    crash = type(good)(
-        "crash",
-        "",
-        "class C:\n    name='c'\n    description=''\n    def __call__(self, o):\n        raise RuntimeError('x')\n",
-        "pursuer",
-    )  # noqa: E501
-    evader = domain.baselines("evader")[0]
-    results = sandbox_runner(domain, Sandbox(), chunk=4)([(good, evader), (crash, evader)])
-    assert results[0] is not None and results[1] is None
+    pursuers, evaders = domain.baselines("pursuer"), domain.baselines("evader")
+    crash = PolicyCode("crash", "", "class C:\n    name='c'\n    description=''\n    def __call__(self, o):\n"
+                       "        raise RuntimeError('x')\n", "pursuer")  # fmt: skip
+    players = [Player(f"p:{p.name}", "baseline", "pursuer", p) for p in [*pursuers, crash]]
+    players += [Player(f"e:{p.name}", "baseline", "evader", p) for p in evaders]
+    play = sandbox_runner(domain, Sandbox(), chunk=3)
+    rows = elo_table(domain, players, play, n_boot=30, seed=0)
+    clean = elo_table(domain, [p for p in players if p.policy is not crash], play, n_boot=30, seed=0)
+    failed = next(r for r in rows if r["name"] == "crash")
+    assert failed["elo"] is None and failed["ci_low"] is None
+    assert failed["failure"]["kind"] == "exception" and "RuntimeError: x" in failed["failure"]["message"]
+    assert failed["failure"]["opponent"] == "e:" + evaders[0].name
+    others = [r for r in rows if r["name"] != "crash"]
+    assert [r["elo"] for r in others] == [r["elo"] for r in clean]
+    assert all(r["failure"] is None for r in others)
+    assert "crash (failed: exception against e:" in elo_markdown(rows, {}, domain.sides)
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
     assert "not an FMSP run directory" in capsys.readouterr().err
+
+
+def test_a_policy_that_fails_only_some_matches_has_all_its_matches_left_out():
+    """Hand-made outcomes: pursuer "flaky" beats every evader but fails against "e2". Its wins must not count for
+    anyone: every other rating equals the round robin without it."""
+    from fmsp.sandbox import MatchOutcome
+
+    domain = make_domain("car_tag")
+    code = {name: PolicyCode(name, "", f"# {name}", side) for name, side in
+            (("p1", "pursuer"), ("p2", "pursuer"), ("flaky", "pursuer"), ("e1", "evader"), ("e2", "evader"))}  # fmt: skip
+    share = {("p1", "e1"): 0.7, ("p1", "e2"): 0.4, ("p2", "e1"): 0.55, ("p2", "e2"): 0.2, ("flaky", "e1"): 1.0}
+
+    def play(pairs):
+        out = []
+        for a, b in pairs:
+            if (a.name, b.name) == ("flaky", "e2"):
+                out.append(MatchOutcome(None, None, {"policy": "flaky", "kind": "crash", "message": "died", "detail": ""}))
+            else:
+                out.append(MatchOutcome(share[a.name, b.name], 1.0 - share[a.name, b.name]))
+        return out
+
+    players = [Player(n, "run", p.side, p) for n, p in code.items()]
+    rows = elo_table(domain, players, play, n_boot=20, seed=0)
+    clean = elo_table(domain, [p for p in players if p.label != "flaky"], play, n_boot=20, seed=0)
+    assert [r["elo"] for r in rows if r["label"] != "flaky"] == [r["elo"] for r in clean]
+    flaky = next(r for r in rows if r["label"] == "flaky")
+    assert flaky["elo"] is None and flaky["failure"]["kind"] == "crash" and flaky["failure"]["opponent"] == "e2"

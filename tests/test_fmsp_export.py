@@ -129,7 +129,9 @@ def test_cli_ipd_scripted_run_export_then_load_pools(tmp_path, monkeypatch, caps
     from pathlib import Path
 
     from fmsp.cli import main as fmsp_main
+    from fmsp.domains import make_domain
     from fmsp.domains.sepo_games import _strategy as fmsp_strategy
+    from fmsp.sandbox import Sandbox
 
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # recipes name repo-relative paths
     run, out = tmp_path / "run", tmp_path / "pools"
@@ -138,7 +140,7 @@ def test_cli_ipd_scripted_run_export_then_load_pools(tmp_path, monkeypatch, caps
     recs = [json.loads(line) for line in (run / "iterations.jsonl").read_text().splitlines()]
     # iteration 3 is the exploiter's buggy draft (a lower-case action): the unit test fails, the repair passes
     assert [a["stage"] for a in recs[2]["attempts"]] == ["unit_test", "passed"]
-    assert "illegal action" in recs[2]["attempts"][0]["error"]
+    assert "(invalid_action): act returned 'defect', not one of" in recs[2]["attempts"][0]["error"]
     capsys.readouterr()
     assert fmsp_main(["export", "--run", str(run), "--select", "top:1,diverse:1", "--pool", "exploit",
                       "--game", "ipd", "--out", str(out)]) == 0  # fmt: skip
@@ -153,8 +155,12 @@ def test_cli_ipd_scripted_run_export_then_load_pools(tmp_path, monkeypatch, caps
         assert member["name"] in pools.names("exploit")
         # the exported policy plays in the SEPO pools exactly as the archived code did in FMSP's matches
         for seed in range(3):
+            strategies = (pools.make(member["name"], "ipd"),
+                          fmsp_strategy(Sandbox().policy(make_domain("ipd"), entry.policy(), "archived")))  # fmt: skip
             pooled, archived = (play_episode(make_game("ipd"), [s, pools.make("tit_for_tat", "ipd")], random.Random(seed))
-                                for s in (pools.make(member["name"], "ipd"), fmsp_strategy(entry.policy().to_dict())))  # fmt: skip
+                                for s in strategies)  # fmt: skip
+            for strategy in strategies:
+                strategy.close()
             assert len(pooled.rounds) == 8 and pooled.totals == archived.totals
             assert [r.record for r in pooled.rounds] == [r.record for r in archived.rounds]
     assert manifest["members"][0]["class_name"] in {"ProbeThenExploit", "EndgameTitForTat", "PunishmentCountingAlternator"}

@@ -7,7 +7,6 @@ One server at a time (function-scoped fixtures), so the module never holds two e
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,13 +14,12 @@ from fmsp_doubles import NumberDuel, RecordingFM, ScriptedFMTestDouble, assert_h
 from vllm_server import free_port, serve
 
 import fmsp.run as fmsp_run
+from envs.sandbox import SandboxConfig
 from fmsp.archive import Archive
 from fmsp.config import FMSPConfig
 from fmsp.embeddings import EmbeddingError, OpenAIEmbedder, SentenceTransformerEmbedder
 from fmsp.fm import FMError, OpenAIChatFM
-from fmsp.sandbox import Sandbox, SandboxLimits
-
-TESTS = str(Path(__file__).parent)
+from fmsp.sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +69,7 @@ def test_openai_chat_fm_runs_an_fmsp_iteration_on_a_vllm_server(chat_server, mod
                         max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
     summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm,
                            embedder=SentenceTransformerEmbedder(),
-                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+                           sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
     assert_honest_failed_iteration(tmp_path, summary, fm.calls, max_tokens)
     # The server's prompt token counts are exactly the chat-templated prompts; cost follows the prices.
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -110,7 +108,7 @@ def test_openai_embedder_on_a_vllm_pooling_server(embedding_server, model_dir, t
                         eval_opponents=1, progress=False, embedder="openai", embedder_model=model_dir,
                         embedder_dimensions=None, embedder_base_url=embedding_server)  # fmt: skip
     summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=ScriptedFMTestDouble(),
-                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+                           sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
     assert summary["completed_iterations"] == 2
     archive = Archive.load(tmp_path / "archive" / "high")
     entry = archive.entries[-1]

@@ -14,16 +14,15 @@ from fmsp_doubles import (
     RecordingFM,
     ScriptedFMTestDouble,
     assert_honest_failed_iteration,
-    duel_match,
 )
 
 import fmsp.run as fmsp_run
+from envs.sandbox import SandboxConfig
 from fmsp.archive import Archive
 from fmsp.config import FMSPConfig
 from fmsp.embeddings import SentenceTransformerEmbedder
-from fmsp.sandbox import Sandbox, SandboxLimits
+from fmsp.sandbox import Sandbox
 
-TESTS = str(Path(__file__).parent)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -45,7 +44,7 @@ def qdsp_run(tmp_path_factory, embedder) -> tuple[Path, dict]:
 def toy_run(tmp_path: Path, embedder, variant: str, iterations: int, judge=None, domain=None, fm=None, **kw):
     config = FMSPConfig(domain="number_duel", variant=variant, iterations=iterations, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=2, progress=False, **kw)  # fmt: skip
-    sandbox = Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS])
+    sandbox = Sandbox(SandboxConfig(total_timeout_s=20))
     return fmsp_run.run(config, domain=domain or NumberDuel(games=2, rounds=10), fm=fm or ScriptedFMTestDouble(judge),
                         embedder=embedder, sandbox=sandbox)  # fmt: skip
 
@@ -86,11 +85,10 @@ def test_qdsp_run_bookkeeping(qdsp_run):
 
 
 def hand_quality(entry, side: str, domain: NumberDuel) -> float:
-    """Mean score of `entry` against the other side's baselines, replayed in-process (trusted test code)."""
-    other = "low" if side == "high" else "high"
-    config = domain.match_config()
-    scores = [duel_match(entry.policy().to_dict(), ref.to_dict(), config)["score_a"] if side == "high"
-              else duel_match(ref.to_dict(), entry.policy().to_dict(), config)["score_b"]
+    """Mean score of `entry` against the other side's baselines, replayed match by match (test code)."""
+    other, sandbox = ("low" if side == "high" else "high"), Sandbox()
+    scores = [sandbox.play(domain, entry.policy(), ref).score_a if side == "high"
+              else sandbox.play(domain, ref, entry.policy()).score_b
               for ref in domain.baselines(other)]  # fmt: skip
     return sum(scores) / len(scores)
 
@@ -313,5 +311,5 @@ def test_local_transformers_fm_real_path(tmp_path, embedder, tiny_model_dir, mod
     config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=1, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
     summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm, embedder=embedder,
-                           sandbox=Sandbox(SandboxLimits(timeout_s=20), sys_path=[TESTS]))  # fmt: skip
+                           sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
     assert_honest_failed_iteration(tmp_path, summary, fm.calls, max_tokens)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from envs import GAMES
-from fmsp.domain import Domain
+from envs import GAMES, make_game, make_strategy, play_episode
+from fmsp.domain import Domain, PolicyCode
 from fmsp.domains import make_domain
-from fmsp.domains.sepo_games import play_match, scripted_policy_code, unit_test
+from fmsp.domains.sepo_games import payoff_range, scripted_policy_code
 from fmsp.sandbox import Sandbox
 
 ALWAYS_FIRST = """class First:
@@ -18,64 +20,78 @@ ALWAYS_FIRST = """class First:
 """
 
 
-def policy(code: str, name: str = "p", side: str = "exploiter") -> dict:
-    return {"name": name, "description": "", "code": code, "side": side}
+def policy(code: str, name: str = "p", side: str = "exploiter") -> PolicyCode:
+    return PolicyCode(name, "", code, side)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox()
 
 
 @pytest.mark.parametrize("game", list(GAMES))
-def test_baselines_pass_unit_tests_and_scores_are_in_range(game):
+def test_baselines_pass_unit_tests_and_scores_are_in_range(game, sandbox):
     domain = make_domain(game, n_episodes=4)
     assert isinstance(domain, Domain) and domain.sides == ("exploiter", "cooperator")
-    cfg = domain.match_config()
     exploiters, cooperators = domain.baselines("exploiter"), domain.baselines("cooperator")
     assert exploiters and cooperators
     for side, members in (("exploiter", exploiters), ("cooperator", cooperators)):
         for member in members:
-            unit_test(member.to_dict(), side, cfg)
+            result = sandbox.unit_test(domain, member, side)
+            assert result.ok, result.error
         assert "legal_actions" in domain.task_prompt(side)
-    for a in exploiters:
-        out = play_match(a.to_dict(), cooperators[0].to_dict(), cfg)
-        assert 0.0 <= out["score_a"] <= 1.0 and 0.0 <= out["score_b"] <= 1.0
+    batch = sandbox.play_all(domain, [(a, cooperators[0]) for a in exploiters])
+    assert batch.ok, batch.error
+    assert all(0.0 <= o.score_a <= 1.0 and 0.0 <= o.score_b <= 1.0 for o in batch.outcomes)
 
 
-def test_ipd_scores_match_hand_computation():
+def test_ipd_scores_match_hand_computation(sandbox):
     domain = make_domain("ipd", n_episodes=2)
-    cfg = domain.match_config()
-    ad = scripted_policy_code("ipd", "always_defect", "exploiter").to_dict()
-    tft = scripted_policy_code("ipd", "tit_for_tat", "cooperator").to_dict()
-    allc = scripted_policy_code("ipd", "always_cooperate", "cooperator").to_dict()
-    out = play_match(
-        ad, tft, cfg
-    )  # 8 rounds: T then 7 x P for AD, S then 7 x P for TFT; scale [S, T] = [0, 5]
-    assert out["score_a"] == pytest.approx((5 + 7 * 1) / 8 / 5)
-    assert out["score_b"] == pytest.approx((0 + 7 * 1) / 8 / 5)
-    assert play_match(ad, allc, cfg)["score_a"] == pytest.approx(1.0)  # T every round
-    out = play_match(tft, allc, cfg)
-    assert out["score_a"] == out["score_b"] == pytest.approx(3 / 5)  # R every round
+    ad = scripted_policy_code("ipd", "always_defect", "exploiter")
+    tft = scripted_policy_code("ipd", "tit_for_tat", "cooperator")
+    allc = scripted_policy_code("ipd", "always_cooperate", "cooperator")
+    out, vs_allc, mutual = sandbox.play_all(domain, [(ad, tft), (ad, allc), (tft, allc)]).outcomes
+    # 8 rounds: T then 7 x P for AD, S then 7 x P for TFT; scale [S, T] = [0, 5]
+    assert out.score_a == pytest.approx((5 + 7 * 1) / 8 / 5)
+    assert out.score_b == pytest.approx((0 + 7 * 1) / 8 / 5)
+    assert vs_allc.score_a == pytest.approx(1.0)  # T every round
+    assert mutual.score_a == mutual.score_b == pytest.approx(3 / 5)  # R every round
 
 
-def test_unit_test_rejects_illegal_and_broken_policies():
-    cfg = make_domain("ipd").match_config()
-    unit_test(policy(ALWAYS_FIRST), "exploiter", cfg)
+def test_unit_test_rejects_illegal_and_broken_policies(sandbox):
+    domain = make_domain("ipd")
+    assert sandbox.unit_test(domain, policy(ALWAYS_FIRST), "exploiter").ok
     illegal = ALWAYS_FIRST.replace('view["legal_actions"][0]', '"BETRAY"')
-    with pytest.raises(AssertionError, match="illegal action"):
-        unit_test(policy(illegal), "exploiter", cfg)
+    result = sandbox.unit_test(domain, policy(illegal), "exploiter")
+    assert not result.ok and result.kind == "invalid_action" and "'BETRAY', not one of" in result.error
     broken = ALWAYS_FIRST.replace('view["legal_actions"][0]', "view['nope']")
-    with pytest.raises(AssertionError, match="KeyError"):
-        unit_test(policy(broken), "cooperator", cfg)
-    with pytest.raises(AssertionError, match="exactly one class"):
-        unit_test(policy("def act(view):\n    return 'DEFECT'\n"), "exploiter", cfg)
+    result = sandbox.unit_test(domain, policy(broken, side="cooperator"), "cooperator")
+    assert not result.ok and result.kind == "exception" and "KeyError" in result.error
+    assert "view['nope']" in result.traceback  # the policy's own traceback, for the repair prompt
+    result = sandbox.unit_test(domain, policy("def act(view):\n    return 'DEFECT'\n"), "exploiter")
+    assert not result.ok and "exactly one class" in result.error
     with pytest.raises(ValueError, match="choose one of"):
         make_domain("chess")
     with pytest.raises(ValueError, match="valid: n_episodes"):
         make_domain("ipd", rounds=3)
 
 
-def test_match_runs_inside_the_sandbox():
+def test_sandboxed_match_equals_the_in_process_games(sandbox):
+    """Kuhn (sequential, private cards) with both scripted baselines sandboxed: every episode is the one the
+    scripted strategies play in-process (the rng crosses the pipe as its exact state)."""
     domain = make_domain("kuhn", n_episodes=6)
     a, b = domain.baselines("exploiter")[0], domain.baselines("cooperator")[0]
-    result = Sandbox().run(
-        domain.match_entry, [[a.to_dict(), b.to_dict(), domain.match_config()]], domain.allowed_imports
-    )
-    assert result.ok, result.error
-    assert result.value[0] == play_match(a.to_dict(), b.to_dict(), domain.match_config())
+    outcome = sandbox.play(domain, a, b)
+    assert outcome.ok, (outcome.failure_a, outcome.failure_b)
+    game = make_game("kuhn")
+    lo, hi = payoff_range(game)
+    totals, rounds = [0.0, 0.0], 0
+    for i in range(6):
+        seats = [make_strategy("kuhn", a.name), make_strategy("kuhn", b.name)]
+        seats = seats if i % 2 == 0 else seats[::-1]
+        episode = play_episode(game, seats, random.Random(i))  # the domain's seed 0: 0 * 100_003 + i
+        totals[0] += episode.totals[i % 2]
+        totals[1] += episode.totals[1 - i % 2]
+        rounds += len(episode.rounds)
+    assert outcome.score_a == pytest.approx((totals[0] / rounds - lo) / (hi - lo), abs=1e-12)
+    assert outcome.score_b == pytest.approx((totals[1] / rounds - lo) / (hi - lo), abs=1e-12)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from envs import GAMES, Strategy, make_game, make_strategy, play_episode
+from envs.sandbox import SandboxedStrategy
 from sepo.pools import (
     DEFAULT_POOLS,
     MANIFEST_FORMAT,
     POOL_NAMES,
-    LoadedStrategy,
     PoolError,
     check_separation,
     load_pool_dir,
@@ -239,7 +239,7 @@ def test_load_pool_dir_and_extra_members(good_dir):
     assert pools.names("exploit") == ("always_defect", "alternating_defect", "fmsp_defector")
     game = make_game("ipd")
     defector = pools.make("fmsp_defector", "ipd")
-    assert isinstance(defector, LoadedStrategy) and defector is not pools.make("fmsp_defector")
+    assert isinstance(defector, SandboxedStrategy) and defector is not pools.make("fmsp_defector")
     ep = play_episode(game, [defector, make_strategy("ipd", "always_cooperate")], random.Random(0))
     assert ep.names[0] == "fmsp_defector" and ep.totals == (40.0, 0.0)
     # the subclassed policy keeps its own state per episode: two defections after each opponent defection
@@ -273,13 +273,13 @@ def test_bad_sha256(tmp_path):
 
 def test_bad_class(tmp_path):
     d = write_pool_dir(tmp_path, [member("p", "p.py", "Missing")], {"p.py": DUCK_POLICY})
-    with pytest.raises(PoolError, match="no class 'Missing'; classes defined there: Policy"):
+    with pytest.raises(PoolError, match="does not load: LookupError: no class 'Missing'; classes defined: Policy"):
         load_pool_dir(d)
     d = write_pool_dir(tmp_path / "b", [member("p", "p.py")], {"p.py": "class Policy:\n    pass\n"})
-    with pytest.raises(PoolError, match="has no act"):
+    with pytest.raises(PoolError, match="has no method\\(s\\) act"):
         load_pool_dir(d)
     d = write_pool_dir(tmp_path / "c", [member("p", "p.py")], {"p.py": "import no_such_module_xyz\n"})
-    with pytest.raises(PoolError, match="import failed: ModuleNotFoundError"):
+    with pytest.raises(PoolError, match="does not load: ModuleNotFoundError"):
         load_pool_dir(d)
     abstract = "from envs.base import Strategy\n\nclass Policy(Strategy):\n    name = 'p'\n"
     d = write_pool_dir(tmp_path / "d", [member("p", "p.py")], {"p.py": abstract})

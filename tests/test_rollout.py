@@ -315,3 +315,68 @@ def test_prefix_kv_reuse_changes_nothing_but_the_work(game, backends):
             assert cache.hits > 0 and cache.misses == 0
         else:  # sliding-window / linear-attention caches are never stored
             assert cache.hits == 0 and not cache.kv
+
+
+GENEROUS_MEMBER = '''from envs import make_strategy
+
+
+class Generous:
+    """The scripted generous_tit_for_tat (it draws from its rng), as a pool file."""
+
+    def reset(self, game, seat, rng):
+        self.inner = make_strategy("ipd", "generous_tit_for_tat", forgiveness=0.5)
+        self.inner.reset(game, seat, rng)
+
+    def act(self, view):
+        return self.inner.act(view)
+'''
+
+
+def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_once(backends, tmp_path, monkeypatch):
+    """An FMSP pool member (a sandboxed process per rollout) plays exactly the actions the same strategy plays
+    in-process, all opponents of a lock-step round have their request in flight together, and every
+    process is gone when the rollout returns."""
+    import hashlib
+
+    from envs.sandbox.process import _LIVE, SandboxedPolicy
+    from sepo.pools import load_pools
+
+    (tmp_path / "generous.py").write_text(GENEROUS_MEMBER)
+    member = {"name": "fmsp_generous", "game": "ipd", "pool": "training", "file": "generous.py", "class_name": "Generous",
+              "description": "", "source": {}, "sha256": hashlib.sha256(GENEROUS_MEMBER.encode()).hexdigest()}  # fmt: skip
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "sepo-pool-manifest/1", "members": [member]}))
+    pools = load_pools("ipd", extra_dir=tmp_path)
+    in_flight, most = [0], [0]
+    submit, result = SandboxedPolicy.submit, SandboxedPolicy.result
+
+    def counting_submit(self, method, *args, **kw):
+        if method == "act_strategy":
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        return submit(self, method, *args, **kw)
+
+    def counting_result(self):
+        in_flight[0] = 0 if in_flight[0] == 0 else in_flight[0] - 1
+        return result(self)
+
+    monkeypatch.setattr(SandboxedPolicy, "submit", counting_submit)
+    monkeypatch.setattr(SandboxedPolicy, "result", counting_result)
+    real, made = backends["llama"], []
+    sandboxed = play_episodes(_specs("ipd", "fmsp_generous", 4), real, real.renderer, SAMPLING, trajectories=False,
+                              opponents={"fmsp_generous": lambda: made.append(pools.make("fmsp_generous")) or made[-1]})  # fmt: skip
+
+    class InProcess(Strategy):
+        name = "in_process"
+
+        def reset(self, game, seat, rng):
+            self.inner = envs.make_strategy("ipd", "generous_tit_for_tat", forgiveness=0.5)
+            self.inner.reset(game, seat, rng)
+
+        def act(self, view):
+            return self.inner.act(view)
+
+    reference = play_episodes(_specs("ipd", "fmsp_generous", 4), real, real.renderer, SAMPLING, trajectories=False,
+                              opponents={"fmsp_generous": InProcess})  # fmt: skip
+    assert [[r.record for r in rec.rounds] for rec, _ in sandboxed] == [[r.record for r in rec.rounds] for rec, _ in reference]
+    assert most[0] == 4  # the four episodes' opponents were asked before any answer was read
+    assert len(made) == 4 and not _LIVE  # every opponent process ended with the rollout (not when collected)

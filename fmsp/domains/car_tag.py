@@ -9,8 +9,10 @@ so a fast pursuer cannot jump through the capture disc. The evader scores n / ma
 the number of steps it survived completely (max_steps if never caught); the pursuer scores 1 - that.
 
 All games of a pairing run at once (numpy arrays of shape (n_games,)), and each policy is called once
-per step with the batch; see `task_prompt` for the observation a policy receives. `simulate_scalar`
-is an independent one-game-at-a-time reference of the same rules, used to test the vectorised code.
+per step with the batch; see `task_prompt` for the observation a policy receives. In a match both
+policies are sandboxed processes asked together (one message per step for all games, `act_all`), and the
+game, the capture test and the scores stay in the harness. `simulate_scalar` is an independent
+one-game-at-a-time reference of the same rules, used to test the vectorised code.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from envs.sandbox import PolicyError, SandboxedPolicy, act_all
 from fmsp.baselines import baseline_codes
 from fmsp.baselines.car_tag.evader_flee import FleeDirectly
 from fmsp.baselines.car_tag.pursuer_pure_pursuit import PurePursuit
-from fmsp.domain import PolicyCode
-from fmsp.domains.loading import instantiate
+from fmsp.domain import PolicyCode, PolicyInterface
 
 SIDES = ("pursuer", "evader")
 
@@ -112,19 +114,27 @@ class ActionStats:
     out_of_range: int = 0  # pursuer: clipped to [-1, 1]; evader: wrapped into [-pi, pi]
 
 
+class InvalidActionError(ValueError):
+    """A policy output that cannot be an action (wrong type or shape); `side` says whose."""
+
+    def __init__(self, side: str, message: str) -> None:
+        super().__init__(message)
+        self.side = side
+
+
 def clean_action(raw: Any, n: int, side: str, active: np.ndarray, stats: ActionStats) -> np.ndarray:
     """A policy output as a float array of shape (n,): scalars broadcast, NaN/inf -> 0, range enforced.
 
-    A wrong shape or a non-numeric output is the policy's bug and raises ValueError with the reason.
+    A wrong shape or a non-numeric output is the policy's bug and raises InvalidActionError with the reason.
     """
     try:
         action = np.array(raw, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{side} policy returned {type(raw).__name__}, expected a float or array") from None
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidActionError(side, f"{side} policy returned {type(raw).__name__}, expected a float or array") from None
     if action.ndim == 0:
         action = np.full(n, float(action))
     elif action.shape != (n,):
-        raise ValueError(f"{side} policy returned shape {action.shape}, expected () or ({n},)")
+        raise InvalidActionError(side, f"{side} policy returned shape {action.shape}, expected () or ({n},)")
     bad = ~np.isfinite(action)
     stats.invalid += int(np.count_nonzero(bad & active))
     action[bad] = 0.0
@@ -173,7 +183,8 @@ class CarTagResult:
 def simulate(
     pursuer: Policy, evader: Policy, config: Mapping[str, Any], starts: np.ndarray | None = None
 ) -> CarTagResult:
-    """Play all games of a pairing at once; each policy is called once per step.
+    """Play all games of a pairing at once; each policy is called once per step (sandboxed policies are asked
+    together, `act_all`).
 
     `starts` (shape (n, 5), as from `initial_states`) replaces the seeded random starts.
     """
@@ -184,10 +195,10 @@ def simulate(
     active = np.ones(n, dtype=bool)
     p_stats, e_stats = ActionStats(), ActionStats()
     for step in range(max_steps):
-        obs = _observation(state, active, step, const)
-        u = clean_action(pursuer(obs), n, "pursuer", active, p_stats)
-        obs = _observation(state, active, step, const)  # fresh copy: the pursuer cannot tamper with it
-        psi = clean_action(evader(obs), n, "evader", active, e_stats)
+        requests = [(pursuer, _observation(state, active, step, const)), (evader, _observation(state, active, step, const))]
+        raw_u, raw_psi = act_all(requests, method="__call__")  # one observation copy each: no shared arrays
+        u = clean_action(raw_u, n, "pursuer", active, p_stats)
+        psi = clean_action(raw_psi, n, "evader", active, e_stats)
         heading = wrap_angle(state[:, 2] + u * const["max_turn_rate"] * dt)
         v_p = const["pursuer_speed"] * np.stack([np.cos(heading), np.sin(heading)], axis=1)
         v_e = const["evader_speed"] * np.stack([np.cos(psi), np.sin(psi)], axis=1)
@@ -244,36 +255,40 @@ def simulate_scalar(
     return np.array(survived)
 
 
-# --- sandbox entries ---------------------------------------------------------------------------
+# --- the harness ------------------------------------------------------------------------------
 
 
-def play_match(policy_a: Mapping[str, Any], policy_b: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
-    """Match entry: policy_a pursues, policy_b evades, over all seeded games of `config`."""
-    result = simulate(instantiate(policy_a, ("__call__",)), instantiate(policy_b, ("__call__",)), config)
+def play_match(pursuer: SandboxedPolicy, evader: SandboxedPolicy, config: Mapping[str, Any]) -> dict:
+    """Match: `pursuer` against `evader` over all seeded games of `config`; an unusable action ends the match
+    as its policy's `invalid_action` failure."""
+    try:
+        result = simulate(pursuer, evader, config)
+    except InvalidActionError as exc:
+        raise (pursuer if exc.side == "pursuer" else evader).failure("invalid_action", str(exc)) from None
     score = result.evader_score
     return {"score_a": 1.0 - score, "score_b": score, "details": result.details()}
 
 
-def unit_test(policy: Mapping[str, Any], side: str, config: Mapping[str, Any]) -> None:
-    """Unit-test entry: the class loads, has a name and description, and plays short games against a
-    human baseline with finite, in-range outputs of the right shape. Raises AssertionError."""
+def unit_test(policy: SandboxedPolicy, side: str, config: Mapping[str, Any]) -> None:
+    """The class has a name and description, and plays short games against a human baseline (run in the
+    harness) with finite, in-range outputs of the right shape. Raises AssertionError."""
     assert side in SIDES, f"side must be one of {SIDES}, got {side!r}"
-    instance = instantiate(policy, ("__call__",))
+    info = policy.loaded()
     for attr in ("name", "description"):
-        assert isinstance(getattr(instance, attr, None), str), (
-            f"the policy class needs a string `{attr}` attribute"
-        )
+        assert isinstance(info.get(attr), str), f"the policy class needs a string `{attr}` attribute"
     small = {**config, "n_games": 8, "max_steps": 200}
     try:
         if side == "pursuer":
-            result = simulate(instance, FleeDirectly(), small)
-            stats = result.pursuer_stats
+            stats = simulate(policy, FleeDirectly(), small).pursuer_stats
         else:
-            result = simulate(PurePursuit(), instance, small)
-            stats = result.evader_stats
-    except Exception as exc:  # noqa: BLE001 - any failure inside the policy is reported for repair
+            stats = simulate(PurePursuit(), policy, small).evader_stats
+    except InvalidActionError as exc:
+        raise AssertionError(f"the {side} policy returned an unusable action: {exc}") from None
+    except PolicyError as exc:  # the policy raised inside its process: say whether a one-game batch works
+        if exc.kind != "exception":
+            raise
         hint = _BATCH_HINT.format(n=small["n_games"]) if _plays_one_game(policy, side, small) else ""
-        raise AssertionError(f"the {side} policy failed during a game: {exc!r}{hint}") from None
+        raise AssertionError(f"the {side} policy failed during a game: {exc.message}{hint}") from None
     assert stats.invalid == 0, f"the {side} policy returned NaN or inf {stats.invalid} times"
     limit = "[-1, 1]" if side == "pursuer" else "[-pi, pi]"
     assert stats.out_of_range == 0, (
@@ -288,14 +303,14 @@ _BATCH_HINT = (
 )
 
 
-def _plays_one_game(policy: Mapping[str, Any], side: str, config: Mapping[str, Any]) -> bool:
-    """Whether a fresh instance of `policy` finishes a batch of one game (per-game code written for scalars)."""
+def _plays_one_game(policy: SandboxedPolicy, side: str, config: Mapping[str, Any]) -> bool:
+    """Whether a fresh process of `policy` finishes a batch of one game (per-game code written for scalars)."""
     one = {**config, "n_games": 1}
-    try:
-        instance = instantiate(policy, ("__call__",))
-        simulate(instance, FleeDirectly(), one) if side == "pursuer" else simulate(PurePursuit(), instance, one)
-    except Exception:  # noqa: BLE001 - any failure means it is not (only) an API mismatch
-        return False
+    with policy.fresh() as again:
+        try:
+            simulate(again, FleeDirectly(), one) if side == "pursuer" else simulate(PurePursuit(), again, one)
+        except (PolicyError, InvalidActionError):  # any failure means it is not (only) an API mismatch
+            return False
     return True
 
 
@@ -343,8 +358,6 @@ class CarTagDomain:
     config: Mapping[str, Any]
     name: str = "car_tag"
     sides: tuple[str, str] = SIDES
-    match_entry: str = "fmsp.domains.car_tag:play_match"
-    unit_test_entry: str = "fmsp.domains.car_tag:unit_test"
     allowed_imports: tuple[str, ...] = ("math", "numpy", "random")
 
     def task_prompt(self, side: str) -> str:
@@ -364,6 +377,16 @@ class CarTagDomain:
 
     def match_config(self) -> dict[str, Any]:
         return dict(self.config)
+
+    def interface(self, side: str) -> PolicyInterface:
+        _check_side(side)
+        return PolicyInterface(("__call__",), preload=("numpy",))
+
+    def play_match(self, a: SandboxedPolicy, b: SandboxedPolicy) -> dict[str, Any]:
+        return play_match(a, b, self.config)
+
+    def unit_test(self, policy: SandboxedPolicy, side: str) -> None:
+        unit_test(policy, side, self.config)
 
 
 def _check_side(side: str) -> None:

@@ -5,6 +5,8 @@ Policies are duck-typed `envs.base.Strategy` classes that receive `View.to_dict(
 Both sides are scored by their own mean per-round payoff, normalised to [0, 1] by the game's payoff
 range; the sides differ in the goal their task prompt states and in the pool they are exported to.
 A match plays `n_episodes` seeded episodes, alternating seats so neither side keeps a seat advantage.
+The game runs in the harness; each policy is an `envs.sandbox.SandboxedStrategy` whose every action is
+checked against the view's legal actions.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from envs import GAMES, Game, IllegalActionError, make_game, play_episode, strategy_registry
-from fmsp.domain import PolicyCode
-from fmsp.domains.loading import instantiate
-from sepo.pools import DEFAULT_POOLS, LoadedStrategy
+from envs import GAMES, Game, Strategy, make_game, play_episode, strategy_registry
+from envs.sandbox import SandboxedPolicy, SandboxedStrategy
+from fmsp.domain import PolicyCode, PolicyInterface
+from sepo.pools import DEFAULT_POOLS
 
 SIDES = ("exploiter", "cooperator")
 DEFAULT_CONFIG: dict[str, Any] = {"n_episodes": 20, "seed": 0, "game_params": {}}
@@ -37,14 +39,11 @@ def payoff_range(game: Game) -> tuple[float, float]:
     return 0.0, game.max_payoff
 
 
-def _strategy(policy: Mapping[str, Any]) -> LoadedStrategy:
-    inner = instantiate(policy, ("act",))
-    return LoadedStrategy(
-        inner, str(policy.get("name", "policy")), "dict", str(policy.get("description", ""))
-    )
+def _strategy(policy: SandboxedPolicy) -> SandboxedStrategy:
+    return SandboxedStrategy(policy, policy.label, "dict")
 
 
-def _episodes(game: Game, a: Any, b: Any, config: Mapping[str, Any]) -> tuple[float, float, int]:
+def _episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any]) -> tuple[float, float, int]:
     """Mean normalised payoff of `a` and `b` over the seeded episodes (a in seat 0 on even episodes)."""
     lo, hi = payoff_range(game)
     totals, rounds = [0.0, 0.0], 0
@@ -58,8 +57,8 @@ def _episodes(game: Game, a: Any, b: Any, config: Mapping[str, Any]) -> tuple[fl
     return tuple((t / rounds - lo) / (hi - lo) for t in totals) + (rounds,)  # type: ignore[return-value]
 
 
-def play_match(policy_a: Mapping[str, Any], policy_b: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
-    """Match entry: policy_a (exploiter) against policy_b (cooperator) in `config["game"]`."""
+def play_match(policy_a: SandboxedPolicy, policy_b: SandboxedPolicy, config: Mapping[str, Any]) -> dict:
+    """Match: policy_a (exploiter) against policy_b (cooperator) in `config["game"]`."""
     game = make_game(config["game"], **config["game_params"])
     score_a, score_b, rounds = _episodes(game, _strategy(policy_a), _strategy(policy_b), config)
     return {
@@ -69,26 +68,17 @@ def play_match(policy_a: Mapping[str, Any], policy_b: Mapping[str, Any], config:
     }
 
 
-def unit_test(policy: Mapping[str, Any], side: str, config: Mapping[str, Any]) -> None:
-    """Unit-test entry: the class loads, names itself, and plays full episodes in both seats against
-    a scripted opponent with legal actions only. Raises AssertionError with the reason."""
+def unit_test(policy: SandboxedPolicy, side: str, config: Mapping[str, Any]) -> None:
+    """The class loads, names itself, and plays full episodes in both seats against a scripted opponent
+    (in the harness) with legal actions only. Raises AssertionError (or the policy's PolicyError)."""
     assert side in SIDES, f"side must be one of {SIDES}, got {side!r}"
-    strategy = _strategy(policy)
+    info = policy.loaded()
     for attr in ("name", "description"):
-        assert isinstance(getattr(strategy.inner, attr, None), str), (
-            f"the policy class needs a string `{attr}`"
-        )
+        assert isinstance(info.get(attr), str), f"the policy class needs a string `{attr}`"
     game = make_game(config["game"], **config["game_params"])
     opponent_name = DEFAULT_POOLS[config["game"]]["training"][0]
     opponent = strategy_registry(config["game"])[opponent_name]()
-    try:
-        _episodes(game, strategy, opponent, {**config, "n_episodes": 2})
-    except IllegalActionError as exc:
-        raise AssertionError(f"illegal action against {opponent_name!r}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - any failure inside the policy is reported for repair
-        raise AssertionError(
-            f"the policy failed during an episode against {opponent_name!r}: {exc!r}"
-        ) from None
+    _episodes(game, _strategy(policy), opponent, {**config, "n_episodes": 2})
 
 
 # --- baselines: the scripted strategies rendered as code -----------------------------------------
@@ -168,8 +158,6 @@ class SepoGameDomain:
     name: str
     config: Mapping[str, Any]
     sides: tuple[str, str] = SIDES
-    match_entry: str = "fmsp.domains.sepo_games:play_match"
-    unit_test_entry: str = "fmsp.domains.sepo_games:unit_test"
     allowed_imports: tuple[str, ...] = ("math", "random", "collections", "itertools", "envs")
 
     def task_prompt(self, side: str) -> str:
@@ -192,6 +180,16 @@ class SepoGameDomain:
 
     def match_config(self) -> dict[str, Any]:
         return {**self.config, "game": self.name}
+
+    def interface(self, side: str) -> PolicyInterface:
+        _check_side(side)
+        return PolicyInterface(("act",), preload=("envs",))
+
+    def play_match(self, a: SandboxedPolicy, b: SandboxedPolicy) -> dict[str, Any]:
+        return play_match(a, b, self.match_config())
+
+    def unit_test(self, policy: SandboxedPolicy, side: str) -> None:
+        unit_test(policy, side, self.match_config())
 
 
 def _check_side(side: str) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
+from envs.sandbox import SandboxConfig
 from sepo.files import write_text_atomic
 from sepo.objective import EpisodeTerms, Metrics, aggregate, episode_terms, resolve_lambdas
 from sepo.pools import POOL_NAMES, load_pools
@@ -51,6 +52,8 @@ class EvalConfig:
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (backend openai)"})
     dtype: str | None = field(default=None, metadata={"help": "model dtype, e.g. bfloat16 (default: auto)"})
     pools_dir: str | None = field(default=None, metadata={"help": "extra pool members (an `fmsp export` dir)"})
+    unsafe_sandbox: bool = field(default=False, metadata={"help": "play pools_dir members even where a sandbox "
+                                                                  "isolation layer is missing"})
     use_eval_lambdas: bool = field(default=True, metadata={"help": "the game's evaluation λ where it has them"})
     kuhn_exact: bool = field(default=True, metadata={"help": "measure the Kuhn policy and its exploitability"})
     kuhn_rationale_samples: int = field(default=4, metadata={"help": "sampled rationales per info set"})
@@ -166,7 +169,7 @@ def evaluate_game(backend, renderer, game_name: str, cfg: EvalConfig) -> dict[st
     params = cfg.game_params.get(game_name, {})
     game = envs.make_game(game_name, **params)
     lambdas = resolve_lambdas(game, evaluation=cfg.use_eval_lambdas)
-    pools = load_pools(game_name, extra_dir=cfg.pools_dir)
+    pools = load_pools(game_name, extra_dir=cfg.pools_dir, sandbox=SandboxConfig(unsafe=cfg.unsafe_sandbox))
     sampling = SamplingSpec(temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy,
                             max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed)
     specs = episode_specs(game_name, pools, cfg.episodes_per_opponent, cfg.seed, cfg.pools, params)

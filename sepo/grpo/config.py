@@ -62,6 +62,10 @@ class SEPOConfig(GRPOConfig):
     pool_dir: str | None = field(
         default=None, metadata={"help": "Directory of FMSP-exported pool members (manifest.json) added to the pools."}
     )
+    unsafe_sandbox: bool = field(
+        default=False,
+        metadata={"help": "Play pool_dir members even where a sandbox isolation layer is missing (the present ones apply)."},
+    )
     seat: int = field(default=0, metadata={"help": "Seat of the LLM (0 or 1)."})
     num_groups: int | None = field(
         default=None, metadata={"help": "Dataset size in groups; default max_steps x groups per step."}

@@ -24,6 +24,7 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from envs import Game, make_game
+from envs.sandbox import SandboxConfig
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
 from sepo.grpo.advantages import sepo_round_advantages, token_advantages
 from sepo.grpo.config import SEPOConfig
@@ -142,7 +143,8 @@ class SEPOTrainer(GRPOTrainer):
         if not isinstance(args, SEPOConfig):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
-        self.pools = {g: load_pools(g, extra_dir=args.pool_dir) for g in args.games}
+        sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
+        self.pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox) for g in args.games}
         self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
         # FMSP-exported members (scripted ones are built by the rollout from the game's registry)

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
+from envs.sandbox.strategy import act_all
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
@@ -157,19 +158,22 @@ def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -
     return _InPlay(spec=spec, game=game, state=state, opponent=opponent)
 
 
-def _step(ep: _InPlay, agent_action: str | None) -> None:
-    """Let the opponent choose for its seats at this decision point and step the game."""
-    actions = {} if agent_action is None else {ep.spec.seat: agent_action}
-    for seat in ep.game.current_players(ep.state):
-        if seat != ep.spec.seat:
-            actions[seat] = ep.opponent.act(ep.game.view(ep.state, seat))
-    ep.game.step(ep.state, actions)
+def _step(eps: Sequence[_InPlay], agent_actions: Sequence[str | None]) -> None:
+    """Let the opponents choose for their seats at this decision point and step the games. Every opponent is
+    asked before any answer is read (`act_all`), so sandboxed opponents of one lock-step round answer in parallel."""
+    actions = [{} if action is None else {ep.spec.seat: action} for ep, action in zip(eps, agent_actions)]
+    asks = [(k, seat) for k, ep in enumerate(eps) for seat in ep.game.current_players(ep.state) if seat != ep.spec.seat]
+    views = [(eps[k].opponent, eps[k].game.view(eps[k].state, seat)) for k, seat in asks]
+    for (k, seat), action in zip(asks, act_all(views)):
+        actions[k][seat] = action
+    for ep, chosen in zip(eps, actions):
+        ep.game.step(ep.state, chosen)
 
 
-def _advance_opponent(ep: _InPlay) -> None:
-    """Play opponent-only decision points (sequential games) until the LLM seat acts or the game ends."""
-    while not ep.game.is_terminal(ep.state) and not ep.agent_to_act():
-        _step(ep, None)
+def _advance_opponents(episodes: Sequence[_InPlay]) -> None:
+    """Play opponent-only decision points (sequential games) until each LLM seat acts or its game ends."""
+    while waiting := [ep for ep in episodes if not ep.game.is_terminal(ep.state) and not ep.agent_to_act()]:
+        _step(waiting, [None] * len(waiting))
 
 
 def _open_turn(ep: _InPlay, renderer: ChatRenderer) -> Prompt:
@@ -302,10 +306,11 @@ def play_episodes(
 
         bar = tqdm(total=n_iter, desc="rollout decisions", unit="step")
     iteration = 0
-    with prefix_session(backend) if reuse_prefix else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: [ep.opponent.close() for ep in episodes])  # sandboxed opponents end with the rollout
+        stack.enter_context(prefix_session(backend) if reuse_prefix else contextlib.nullcontext())
         while True:
-            for ep in episodes:
-                _advance_opponent(ep)
+            _advance_opponents(episodes)
             acting = [ep for ep in episodes if ep.agent_to_act()]
             if n_iter is None and not acting:
                 break
@@ -330,7 +335,7 @@ def play_episodes(
                 ep.messages.append(
                     {"role": "assistant", "content": ep.prefill + renderer.decode_turn(ep.turn_ids)}
                 )
-                _step(ep, ep.action)
+            _step(acting, [ep.action for ep in acting])
             iteration += 1
             if bar is not None:
                 bar.update(1)

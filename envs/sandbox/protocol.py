@@ -1,0 +1,59 @@
+"""The pipe protocol between the trusted harness and a policy process: one JSON object per line.
+
+Requests (harness -> policy) and replies (policy -> harness) are JSON lines. Numpy arrays cross as
+``{"__nd__": dtype, "shape": [...], "b64": raw bytes}`` (exact, and a Car Tag step of 100 games is a few
+kilobytes); only the dtypes in `ARRAY_DTYPES` are accepted when decoding, so a reply can never become a
+Python object with behaviour of its own: whatever a policy sends decodes to dict, list, str, int, float,
+bool, None or a plain numeric numpy array. Stdlib only, plus numpy when an array is actually sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+ARRAY_DTYPES = ("<f8", "<f4", "<i8", "<i4", "|b1")
+_TAG = "__nd__"
+
+
+def _default(obj: Any) -> Any:
+    """JSON fallback for numpy values (and anything else with `tolist`/`item`)."""
+    dtype = getattr(obj, "dtype", None)
+    if dtype is not None and getattr(obj, "ndim", 0) > 0:
+        if dtype.str not in ARRAY_DTYPES:
+            obj = obj.astype("<f8")
+        return {_TAG: obj.dtype.str, "shape": list(obj.shape), "b64": base64.b64encode(obj.tobytes()).decode()}
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} cannot cross the sandbox pipe (use numbers, strings, lists, dicts)")
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    if _TAG not in obj:
+        return obj
+    import numpy as np
+
+    dtype, shape = obj[_TAG], obj.get("shape")
+    if dtype not in ARRAY_DTYPES or not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"bad array header (dtype {dtype!r}, shape {shape!r})")
+    data = base64.b64decode(str(obj.get("b64", "")), validate=True)
+    array = np.frombuffer(data, dtype=np.dtype(dtype))
+    size = 1
+    for n in shape:
+        size *= n
+    if array.size != size:
+        raise ValueError(f"array of {array.size} values does not have shape {shape}")
+    return array.reshape(shape).copy()
+
+
+def encode(message: Any) -> bytes:
+    """One message as a JSON line (NaN and infinities allowed: the receiver validates values)."""
+    return json.dumps(message, default=_default, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> Any:
+    """Parse one line; raises ValueError (or RecursionError for absurd nesting) on anything malformed."""
+    return json.loads(line, object_hook=_untag)

@@ -1,0 +1,79 @@
+"""Sandboxed policies as `envs.base.Strategy` objects, and `act_all` to ask many at once.
+
+`SandboxedStrategy` is a drop-in opponent for the rollout engine, `play_episode` and the pools: `reset` and
+`act` cross the pipe (the game as its name and parameters, the rng as its exact state, the view as a dict),
+so a sandboxed copy of a strategy plays exactly as the strategy would in-process. Whatever comes back is
+checked here: an action must be one of `view.legal_actions` (a str; anything else is an `invalid_action`
+failure of this policy).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from envs.base import Game, Strategy, View
+from envs.sandbox.config import PolicyError
+from envs.sandbox.process import SandboxedPolicy
+
+
+class SandboxedStrategy(Strategy):
+    """A code policy (act/reset class) playing from its own sandboxed process.
+
+    `view_format` "dict" hands the policy `view.to_dict()`; "object" rebuilds an `envs.base.View`. The process
+    starts with the first `reset` and is ended by `close()` (or when the object is collected).
+    """
+
+    def __init__(self, policy: SandboxedPolicy, name: str, view_format: str = "dict", description: str = "") -> None:
+        if view_format not in ("dict", "object"):
+            raise ValueError(f"view_format must be 'dict' or 'object', got {view_format!r}")
+        self.policy, self.name, self.view_format, self.description = policy, name, view_format, description
+        self._legal: tuple[str, ...] = ()
+
+    def reset(self, game: Game, seat: int, rng: random.Random) -> None:
+        super().reset(game, seat, rng)
+        state = rng.getstate()
+        self.policy.submit("reset_strategy", [game.name, game.params], seat, [state[0], list(state[1]), state[2]])
+
+    def submit(self, view: View) -> None:
+        """Send the act request for `view` (the reply is read by `collect`)."""
+        self._legal = view.legal_actions
+        self.policy.submit("act_strategy", view.to_dict(), self.view_format)
+
+    def collect(self) -> str:
+        """The action answering the last `submit`, checked against that view's legal actions."""
+        action = self.policy.result()
+        if not isinstance(action, str) or action not in self._legal:
+            shown = repr(action)[:80]
+            raise self.policy.failure("invalid_action", f"act returned {shown}, not one of {list(self._legal)[:12]}")
+        return action
+
+    def act(self, view: View) -> str:
+        self.submit(view)
+        return self.collect()
+
+    def close(self) -> None:
+        """End the policy process (the rollout that made this opponent is over)."""
+        self.policy.close()
+
+
+def act_all(requests: Sequence[tuple[Any, Any]], method: str = "act") -> list[Any]:
+    """`agent.<method>(argument)` for every (agent, argument), in order. Sandboxed agents (`SandboxedStrategy`,
+    `SandboxedPolicy`; each at most once per call) are all sent their request before any reply is read, so a
+    lock-step round costs one pipe round trip, not one per agent; plain objects are called directly."""
+    finish: list[Callable[[], Any]] = []
+    for agent, argument in requests:
+        if isinstance(agent, SandboxedStrategy) and method == "act":
+            agent.submit(argument)
+            finish.append(agent.collect)
+        elif isinstance(agent, SandboxedPolicy):
+            agent.submit(method, argument)
+            finish.append(agent.result)
+        else:
+            value = getattr(agent, method)(argument)
+            finish.append(lambda value=value: value)
+    return [done() for done in finish]
+
+
+__all__ = ["PolicyError", "SandboxedStrategy", "act_all"]

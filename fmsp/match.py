@@ -1,0 +1,75 @@
+"""`fmsp match`: play two policy files against each other through the sandbox and write the result as JSON.
+
+    fmsp match --domain car_tag --a pursuer.py --b evader.py [--games 100] --json out.json
+
+`--a` plays the domain's first side (Car Tag's pursuer, Gandalf's attacker, a SEPO game's exploiter; SEPO-game
+matches alternate seats, so either side can hold any policy), `--b` the second. The output is
+``{"a": {"score": float | null, "failure": null | {"kind", "message", "detail"}, "file", "name"}, "b": {...},
+"details", "wall_s", "cpu_s", "sandbox"}``. The exit status is 0 whenever the match was played, even if a
+policy failed (that is a result); 2 for a usage error or a sandbox that cannot run here. This is how a user
+vets a policy by hand, and how the red-team tests drive the sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# The domain config key that counts the games of a match.
+GAMES_KEY = {"car_tag": "n_games", "gandalf": "n_games"}  # SEPO games: "n_episodes"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from envs.sandbox import SandboxConfig, SandboxUnavailable
+    from fmsp.domain import PolicyCode
+    from fmsp.domains import DOMAINS, make_domain
+    from fmsp.sandbox import Sandbox
+    from sepo.files import write_json_atomic
+
+    parser = argparse.ArgumentParser(prog="fmsp match", description=__doc__.split("\n")[0])
+    parser.add_argument("--domain", required=True, choices=sorted(DOMAINS))
+    parser.add_argument("--a", required=True, metavar="FILE", help="policy file of the first side")
+    parser.add_argument("--b", required=True, metavar="FILE", help="policy file of the second side")
+    parser.add_argument("--games", type=int, default=None, help="games (SEPO games: episodes) in the match")
+    parser.add_argument("--json", required=True, metavar="OUT", help="where to write the result")
+    parser.add_argument("--domain-config", default="{}", help="JSON overrides of the domain config")
+    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process")
+    parser.add_argument("--call-timeout", type=float, default=10.0, help="wall-clock seconds per request")
+    parser.add_argument("--unsafe-sandbox", action="store_true",
+                        help="run even where an isolation layer is missing (the present layers still apply)")
+    args = parser.parse_args(argv)
+    try:
+        overrides: dict[str, Any] = json.loads(args.domain_config)
+        if args.games is not None:
+            if args.games < 1:
+                raise ValueError(f"--games must be >= 1, got {args.games}")
+            overrides[GAMES_KEY.get(args.domain, "n_episodes")] = args.games
+        domain = make_domain(args.domain, **overrides)
+        config = SandboxConfig(total_timeout_s=args.timeout, call_timeout_s=args.call_timeout, unsafe=args.unsafe_sandbox)
+        codes = [Path(f).read_text(encoding="utf-8") for f in (args.a, args.b)]
+    except (ValueError, OSError, json.JSONDecodeError) as exc:
+        parser.error(str(exc))
+    sandbox = Sandbox(config)
+    try:
+        layers = sandbox.check()
+    except SandboxUnavailable as exc:
+        parser.exit(2, f"fmsp match: {exc}\n")
+    print(layers, file=sys.stderr)
+    policies = [PolicyCode(Path(f).stem, "", code, side) for f, code, side in zip((args.a, args.b), codes, domain.sides)]
+    record = sandbox.play(domain, *policies).to_dict()
+    for key, policy, path in zip("ab", policies, (args.a, args.b)):
+        record[key].update(file=str(path), name=policy.name, side=policy.side)
+    record.update(domain=domain.name, sandbox=layers)
+    write_json_atomic(Path(args.json), record)
+    for key in "ab":
+        side = record[key]
+        failure = side["failure"]
+        if failure:
+            shown = f"FAILED ({failure['kind']}: {failure['message']})"
+        else:
+            shown = "no score (the other policy failed)" if side["score"] is None else f"score {side['score']:.4f}"
+        print(f"{key} ({side['side']}, {side['name']}): {shown}")
+    return 0
