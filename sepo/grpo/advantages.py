@@ -38,7 +38,7 @@ def group_normalize(
     nan-aware unbiased std and `(x - mean) / (std + eps)`, so the episode-level case equals TRL's own
     advantages. `paper`: the method's code (train/grpo.py), the population std (numpy's default) and
     advantage 0 wherever std < eps. Returns (advantages with the shape of `values`, zero_std: bool per
-    (group, ...) among cells that exist).
+    (group, ...) among cells that exist: std 0, or with `paper` std < eps).
     """
     if values.size(0) % num_generations:
         raise ValueError(f"batch of {values.size(0)} rows is not a whole number of groups of {num_generations}")
@@ -52,7 +52,8 @@ def group_normalize(
         adv = (grouped - mean) / (std + eps)
     adv = torch.nan_to_num(adv, nan=0.0).reshape(values.shape)
     exists = (~torch.isnan(grouped)).any(dim=1)
-    zero_std = torch.isclose(torch.nan_to_num(std.squeeze(1), nan=0.0), torch.zeros(())) & exists
+    std = torch.nan_to_num(std.squeeze(1), nan=0.0)
+    zero_std = ((std < eps) if paper else torch.isclose(std, torch.zeros((), dtype=std.dtype))) & exists
     return adv, zero_std
 
 
