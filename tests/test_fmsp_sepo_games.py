@@ -29,6 +29,7 @@ def test_baselines_pass_unit_tests_and_scores_are_in_range(game):
     cfg = domain.match_config()
     exploiters, cooperators = domain.baselines("exploiter"), domain.baselines("cooperator")
     assert exploiters and cooperators
+    assert len({m.name for m in cooperators}) == len(cooperators)  # a name in two pools is one baseline
     for side, members in (("exploiter", exploiters), ("cooperator", cooperators)):
         for member in members:
             unit_test(member.to_dict(), side, cfg)
