@@ -66,13 +66,13 @@ class Concede(DemandStrategy):
 class Greedy(DemandStrategy):
     """The method's `GreedyNeg` (kirankumarmanku/sepo, games/negotiation_gtbench.py; its exploit pool): per
     item min(pool_i, floor(pool_i * v_i / sum(v)) + 1) with its own values v, every round: one more than
-    its value-proportional share of every item, capped at the pool."""
+    its value-proportional share of every item, capped at the pool (by `act`'s clamp)."""
 
     name = "greedy"
 
     def demand(self, view, pool, values):
         total = sum(values)
-        return [min(p, p * v // total + 1) for p, v in zip(pool, values, strict=True)]
+        return [p * v // total + 1 for p, v in zip(pool, values, strict=True)]
 
 
 class Hardball(DemandStrategy):
