@@ -115,9 +115,9 @@ def _check_game(game: str) -> None:
 
 
 def check_separation(game: str, pools: Mapping[str, Sequence[str]], strict: bool = False) -> None:
-    """Raise PoolError, naming the pools, for a name listed twice in one pool or in two pools that may not
-    share it: all three pools, or exploit and collusive (one strategy both exploiter and collusive partner,
-    the method's recorded bug); with `strict`, any two pools."""
+    """Raise PoolError, naming the pools, for a name listed twice in one pool or in pools that may not share
+    it: all three pools (the bug the method's authors recorded), or exploit and collusive (one strategy both
+    exploiter and collusive partner); with `strict`, any two pools."""
     roles: dict[str, list[str]] = {}
     for pool in POOL_NAMES:
         for name in pools.get(pool, ()):
@@ -125,12 +125,6 @@ def check_separation(game: str, pools: Mapping[str, Sequence[str]], strict: bool
                 raise PoolError(f"strategy {name!r} is listed twice in the {pool!r} pool of {game!r}")
             roles.setdefault(name, []).append(pool)
     for name, in_pools in roles.items():
-        where = " and the ".join(repr(p) for p in in_pools)
-        if strict and len(in_pools) > 1:
-            raise PoolError(
-                f"strategy {name!r} is in both the {where} pool of {game!r}; strict_pools keeps every "
-                "opponent in one pool (set strict_pools: false to separate pools by role, as the method does)"
-            )
         if len(in_pools) == len(POOL_NAMES):
             raise PoolError(
                 f"strategy {name!r} is in all three pools of {game!r}: the bug the method's authors recorded "
@@ -140,6 +134,12 @@ def check_separation(game: str, pools: Mapping[str, Sequence[str]], strict: bool
             raise PoolError(
                 f"strategy {name!r} is both an exploiter and a collusive partner in {game!r}: the exploit and "
                 "collusive penalties would push the same actions in opposite directions; keep it in one of them"
+            )
+        if strict and len(in_pools) > 1:
+            raise PoolError(
+                f"strategy {name!r} is in both the {in_pools[0]!r} and the {in_pools[1]!r} pool of {game!r}; "
+                "strict_pools keeps every opponent in one pool (strict_pools: false separates pools by role, as "
+                "the method does)"
             )
 
 
