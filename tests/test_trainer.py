@@ -16,7 +16,7 @@ from sepo.grpo.advantages import sepo_round_advantages
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.trainer import SEPOTrainer, build_group_dataset, group_specs
 from sepo.objective import PROBE_CREDITS
-from sepo.rollout.engine import EpisodeRecord, EpisodeSpec, Trajectory, TurnRecord
+from sepo.rollout.engine import EpisodeRecord, Trajectory, TurnRecord
 
 
 def tiny_config(tmp_path, **overrides) -> SEPOConfig:
@@ -68,7 +68,7 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
             traj.extend([7] * n_forced, None, env=1, rnd=t, forced=1)
             traj.extend([8, 9, 10], None, env=0, rnd=t, forced=0)
         traj.completion_ids[-1] = self.renderer.end_of_turn_id
-        spec = EpisodeSpec(row["game"], {}, row["pool"], row["opponent"], row["seed"], row["seat"])
+        spec = self._spec(row["game"], row["pool"], row["opponent"], row["seed"], row["seat"])  # the trainer's
         n_fb = sum(turn.fallback for turn in turns)
         return EpisodeRecord(spec, list(state.history), turns, 0, tuple(state.totals), n_fb, n_fb), traj
 
