@@ -6,12 +6,19 @@ payoff in round t, k_t the agent's collusion indicator (None when the round had 
 kind), x_t the round's externality, s = 3 / max_payoff the game's scale. Pools are "training",
 "exploit" and "collusive" (`sepo.pools.POOL_NAMES`).
 
-Credit modes for the training reward (the four-arm study of the method's revised paper):
-  per_pool  (default) each episode carries only the terms its pool defines, computed from itself;
-  shared    every episode gets u = s·ā minus ONE penalty shared by the group: a group constant that
-            cancels exactly under group normalisation (= reward-only GRPO);
-  auxiliary every episode gets u = s·ā minus a penalty measured on separate auxiliary episodes; it is
-            independent of the credited episode's actions, so its expected gradient is zero.
+Credit modes for the training reward: the four arms of the revised paper's mechanism study, which differ
+only in the penalty's gradient path (`CREDIT_MODES`):
+  per_pool    (default, the method) every (pool, opponent) pair is a GRPO group and each episode carries
+              only the terms its pool defines, computed from itself;
+  reward_only training-pool groups only, reward u = s·ā: GRPO on the game's payoff alone;
+  shared      training-pool groups only, u minus ONE penalty per group measured on probe episodes against
+              the exploit and collusive pools: a group constant, which cancels exactly under group
+              normalisation (the advantages are reward_only's);
+  auxiliary   training-pool groups only, u minus the rollout's own probe penalty: independent of the
+              credited actions except through the credited episode's externality, which the method's code
+              pooled into x (zero expected gradient from the probes).
+Under reward_only, shared and auxiliary the exploit and collusive pools are probes, never groups
+(`TRAINING_ONLY_CREDITS`); shared and auxiliary play the same probe episodes (`PROBE_CREDITS`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from dataclasses import dataclass
 from envs.base import Game, Lambdas, RoundResult
 from sepo.pools import POOL_NAMES
 
-CREDIT_MODES = ("per_pool", "shared", "auxiliary")
+CREDIT_MODES = ("per_pool", "reward_only", "shared", "auxiliary")
+TRAINING_ONLY_CREDITS = ("reward_only", "shared", "auxiliary")  # groups are training-pool opponents only
+PROBE_CREDITS = ("shared", "auxiliary")  # each training rollout also plays one episode per exploiter / partner
 
 
 def scale(max_payoff: float) -> float:
@@ -128,10 +137,26 @@ def penalty(terms: EpisodeTerms, lambdas: Lambdas) -> float:
     return p
 
 
-def auxiliary_penalty(auxiliary: Iterable[EpisodeTerms], lambdas: Lambdas) -> float:
-    """Penalty measured on separate episodes: P_aux = λe·e + λc·c + λx·x of `aggregate(auxiliary)`."""
-    m = aggregate(auxiliary, lambdas)
-    return lambdas.e * m.e + lambdas.c * m.c + lambdas.x * m.x
+def probe_penalty_parts(
+    credited: EpisodeTerms, probes: Iterable[EpisodeTerms], lambdas: Lambdas
+) -> tuple[float, float]:
+    """(from the probes, from the credited episode) of `probe_penalty`: the λx·x share of the credited
+    episode's own rounds, λx·Σ_t x_t / (rounds pooled into x), is the only part its actions move."""
+    probes = list(probes)
+    m = aggregate([credited, *probes], lambdas)
+    total = lambdas.e * m.e + lambdas.c * m.c + lambdas.x * m.x
+    pooled = credited.rounds + sum(p.rounds for p in probes if p.pool == "exploit")
+    own = lambdas.x * sum(credited.externality) / pooled if pooled else 0.0
+    return total - own, own
+
+
+def probe_penalty(credited: EpisodeTerms, probes: Iterable[EpisodeTerms], lambdas: Lambdas) -> float:
+    """One training rollout's penalty measured on its probe episodes, as the method's code computed it
+    (train/grpo.py: the SEPO metrics of [training episode] + exploit + collusive episodes):
+    P = λe·e + λc·c + λx·x of `aggregate([credited, *probes])`, i.e. e over the exploit probes (s-scaled,
+    clipped per opponent, then averaged), c over the collusive probes, x pooled over the rounds of the
+    credited episode and of the exploit probes."""
+    return sum(probe_penalty_parts(credited, probes, lambdas))
 
 
 def resolve_lambdas(game: Game, override: Mapping[str, float] | None = None, evaluation: bool = False) -> Lambdas:
@@ -146,24 +171,30 @@ def resolve_lambdas(game: Game, override: Mapping[str, float] | None = None, eva
     return Lambdas(**{k: float(override.get(k, getattr(base, k))) for k in ("e", "c", "x")})
 
 
-def _check_credit(credit: str) -> None:
+def _check_credit(credit: str, terms: EpisodeTerms) -> None:
     if credit not in CREDIT_MODES:
         raise ValueError(f"unknown credit mode {credit!r}; choose one of: {', '.join(CREDIT_MODES)}")
+    if credit in TRAINING_ONLY_CREDITS and terms.pool != "training":
+        raise ValueError(
+            f"credit={credit!r} credits training-pool episodes only, got a {terms.pool!r} episode: under this "
+            "credit the exploit and collusive pools are probes, not groups"
+        )
 
 
 def _outside_penalty(
-    credit: str, shared_penalty: float | None, auxiliary: Iterable[EpisodeTerms] | None, lambdas: Lambdas
+    credit: str, terms: EpisodeTerms, shared_penalty: float | None, probes: Iterable[EpisodeTerms] | None,
+    lambdas: Lambdas,
 ) -> float:
-    """The penalty the shared/auxiliary modes subtract from u = s·ā (not computed from the episode itself)."""
+    """The penalty a training-only credit subtracts from u = s·ā (0 for reward_only)."""
+    if credit == "reward_only":
+        return 0.0
     if credit == "shared":
         if shared_penalty is None:
-            raise ValueError(
-                "credit='shared' needs shared_penalty (use group_rewards to share the group mean)"
-            )
+            raise ValueError("credit='shared' needs shared_penalty (the group mean, `group_penalty`)")
         return shared_penalty
-    if auxiliary is None:
-        raise ValueError("credit='auxiliary' needs the auxiliary episodes of this rollout")
-    return auxiliary_penalty(auxiliary, lambdas)
+    if probes is None:
+        raise ValueError("credit='auxiliary' needs the probe episodes of this rollout")
+    return probe_penalty(terms, probes, lambdas)
 
 
 def episode_reward(
@@ -172,45 +203,47 @@ def episode_reward(
     credit: str = "per_pool",
     *,
     shared_penalty: float | None = None,
-    auxiliary: Iterable[EpisodeTerms] | None = None,
+    probes: Iterable[EpisodeTerms] | None = None,
 ) -> float:
     """The SEPO training reward of one episode.
 
-    per_pool:  r = u·1[training] − P, P = `penalty(terms)`; the revised paper's
-               r = s·u·1[train] − (λe·s·e + λc·c + λx·x) (its u, e raw), each term from this episode:
-               training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c.
-    shared:    r = u − shared_penalty (one number for the whole group).
-    auxiliary: r = u − `auxiliary_penalty(auxiliary)`.
+    per_pool:    r = u·1[training] − P, P = `penalty(terms)`: the revised paper's
+                 r = s·u·1[train] − (λe·s·e + λc·c + λx·x) (its u, e raw), each term from this episode:
+                 training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c.
+    reward_only: r = u.
+    shared:      r = u − shared_penalty (one number for the whole group, see `group_rewards`).
+    auxiliary:   r = u − `probe_penalty(terms, probes)`.
     """
-    _check_credit(credit)
+    _check_credit(credit, terms)
     if credit == "per_pool":
         return (terms.u if terms.pool == "training" else 0.0) - penalty(terms, lambdas)
-    return terms.u - _outside_penalty(credit, shared_penalty, auxiliary, lambdas)
+    return terms.u - _outside_penalty(credit, terms, shared_penalty, probes, lambdas)
+
+
+def group_penalty(
+    group: Sequence[EpisodeTerms], probes: Sequence[Iterable[EpisodeTerms]], lambdas: Lambdas
+) -> float:
+    """The `shared` arm's one penalty for a group: the mean over its G rollouts of their probe penalties,
+    P̄ = (1/G) Σ_i `probe_penalty(group[i], probes[i])` (the auxiliary arm credits each P_i instead)."""
+    if len(probes) != len(group):
+        raise ValueError("one list of probe episodes per rollout of the group is needed")
+    return _mean([probe_penalty(t, p, lambdas) for t, p in zip(group, probes)])
 
 
 def group_rewards(
     group: Sequence[EpisodeTerms],
     lambdas: Lambdas,
     credit: str = "per_pool",
-    auxiliary: Sequence[Iterable[EpisodeTerms]] | None = None,
+    probes: Sequence[Iterable[EpisodeTerms]] | None = None,
 ) -> list[float]:
-    """Rewards of one GRPO group (G episodes against the same pool and opponent).
-
-    shared: the one penalty is the group mean of the per-pool penalties, P̄ = (1/G) Σ_i P_i.
-    auxiliary: `auxiliary[i]` are the auxiliary episodes of rollout i.
-    """
-    _check_credit(credit)
-    if credit == "auxiliary" and (auxiliary is None or len(auxiliary) != len(group)):
-        raise ValueError("credit='auxiliary' needs one list of auxiliary episodes per rollout of the group")
-    shared = _mean([penalty(t, lambdas) for t in group]) if credit == "shared" else None
+    """Rewards of one GRPO group (G episodes against the same pool and opponent); `probes[i]` are the
+    probe episodes of rollout i (credit shared or auxiliary)."""
+    if credit in PROBE_CREDITS and (probes is None or len(probes) != len(group)):
+        raise ValueError(f"credit={credit!r} needs one list of probe episodes per rollout of the group")
+    shared = group_penalty(group, probes, lambdas) if credit == "shared" else None
     return [
-        episode_reward(
-            t,
-            lambdas,
-            credit,
-            shared_penalty=shared,
-            auxiliary=auxiliary[i] if auxiliary is not None else None,
-        )
+        episode_reward(t, lambdas, credit, shared_penalty=shared,
+                       probes=probes[i] if probes is not None else None)
         for i, t in enumerate(group)
     ]
 
@@ -221,23 +254,29 @@ def round_rewards(
     credit: str = "per_pool",
     *,
     shared_penalty: float | None = None,
-    auxiliary: Iterable[EpisodeTerms] | None = None,
+    probes: Iterable[EpisodeTerms] | None = None,
+    paper: bool = False,
 ) -> list[float]:
     """Per-round rewards r_t whose mean over the T rounds equals `episode_reward` exactly.
 
-    per_pool, per round t (same credited terms, per round):
+    paper (the revised paper's round reward, Algorithm 1): rew_t = s·a_t·1[train] − P, the whole-episode
+    penalty P of `episode_reward` on every round, whatever the credit.
+    Otherwise, per_pool spreads its credited terms over the rounds that produced them:
       training:  r_t = s·a_t − λx·x_t
       exploit:   r_t = −(λe·e_t + λx·x_t), e_t = s·(o_t − a_t) if ō > ā else 0
                  (the episode's clip decides; (1/T) Σ e_t = e)
       collusive: r_t = −λc·c_t, c_t = k_t·T/T_k for the T_k rounds with k_t not None, else 0
                  ((1/T) Σ c_t = c; the factor is 1 in every game where each round is a decision)
-    shared / auxiliary: r_t = s·a_t − P, with the episode-level penalty P of `episode_reward`.
+    and reward_only / shared / auxiliary give r_t = s·a_t − P (the same in both forms).
     """
-    _check_credit(credit)
+    _check_credit(credit, terms)
     s, T = terms.scale, terms.rounds
     if credit != "per_pool":
-        p = _outside_penalty(credit, shared_penalty, auxiliary, lambdas)
+        p = _outside_penalty(credit, terms, shared_penalty, probes, lambdas)
         return [s * a - p for a in terms.payoffs]
+    if paper:
+        p, train = penalty(terms, lambdas), terms.pool == "training"
+        return [(s * a if train else 0.0) - p for a in terms.payoffs]
     if terms.pool == "training":
         return [s * a - lambdas.x * x for a, x in zip(terms.payoffs, terms.externality)]
     if terms.pool == "exploit":

@@ -1,4 +1,4 @@
-"""Opponent pools: three strictly separated sets of strategies per game, sampled per rollout.
+"""Opponent pools: three sets of strategies per game, separated by role, sampled per rollout.
 
 A GRPO group is one (pool, opponent, seed); `Pools.sample` picks the opponent's name with the
 caller's seeded `random.Random` and `Pools.make` builds a fresh strategy for every rollout.
@@ -7,13 +7,20 @@ FMSP into a pool directory (`manifest.json` in format `sepo-pool-manifest/1`, se
 Code policies are never imported here: each instance is an `envs.sandbox.SandboxedStrategy`, its own
 contained process started with the rollout and ended with it (`Strategy.close`).
 
-Strict separation: a strategy belongs to one pool only. The paper's pool table lists four names in
-two pools (single-issue `hardball` in training and exploit, `fair` in training and collusive;
-multi-issue `fair` in training and collusive; Kuhn `loose_aggressive` in training and collusive in
-the code). The authors recorded pool-role overlap as a bug that gave conflicting gradients, so each
-name keeps only the role its metric is defined by: the collusion metric is measured against `fair`
-/ `loose_aggressive` (collusive only), `hardball` is an exploiter (exploit only). Every other
-member is exactly as in REFERENCE.md.
+Separation by role, as in the revised paper: "The pools are separated by role rather than strictly
+disjoint: a benign strategy can serve both as a training opponent and as a measurement probe (e.g.,
+FairNeg for collusion), since the two roles measure different quantities, and the primary exploiter
+is excluded from the training pool in every game except Negotiation v1, where the hardball strategy
+contributes to both signals". The default pools therefore repeat four names: single-issue `hardball`
+(training and exploit) and `fair` (training and collusive), multi-issue `fair` (training and
+collusive), and Kuhn `loose_aggressive` (training and collusive, as in the method's code). What the
+authors recorded as a bug is "an early implementation assigned the primary exploiter to all three
+pools, creating conflicting gradient signals for identical actions": the loader rejects a name in all
+three pools and a name that is both an exploiter and a collusive partner (`check_separation`).
+`strict=True` (`strict_pools: true` in a recipe) keeps every name in one pool only: a default
+training opponent that also probes is dropped from training, and any other overlap is an error.
+A name in two pools is two opponents for the trainer and the evaluator: every group and metric
+carries its pool, so the name's credit follows the group's pool, never a name lookup.
 """
 
 from __future__ import annotations
@@ -35,28 +42,29 @@ MANIFEST_FORMAT = "sepo-pool-manifest/1"
 MANIFEST_FILE = "manifest.json"
 
 DEFAULT_POOLS: dict[str, dict[str, tuple[str, ...]]] = {
+    # the revised paper's pool table (supplementary, "Opponent pools") and the method's code (games/*.py)
     "ipd": {
         "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
         "exploit": ("always_defect", "alternating_defect"),
         "collusive": ("always_cooperate",),
     },
-    "auction": {
+    "auction": {  # the code's pools (the paper's table lists adaptive in training instead of exploit)
         "training": ("truthful", "conservative", "shaded"),
         "exploit": ("aggressive", "adaptive"),
         "collusive": ("collusive_low_bid",),
     },
     "negotiation": {
-        "training": ("balanced", "concede"),  # paper also lists fair (-> collusive) and hardball (-> exploit)
+        "training": ("fair", "balanced", "concede", "hardball"),
         "exploit": ("selfish", "hardball"),
         "collusive": ("fair",),
     },
     "negotiation_multi": {
-        "training": ("tit_for_tat", "concede"),  # paper also lists fair (-> collusive)
+        "training": ("fair", "tit_for_tat", "concede"),
         "exploit": ("greedy", "hardball"),
         "collusive": ("fair",),
     },
-    "kuhn": {
-        "training": ("nash", "tight_passive"),  # code also lists loose_aggressive (-> collusive)
+    "kuhn": {  # training and collusive as the code; exploit = the paper's always_bet + the code's max_exploiter
+        "training": ("nash_approx", "tight_passive", "loose_aggressive"),
         "exploit": ("always_bet", "max_exploiter"),
         "collusive": ("loose_aggressive",),
     },
@@ -105,19 +113,33 @@ def _check_game(game: str) -> None:
         raise PoolError(f"unknown game {game!r}; choose one of: {', '.join(GAMES)}")
 
 
-def check_separation(game: str, pools: Mapping[str, Sequence[str]]) -> None:
-    """Raise PoolError if a name appears twice in one pool or in two pools (naming both pools)."""
-    seen: dict[str, str] = {}
+def check_separation(game: str, pools: Mapping[str, Sequence[str]], strict: bool = False) -> None:
+    """Raise PoolError, naming the pools, for a name listed twice in one pool or in pools that may not share
+    it: all three pools (the bug the method's authors recorded), or exploit and collusive (one strategy both
+    exploiter and collusive partner); with `strict`, any two pools."""
+    roles: dict[str, list[str]] = {}
     for pool in POOL_NAMES:
         for name in pools.get(pool, ()):
-            if name in seen:
-                if seen[name] == pool:
-                    raise PoolError(f"strategy {name!r} is listed twice in the {pool!r} pool of {game!r}")
-                raise PoolError(
-                    f"strategy {name!r} is in both the {seen[name]!r} and the {pool!r} pool of {game!r}; "
-                    "pools must be strictly separated (each opponent has one role)"
-                )
-            seen[name] = pool
+            if pool in roles.get(name, ()):
+                raise PoolError(f"strategy {name!r} is listed twice in the {pool!r} pool of {game!r}")
+            roles.setdefault(name, []).append(pool)
+    for name, in_pools in roles.items():
+        if len(in_pools) == len(POOL_NAMES):
+            raise PoolError(
+                f"strategy {name!r} is in all three pools of {game!r}: the bug the method's authors recorded "
+                "(conflicting gradient signals for identical actions); give it at most two roles"
+            )
+        if {"exploit", "collusive"} <= set(in_pools):
+            raise PoolError(
+                f"strategy {name!r} is both an exploiter and a collusive partner in {game!r}: the exploit and "
+                "collusive penalties would push the same actions in opposite directions; keep it in one of them"
+            )
+        if strict and len(in_pools) > 1:
+            raise PoolError(
+                f"strategy {name!r} is in both the {in_pools[0]!r} and the {in_pools[1]!r} pool of {game!r}; "
+                "strict_pools keeps every opponent in one pool (strict_pools: false separates pools by role, as "
+                "the method does)"
+            )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -266,7 +288,10 @@ def load_pool_dir(path: str | Path, game: str | None = None, sandbox: SandboxCon
 
 @dataclass(frozen=True)
 class Pools:
-    """The three pools of one game: member names per pool and a registry of every member by name."""
+    """The three pools of one game: member names per pool and a registry of every member by name.
+
+    A name may sit in two pools (separation by role); its registry entry carries its first role in
+    `POOL_NAMES` order, and `roles(name)` lists them all. Callers pass the pool with the name."""
 
     game: str
     members: Mapping[str, tuple[str, ...]]  # pool -> member names
@@ -277,9 +302,10 @@ class Pools:
         _check_pool(pool)
         return self.members[pool]
 
-    def pool_of(self, name: str) -> str:
-        """The (single) pool `name` belongs to."""
-        return self._member(name).pool
+    def roles(self, name: str) -> tuple[str, ...]:
+        """The pools `name` belongs to, in `POOL_NAMES` order (PoolError for a name in none)."""
+        self._member(name)
+        return tuple(pool for pool in POOL_NAMES if name in self.members[pool])
 
     def sample(self, pool: str, rng: random.Random) -> str:
         """A member name of `pool`, drawn uniformly with the caller's seeded rng."""
@@ -314,15 +340,21 @@ def load_pools(
     extra_dir: str | Path | None = None,
     overrides: Mapping[str, Sequence[str]] | None = None,
     sandbox: SandboxConfig | None = None,
+    strict: bool = False,
 ) -> Pools:
     """The pools of `game`: defaults, plus the members of `extra_dir` (added to their manifest pool, each
     played in the sandbox `sandbox`), with `overrides` ({pool: [names]}) replacing whole pools. Raises
-    PoolError on unknown names or overlap.
+    PoolError on unknown names or on a forbidden overlap (`check_separation`). With `strict`, a default
+    training opponent that also probes (exploit or collusive) leaves the training pool, and any remaining
+    overlap is an error.
     """
     _check_game(game)
     scripted = strategy_registry(game)
     extras = {m.name: m for m in load_pool_dir(extra_dir, game, sandbox)} if extra_dir is not None else {}
     members: dict[str, list[str]] = {pool: list(names) for pool, names in DEFAULT_POOLS[game].items()}
+    if strict:
+        probes = set(members["exploit"]) | set(members["collusive"])
+        members["training"] = [n for n in members["training"] if n not in probes]
     for member in extras.values():
         members[member.pool].append(member.name)
     for pool, names in (overrides or {}).items():
@@ -338,10 +370,12 @@ def load_pools(
                     f"unknown strategy {name!r} in the {pool!r} pool of {game!r}; "
                     f"choose from: {', '.join(known)}"
                 )
-    check_separation(game, members)
+    check_separation(game, members, strict)
     registry: dict[str, PoolMember] = {}
     for pool in POOL_NAMES:
         for name in members[pool]:
+            if name in registry:  # a second role: the entry keeps the first (see Pools.roles)
+                continue
             if name in extras:
                 registry[name] = replace(extras[name], pool=pool)
             else:

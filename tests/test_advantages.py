@@ -63,7 +63,7 @@ def test_groups_are_normalised_independently():
     torch.testing.assert_close(adv[:2], torch.tensor([[-1.0], [1.0]]) / math.sqrt(2))
 
 
-@pytest.mark.parametrize("return_mode", ["reward_to_go", "per_round"])
+@pytest.mark.parametrize("return_mode", ["reward_to_go", "per_round", "paper"])
 @pytest.mark.parametrize("advantage_mode", ["per_round", "episode"])
 def test_group_constant_penalty_cancels_exactly(return_mode, advantage_mode):
     """The `shared` credit ablation: a penalty equal for every episode of a group changes nothing."""
@@ -113,3 +113,21 @@ def test_bad_modes_are_rejected_with_the_valid_names():
         sepo_round_advantages(REWARDS, 3, advantage_mode="batch")
     with pytest.raises(ValueError, match="groups of 2"):
         group_normalize(REWARDS, 2)
+
+
+def test_paper_mode_hand_computed():
+    """return_mode paper: the round reward itself, the population std (the method's np.std), delta 1e-8, and
+    advantage 0 wherever the std is below delta."""
+    rewards = torch.tensor(
+        [[1.0, 2.0, 1.0], [2.0, 2.0, 1.0], [3.0, 2.0, 1.0], [6.0, 2.0, 1.0 + 2e-8]], dtype=torch.float64
+    )
+    adv, zero_std = sepo_round_advantages(rewards, 4, return_mode="paper", eps=1e-8)
+    # round 0: mean 3, population variance (4 + 1 + 0 + 9) / 4 = 3.5 (unbiased would be 14/3)
+    s = math.sqrt(3.5) + 1e-8
+    expected = [[-2 / s, 0.0, 0.0], [-1 / s, 0.0, 0.0], [0.0, 0.0, 0.0], [3 / s, 0.0, 0.0]]
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+    # round 2: population std 0.43 * 2e-8 = 8.7e-9 is below delta: advantage 0, where the TRL form (unbiased std
+    # 1e-8) gives the last episode 1.5e-8 / 2e-8 = 0.75
+    trl, _ = sepo_round_advantages(rewards, 4, return_mode="per_round", eps=1e-8)
+    assert trl[3, 2].item() == pytest.approx(0.75, abs=1e-6)
+    assert zero_std.tolist() == [[False, True, True]]

@@ -35,6 +35,7 @@ def test_baselines_pass_unit_tests_and_scores_are_in_range(game, sandbox):
     assert isinstance(domain, Domain) and domain.sides == ("exploiter", "cooperator")
     exploiters, cooperators = domain.baselines("exploiter"), domain.baselines("cooperator")
     assert exploiters and cooperators
+    assert len({m.name for m in cooperators}) == len(cooperators)  # a name in two pools is one baseline
     for side, members in (("exploiter", exploiters), ("cooperator", cooperators)):
         for member in members:
             result = sandbox.unit_test(domain, member, side)

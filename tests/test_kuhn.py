@@ -201,12 +201,12 @@ def test_simulated_play_matches_the_exact_game_value():
         assert statistics.mean(samples) == pytest.approx(exact, abs=4 * stderr)
 
 
-def test_max_exploiter_wins_against_uniform_play():
+def test_best_response_wins_against_uniform_play():
     game = KuhnPoker()
     rng = random.Random(5)
     per_hand = [
         play_episode(
-            game, [make_strategy("kuhn", "max_exploiter"), make_strategy("kuhn", "random_legal")], rng
+            game, [make_strategy("kuhn", "best_response"), make_strategy("kuhn", "random_legal")], rng
         ).mean_payoff(0)
         for _ in range(1500)
     ]
@@ -230,4 +230,45 @@ def test_bad_parameters_are_rejected_clearly():
     with pytest.raises(ValueError, match="bad parameters"):
         make_game("kuhn", pie=10)
     with pytest.raises(ValueError, match="choose one of"):
-        make_strategy("kuhn", "max_exploiter", assumed="nobody")
+        make_strategy("kuhn", "best_response", assumed="nobody")
+
+
+# The method's Kuhn opponents (kirankumarmanku/sepo, games/kuhn.py), every entry by hand: the probability of
+# the aggressive action (BET with no bet pending, CALL facing a bet) at each of the 12 information sets.
+# Order: first mover J Q K, second mover after a pass Jp Qp Kp, second mover facing a bet Jb Qb Kb,
+# first mover facing a bet after its pass Jpb Qpb Kpb.
+INFOS = ("J", "Q", "K", "Jp", "Qp", "Kp", "Jb", "Qb", "Kb", "Jpb", "Qpb", "Kpb")
+METHOD_TABLES = {
+    # opens BET and calls with Q or K; with J passes, and folds facing a bet
+    "loose_aggressive": (0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1),
+    # facing a bet calls only with K; with no bet pending passes J, bets Q and K
+    "max_exploiter": (0, 1, 1, 0, 1, 1, 0, 0, 1, 0, 0, 1),
+    # bets or calls only with K
+    "tight_passive": (0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1),
+    # bets K, passes Q, bluffs J with 1/3; facing a bet calls K, folds J, calls Q with 1/3 (both positions)
+    "nash_approx": (1 / 3, 0, 1, 1 / 3, 0, 1, 0, 1 / 3, 1, 0, 1 / 3, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(METHOD_TABLES))
+def test_method_opponents_every_table_entry(name):
+    table = STRATEGIES[name]().table
+    assert set(table) == set(INFOS)
+    for info, p in zip(INFOS, METHOD_TABLES[name], strict=True):
+        expected = {"FOLD": 1 - p, "CALL": p} if info.endswith("b") else {"PASS": 1 - p, "BET": p}
+        assert table[info] == pytest.approx(expected, abs=1e-12), (name, info)
+
+
+def test_loose_aggressive_never_bets_or_calls_with_j_in_play():
+    game = KuhnPoker()
+    rng = random.Random(9)
+    with_j = []
+    for _ in range(300):
+        episode = play_episode(game, [make_strategy("kuhn", "loose_aggressive"), make_strategy("kuhn", "always_bet")],
+                               rng)
+        for r in episode.rounds:
+            seat_card = r.record["cards"][0]
+            mine = [a for s, a in r.record["actions"] if s == 0]
+            if seat_card == "J":
+                with_j += mine
+    assert with_j and set(with_j) <= {"PASS", "FOLD"}

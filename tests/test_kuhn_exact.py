@@ -86,8 +86,8 @@ def test_every_scripted_strategy_matches_openspiel_exploitability():
         assert exploitability(table) == pytest.approx(expected, abs=1e-9), name
 
 
-def test_max_exploiter_is_a_best_response_to_uniform_play():
-    table = STRATEGIES["max_exploiter"]().table
+def test_best_response_is_a_best_response_to_uniform_play():
+    table = STRATEGIES["best_response"]().table
     uniform_br = (best_response_value({}, 0) + best_response_value({}, 1)) / 2
     achieved = (game_value(table, {}) - game_value({}, table)) / 2
     assert achieved == pytest.approx(uniform_br, abs=1e-12)

@@ -110,7 +110,9 @@ def test_pool_strategies_behave_as_documented():
     assert demands(play("balanced", "fair"), 0) == [6, 6, 6, 6]
     assert demands(play("selfish", "fair"), 0) == [7, 7, 7, 7]
     assert demands(play("hardball", "fair"), 0) == [8, 8, 8, 8]
-    assert demands(play("concede", "fair"), 0) == [6, 5, 5, 5]  # 6 + 5 > 10: a breakdown, then 5
+    # the method's ConcedeSplit: 5 only in the round after a breakdown (6 + 5 > 10), back to 6 after a deal
+    assert demands(play("concede", "fair"), 0) == [6, 5, 6, 5]
+    assert demands(play("concede", "hardball"), 0) == [6, 5, 5, 5]  # 5 + 8 > 10 too: breakdowns throughout
     game = make_game("negotiation")
     modest = make_strategy("negotiation", "fair", demand=4)
     episode = play_episode(game, [make_strategy("negotiation", "concede"), modest], random.Random(0))

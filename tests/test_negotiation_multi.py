@@ -167,7 +167,7 @@ def test_every_strategy_plays_legally_and_deterministically():
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("greedy", "[2, 1, 2]"),  # floor(1.5) + 1, floor(0.3) + 1, floor(1.35) + 1
+        ("greedy", "[2, 1, 1]"),  # min(2, floor(2*5/10) + 1), min(1, floor(1*2/10) + 1), min(3, floor(3*3/10) + 1)
         ("proportional", "[2, 0, 1]"),  # 1.5, 0.3, 1.35 rounded half up
         ("conservative", "[1, 0, 1]"),  # books above the mean value 10/3: 2 // 2; others pool // 3
         ("adaptive", "[2, 0, 1]"),  # round 0 = proportional
@@ -193,3 +193,22 @@ def test_adaptive_and_defensive_react_to_the_history():
     game.step(state, {0: "[2, 0, 1]", 1: "[1, 0, 1]"})  # breakdown: adaptive plays pool - opp demand
     assert adaptive.act(game.view(state, 0)) == "[1, 1, 2]"
     assert defensive.act(game.view(state, 0)) == "[1, 0, 1]"  # pool - the max of (0,1,2) and (1,0,1)
+
+
+@pytest.mark.parametrize(
+    ("pool", "values", "expected"),
+    [
+        # the method's GreedyNeg: per item min(pool_i, floor(pool_i * v_i / sum(v)) + 1), by hand
+        ((4, 4, 4), (8, 1, 1), "[4, 1, 1]"),  # floor(3.2)+1 = 4; floor(0.4)+1 = 1 twice
+        ((1, 1, 1), (1, 1, 8), "[1, 1, 1]"),  # floor(0.1)+1, floor(0.1)+1, min(1, floor(0.8)+1)
+        ((4, 2, 3), (2, 3, 5), "[1, 1, 2]"),  # floor(0.8)+1, floor(0.6)+1, floor(1.5)+1
+        ((3, 4, 1), (4, 5, 1), "[2, 3, 1]"),  # floor(1.2)+1, floor(2.0)+1, floor(0.1)+1
+        ((2, 4, 4), (5, 4, 1), "[2, 2, 1]"),  # min(2, floor(1.0)+1), floor(1.6)+1, floor(0.4)+1
+    ],
+)
+def test_greedy_demand_is_the_methods(pool, values, expected):
+    game = MultiIssueNegotiation()
+    greedy = STRATEGIES["greedy"]()
+    greedy.reset(game, 0, random.Random(0))
+    state = fixed_state(game, pool=pool, values=(values, (1, 1, 8)))
+    assert greedy.act(game.view(state, 0)) == expected

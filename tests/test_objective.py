@@ -14,10 +14,13 @@ from sepo.objective import (
     aggregate,
     episode_reward,
     episode_terms,
+    group_penalty,
     group_rewards,
     nra_gtbench,
     nra_sepo,
     penalty,
+    probe_penalty,
+    probe_penalty_parts,
     round_rewards,
     scale,
 )
@@ -92,12 +95,19 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="seat"):
         episode_terms(rounds_of([1], [1]), 2, "training", 3.0)
     t = episode_terms(rounds_of([1], [1]), 0, "training", 3.0)
-    with pytest.raises(ValueError, match="per_pool, shared, auxiliary"):
+    with pytest.raises(ValueError, match="per_pool, reward_only, shared, auxiliary"):
         episode_reward(t, IPD_LAMBDAS, "cached")
     with pytest.raises(ValueError, match="shared_penalty"):
         episode_reward(t, IPD_LAMBDAS, "shared")
-    with pytest.raises(ValueError, match="auxiliary"):
+    with pytest.raises(ValueError, match="probe episodes"):
         episode_reward(t, IPD_LAMBDAS, "auxiliary")
+    with pytest.raises(ValueError, match="probe episodes per rollout"):
+        group_rewards([t, t], IPD_LAMBDAS, "shared", probes=[[]])
+    # under the training-only credits an exploit or collusive episode is a probe, never credited itself
+    for credit in ("reward_only", "shared", "auxiliary"):
+        probe = episode_terms(rounds_of([1], [1]), 0, "exploit", 3.0)
+        with pytest.raises(ValueError, match=f"credit='{credit}' credits training-pool episodes only.*'exploit'"):
+            round_rewards(probe, IPD_LAMBDAS, credit, shared_penalty=0.0, probes=[])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -156,16 +166,53 @@ def test_round_rewards_mean_equals_episode_reward_random():
             k=[rng.choice([None, 0.0, 1.0]) for _ in range(n)],
             x=[rng.random() for _ in range(n)],
         )
-        t = episode_terms(rr, rng.randint(0, 1), rng.choice(["training", "exploit", "collusive"]), 5.0)
+        pool = rng.choice(["training", "exploit", "collusive"])
+        t = episode_terms(rr, rng.randint(0, 1), pool, 5.0)
+        probe = episode_terms(rr, 0, "exploit", 5.0)
         lam = Lambdas(rng.random() * 3, rng.random() * 3, rng.random() * 3)
-        for credit, kw in (
-            ("per_pool", {}),
-            ("shared", {"shared_penalty": 0.7}),
-            ("auxiliary", {"auxiliary": [t]}),
-        ):
-            assert statistics.fmean(round_rewards(t, lam, credit, **kw)) == pytest.approx(
-                episode_reward(t, lam, credit, **kw), abs=1e-9
-            )
+        arms = [("per_pool", {})]
+        if pool == "training":
+            arms += [("reward_only", {}), ("shared", {"shared_penalty": 0.7}), ("auxiliary", {"probes": [probe]})]
+        for credit, kw in arms:
+            for paper in (False, True):
+                assert statistics.fmean(round_rewards(t, lam, credit, paper=paper, **kw)) == pytest.approx(
+                    episode_reward(t, lam, credit, **kw), abs=1e-9
+                )
+
+
+def test_paper_round_reward_by_hand():
+    """return_mode paper: rew_t = s·a_t·1[train] − P_r, the whole-episode penalty on every round."""
+    lam = Lambdas(e=2.4, c=1.0, x=1.8)
+    train = episode_terms(rounds_of(IPD_A, IPD_O, IPD_K, IPD_X), 0, "training", 3.0)
+    # P = λx·x = 1.8·0.25 = 0.45 on every round (the pieces form charges λx·x_t per round instead)
+    assert round_rewards(train, lam, paper=True) == pytest.approx([2.55, 4.55, -0.45, 0.55])
+    exploit = episode_terms(rounds_of([2, 2, 0, 2], [8, 8, 0, 8], x=[0, 0, 1, 0]), 0, "exploit", 10.0)
+    # P = λe·s·e + λx·x = 2.4·0.3·4.5 + 1.8·0.25 = 3.69; no payoff term outside the training pool
+    assert round_rewards(exploit, lam, paper=True) == pytest.approx([-3.69] * 4)
+    collusive = episode_terms(rounds_of(IPD_A, IPD_O, IPD_K, IPD_X), 0, "collusive", 3.0)
+    assert round_rewards(collusive, lam, paper=True) == pytest.approx([-0.5] * 4)  # λc·c = 1.0·0.5
+
+
+def test_probe_penalty_by_hand():
+    """The method's auxiliary penalty: metrics of [credited] + probes; x pools the credited and exploit rounds."""
+    credited = episode_terms(rounds_of(IPD_A, IPD_O, IPD_K, IPD_X), 0, "training", 3.0, "tft")  # Σx = 1
+    exploit = episode_terms(rounds_of([0, 1], [5, 1], x=[1 / 6, 2 / 3]), 0, "exploit", 3.0, "ad")  # e = 2.5
+    collusive = episode_terms(rounds_of([5, 3], [0, 3], k=[1.0, 0.0], x=[1.0, 0.0]), 0, "collusive", 3.0, "ac")
+    # e = max(0, 3 − 0.5) = 2.5; c = 0.5; x = (1 + 5/6) / 6 rounds (the collusive probe's x is not pooled)
+    x = (1 + 5 / 6) / 6
+    expected = 2.4 * 2.5 + 1.0 * 0.5 + 1.8 * x
+    assert probe_penalty(credited, [exploit, collusive], IPD_LAMBDAS) == pytest.approx(expected)
+    from_probes, from_credited = probe_penalty_parts(credited, [exploit, collusive], IPD_LAMBDAS)
+    assert from_credited == pytest.approx(1.8 * 1 / 6)  # λx · Σ_t x_t of the credited episode / 6 pooled rounds
+    assert from_probes == pytest.approx(expected - 1.8 / 6)
+    assert episode_reward(credited, IPD_LAMBDAS, "auxiliary", probes=[exploit, collusive]) == pytest.approx(
+        2.25 - expected
+    )
+    other = episode_terms(rounds_of([3] * 4, [3] * 4), 0, "training", 3.0, "tft")  # no externality
+    assert group_penalty([credited, other], [[exploit, collusive], [exploit]], IPD_LAMBDAS) == pytest.approx(
+        (expected + 2.4 * 2.5 + 1.8 * (5 / 6) / 6) / 2
+    )
+    assert group_rewards([credited, other], IPD_LAMBDAS, "reward_only") == pytest.approx([2.25, 3.0])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -198,14 +245,18 @@ def random_group(rng: random.Random, g: int, pool: str) -> list:
 def test_shared_penalty_equals_reward_only_under_group_normalisation():
     rng = random.Random(1)
     differs = 0
-    for trial in range(200):
-        group = random_group(rng, 8, ["training", "exploit", "collusive"][trial % 3])
-        shared = trl_normalise(group_rewards(group, IPD_LAMBDAS, "shared"))
-        reward_only = trl_normalise([t.u for t in group])
-        assert torch.allclose(shared, reward_only, atol=1e-6, rtol=0)
+    for _ in range(200):
+        group = random_group(rng, 8, "training")
+        probes = [random_group(rng, 2, "exploit") + random_group(rng, 1, "collusive") for _ in group]
+        shared = group_rewards(group, IPD_LAMBDAS, "shared", probes)
+        reward_only = group_rewards(group, IPD_LAMBDAS, "reward_only")
+        assert max(abs(a - b) for a, b in zip(shared, reward_only)) > 0.1  # the rewards differ ...
+        assert torch.allclose(trl_normalise(shared), trl_normalise(reward_only), atol=1e-6, rtol=0)  # ... not A
+        auxiliary = trl_normalise(group_rewards(group, IPD_LAMBDAS, "auxiliary", probes))
         per_pool = trl_normalise(group_rewards(group, IPD_LAMBDAS, "per_pool"))
-        differs += not torch.allclose(per_pool, reward_only, atol=1e-3, rtol=0)
-    assert differs == 200  # the credited penalty changes every group's advantages
+        differs += not torch.allclose(auxiliary, trl_normalise(reward_only), atol=1e-3, rtol=0)
+        differs += not torch.allclose(per_pool, trl_normalise(reward_only), atol=1e-3, rtol=0)
+    assert differs == 400  # a per-rollout penalty changes every group's advantages
 
 
 class Bernoulli(Strategy):
@@ -228,26 +279,32 @@ def _ipd_terms(opponent: str, pool: str, p: float, rng: random.Random):
 
 
 def test_auxiliary_penalty_is_independent_of_the_credited_actions():
-    """P_aux is uncorrelated with the credited episode's score ∇logπ = Σ_t (1[C_t] − p); per-pool is not."""
+    """The probe part of P_aux is uncorrelated with the credited episode's score ∇logπ = Σ_t (1[C_t] − p);
+    the part the method took from the credited episode (its externality) and the per-pool penalty are not."""
     p, n, rng = 0.6, 1500, random.Random(2)
-    aux_pen, credited_score, per_pool_pen, per_pool_score = [], [], [], []
+    from_probes, from_credited, credited_score, per_pool_pen, per_pool_score = [], [], [], [], []
     for _ in range(n):
         credited, coop = _ipd_terms("tit_for_tat", "training", p, rng)
-        aux = [
+        probes = [
             _ipd_terms("always_defect", "exploit", p, rng)[0],
             _ipd_terms("always_cooperate", "collusive", p, rng)[0],
         ]
-        aux_pen.append(credited.u - episode_reward(credited, IPD_LAMBDAS, "auxiliary", auxiliary=aux))
+        total = credited.u - episode_reward(credited, IPD_LAMBDAS, "auxiliary", probes=probes)
+        parts = probe_penalty_parts(credited, probes, IPD_LAMBDAS)
+        assert sum(parts) == pytest.approx(total)
+        from_probes.append(parts[0])
+        from_credited.append(parts[1])
         credited_score.append(coop - p * credited.rounds)
         coll, coop_c = _ipd_terms("always_cooperate", "collusive", p, rng)
         per_pool_pen.append(-episode_reward(coll, IPD_LAMBDAS, "per_pool"))
         per_pool_score.append(coop_c - p * coll.rounds)
-    assert statistics.pstdev(aux_pen) > 0.1  # the auxiliary penalty does vary between rollouts
-    corr_aux = statistics.correlation(aux_pen, credited_score)
-    assert abs(corr_aux) < 0.1  # ~N(0, 1/sqrt(n) = 0.026)
-    # the REINFORCE estimate of the penalty's gradient, E[P·score], is zero within 4 standard errors
-    prod = [a * b for a, b in zip(aux_pen, credited_score)]
+    assert statistics.pstdev(from_probes) > 0.1  # the probe penalty does vary between rollouts
+    assert abs(statistics.correlation(from_probes, credited_score)) < 0.1  # ~N(0, 1/sqrt(n) = 0.026)
+    # the REINFORCE estimate of the probe penalty's gradient, E[P·score], is zero within 4 standard errors
+    prod = [a * b for a, b in zip(from_probes, credited_score)]
     assert abs(statistics.fmean(prod)) < 4 * statistics.stdev(prod) / math.sqrt(n)
+    # the credited externality share moves with the credited actions (more cooperation, less shortfall)
+    assert statistics.correlation(from_credited, credited_score) < -0.3
     # per-pool credit: the collusion penalty is a function of the credited actions (defect rate)
     assert statistics.correlation(per_pool_pen, per_pool_score) < -0.99
 

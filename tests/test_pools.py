@@ -1,4 +1,4 @@
-"""Opponent pools: defaults, strict separation, sampling, and loading `sepo-pool-manifest/1` directories."""
+"""Opponent pools: defaults by role, the separation rules, sampling, and loading `sepo-pool-manifest/1` directories."""
 
 from __future__ import annotations
 
@@ -21,23 +21,40 @@ from sepo.pools import (
     load_pools,
 )
 
-# REFERENCE.md's pool table (paper/code), before the separation resolution documented in sepo.pools
-REFERENCE_POOLS = {
+# The revised paper's pool table (supplementary "Opponent pools") and the method's code (games/*.py), by hand:
+# separation by role, with the paper's overlaps (single-issue hardball and fair, multi-issue fair, Kuhn
+# loose_aggressive), Kuhn's training / collusive pools and the auction's exploit pool as in the code.
+ROLE_POOLS = {
+    "ipd": {
+        "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
+        "exploit": ("always_defect", "alternating_defect"),
+        "collusive": ("always_cooperate",),
+    },
+    "auction": {
+        "training": ("truthful", "conservative", "shaded"),
+        "exploit": ("aggressive", "adaptive"),
+        "collusive": ("collusive_low_bid",),
+    },
     "negotiation": {
-        "training": ["fair", "balanced", "concede", "hardball"],
-        "exploit": ["selfish", "hardball"],
-        "collusive": ["fair"],
+        "training": ("fair", "balanced", "concede", "hardball"),
+        "exploit": ("selfish", "hardball"),
+        "collusive": ("fair",),
     },
     "negotiation_multi": {
-        "training": ["fair", "tit_for_tat", "concede"],
-        "exploit": ["greedy", "hardball"],
-        "collusive": ["fair"],
+        "training": ("fair", "tit_for_tat", "concede"),
+        "exploit": ("greedy", "hardball"),
+        "collusive": ("fair",),
     },
     "kuhn": {
-        "training": ["nash", "tight_passive", "loose_aggressive"],
-        "exploit": ["always_bet", "max_exploiter"],
-        "collusive": ["loose_aggressive"],
+        "training": ("nash_approx", "tight_passive", "loose_aggressive"),
+        "exploit": ("always_bet", "max_exploiter"),
+        "collusive": ("loose_aggressive",),
     },
+}
+OVERLAPS = {  # name -> its roles, per game
+    "negotiation": {"fair": ("training", "collusive"), "hardball": ("training", "exploit")},
+    "negotiation_multi": {"fair": ("training", "collusive")},
+    "kuhn": {"loose_aggressive": ("training", "collusive")},
 }
 
 
@@ -47,57 +64,57 @@ def test_pool_names():
 
 
 @pytest.mark.parametrize("game", list(GAMES))
-def test_default_pools_load_separated_and_play(game):
+def test_default_pools_are_the_papers_by_role(game):
     pools = load_pools(game)
-    assert set(pools.members) == set(POOL_NAMES) and all(pools.members.values())
-    check_separation(game, pools.members)  # no name in two pools
-    names = [n for pool in POOL_NAMES for n in pools.names(pool)]
-    assert len(names) == len(set(names))
-    for name in names:
-        assert pools.pool_of(name) in POOL_NAMES
-        a, b = pools.make(name, game), pools.make(name, game)
-        assert isinstance(a, Strategy) and a is not b  # fresh instance per rollout
-        ep = play_episode(make_game(game), [a, make_strategy(game, names[0])], random.Random(0))
-        assert ep.names[0] == name and len(ep.rounds) == make_game(game).num_rounds
+    assert dict(pools.members) == ROLE_POOLS[game]
+    names = {n for pool in POOL_NAMES for n in pools.names(pool)}
+    repeated = {n: pools.roles(n) for n in names if len(pools.roles(n)) > 1}
+    assert repeated == OVERLAPS.get(game, {})
+    check_separation(game, pools.members)  # the loader's rules hold for its own defaults
 
 
-def test_ipd_pools_exactly_as_reference():
-    pools = load_pools("ipd")
-    assert pools.members == {
-        "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
-        "exploit": ("always_defect", "alternating_defect"),
-        "collusive": ("always_cooperate",),
-    }
-    assert load_pools("auction").members == {
-        "training": ("truthful", "conservative", "shaded"),
-        "exploit": ("aggressive", "adaptive"),
-        "collusive": ("collusive_low_bid",),
-    }
+@pytest.mark.parametrize("game", list(GAMES))
+def test_every_pool_member_plays(game):
+    pools = load_pools(game)
+    for pool in POOL_NAMES:
+        for name in pools.names(pool):
+            a, b = pools.make(name, game), pools.make(name, game)
+            assert isinstance(a, Strategy) and a is not b  # fresh instance per rollout
+            partner = make_strategy(game, ROLE_POOLS[game]["training"][0])
+            ep = play_episode(make_game(game), [a, partner], random.Random(0))
+            assert ep.names[0] == name and len(ep.rounds) == make_game(game).num_rounds
 
 
-@pytest.mark.parametrize("game", list(REFERENCE_POOLS))
-def test_reference_overlaps_are_rejected_and_resolved_by_role(game):
-    with pytest.raises(PoolError, match=r"in both the 'training' and the '(exploit|collusive)' pool"):
-        check_separation(game, REFERENCE_POOLS[game])
-    # the resolution keeps every reference name, each in exactly one of its reference pools
-    ref_names = {n for names in REFERENCE_POOLS[game].values() for n in names}
-    resolved = load_pools(game)
-    assert {n for p in POOL_NAMES for n in resolved.names(p)} == ref_names
-    for name in ref_names:
-        assert name in REFERENCE_POOLS[game][resolved.pool_of(name)]
-    assert resolved.names("collusive") == tuple(REFERENCE_POOLS[game]["collusive"])  # c is defined against it
+@pytest.mark.parametrize("game", list(OVERLAPS))
+def test_strict_pools_keep_each_probe_out_of_training(game):
+    strict = load_pools(game, strict=True)
+    for name, roles in OVERLAPS[game].items():
+        assert strict.roles(name) == roles[1:]  # the probe role stays, the training role goes
+    expected_training = tuple(n for n in ROLE_POOLS[game]["training"] if n not in OVERLAPS[game])
+    assert strict.names("training") == expected_training
+    assert strict.names("exploit") == ROLE_POOLS[game]["exploit"]
+    assert strict.names("collusive") == ROLE_POOLS[game]["collusive"]
+    with pytest.raises(PoolError, match=r"in both the 'training' and the '(exploit|collusive)' pool.*strict_pools"):
+        check_separation(game, ROLE_POOLS[game], strict=True)
 
 
-def test_constructed_overlap_via_overrides_names_both_pools():
-    with pytest.raises(PoolError) as info:
-        load_pools("ipd", overrides={"exploit": ["always_defect", "tit_for_tat"]})
-    assert (
-        "'tit_for_tat'" in str(info.value)
-        and "'training'" in str(info.value)
-        and "'exploit'" in str(info.value)
-    )
+def test_the_recorded_bug_is_rejected():
+    # the authors' bug: the primary exploiter in all three pools
+    with pytest.raises(PoolError, match="'always_defect' is in all three pools of 'ipd'.*recorded"):
+        load_pools("ipd", overrides={"training": ["tit_for_tat", "always_defect"], "collusive": ["always_defect"]})
+    # one strategy both exploiter and collusive partner
+    with pytest.raises(PoolError, match="'selfish' is both an exploiter and a collusive partner in 'negotiation'"):
+        load_pools("negotiation", overrides={"collusive": ["fair", "selfish"]})
     with pytest.raises(PoolError, match="listed twice in the 'exploit' pool"):
         load_pools("ipd", overrides={"exploit": ["always_defect", "always_defect"]})
+
+
+def test_overrides_may_overlap_by_role_unless_strict():
+    pools = load_pools("ipd", overrides={"exploit": ["always_defect", "tit_for_tat"]})
+    assert pools.roles("tit_for_tat") == ("training", "exploit")
+    with pytest.raises(PoolError) as info:
+        load_pools("ipd", overrides={"exploit": ["always_defect", "tit_for_tat"]}, strict=True)
+    assert "'tit_for_tat'" in str(info.value) and "'training'" in str(info.value) and "'exploit'" in str(info.value)
 
 
 def test_unknown_names_list_the_valid_ones():
@@ -257,9 +274,12 @@ def test_load_pool_dir_and_extra_members(good_dir):
     assert load_pools("kuhn", extra_dir=good_dir).names("exploit")[-1] == "kuhn_passer"
 
 
-def test_extra_member_overlap_is_rejected(good_dir):
+def test_extra_member_overlap_follows_the_separation_rules(good_dir):
     with pytest.raises(PoolError, match="in both the 'training' and the 'exploit' pool"):
-        load_pools("ipd", extra_dir=good_dir, overrides={"exploit": ["always_defect", "fmsp_retaliator"]})
+        load_pools("ipd", extra_dir=good_dir, overrides={"exploit": ["always_defect", "fmsp_retaliator"]},
+                   strict=True)
+    with pytest.raises(PoolError, match="'fmsp_defector' is both an exploiter and a collusive partner"):
+        load_pools("ipd", extra_dir=good_dir, overrides={"collusive": ["fmsp_defector"]})
 
 
 def test_bad_sha256(tmp_path):

@@ -1,5 +1,6 @@
-"""sepo study: the two exact checks on constructed episodes, config errors, and a short end-to-end study on a
-tiny model (two arms, one step each) whose report has the promised sections and passes both checks."""
+"""sepo study: the two exact checks on constructed episodes (with negative controls), config errors, the study
+recipes' arms, and a short end-to-end study on a tiny model (two arms, one step each) whose report has the
+promised sections and passes both checks."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from sepo.eval.study.run import main
 IPD = make_game("ipd", num_rounds=4)
 LAMBDAS = IPD.default_lambdas
 ARGS = SimpleNamespace(advantage_mode="per_round", return_mode="reward_to_go", advantage_epsilon=1e-4)
-POOL_OF = {"tit_for_tat": "training", "always_defect": "exploit", "always_cooperate": "collusive"}
+PAPER = SimpleNamespace(advantage_mode="per_round", return_mode="paper", advantage_epsilon=1e-8)
+POOL_OF = {"tit_for_tat": "training", "grim_trigger": "training", "always_defect": "exploit",
+           "alternating_defect": "exploit", "always_cooperate": "collusive"}
+PROBE_OPPONENTS = ("always_defect", "alternating_defect", "always_cooperate")
 
 
 def episode_dict(opponent: str, seed: int, agent: str = "mixed") -> dict:
@@ -36,54 +40,79 @@ def episode_dict(opponent: str, seed: int, agent: str = "mixed") -> dict:
 
 
 def batch(G: int = 4, seed: int = 0) -> list[dict]:
-    """One generation batch: a group of G episodes per pool opponent, consecutive."""
-    return [episode_dict(opp, seed * 1000 + 10 * k + i) for k, opp in enumerate(POOL_OF) for i in range(G)]
+    """One generation batch of the shared / auxiliary arms: a group of G episodes per training opponent,
+    consecutive, each rollout with its own probe episodes (one per exploiter and collusive partner)."""
+    out = []
+    for k, opp in enumerate(("tit_for_tat", "grim_trigger")):
+        for i in range(G):
+            ep = episode_dict(opp, seed * 1000 + 10 * k + i)
+            ep["probes"] = [episode_dict(p, 10**6 + seed * 1000 + 100 * k + 10 * i + j)
+                            for j, p in enumerate(PROBE_OPPONENTS)]
+            out.append(ep)
+    return out
 
 
-def test_shared_penalty_advantages_equal_payoff_only_while_rewards_differ():
-    terms = [terms_from_dict(ep, IPD.max_payoff) for ep in batch()]
-    r = shared_equals_reward_only(terms, 4, LAMBDAS, ARGS)
-    assert r["max_abs_reward_gap"] > 0.1  # the shared penalty really changes the rewards ...
-    assert r["max_abs_diff_vs_payoff_only"] <= 1e-6  # ... but not the advantages
-    assert r["max_abs_diff_vs_reward_only_training_groups"] <= 1e-6
-    # the method's per-pool credit does change the signal on the same batch (the diagnostic the report prints)
-    assert r["cells"] == len(terms) * IPD.num_rounds
+def _terms(episodes: list[dict]) -> tuple[list, list]:
+    return ([terms_from_dict(ep, IPD.max_payoff) for ep in episodes],
+            [[terms_from_dict(p, IPD.max_payoff) for p in ep["probes"]] for ep in episodes])
+
+
+@pytest.mark.parametrize("args", [ARGS, PAPER], ids=["reward_to_go", "paper"])
+def test_shared_arm_advantages_equal_reward_only_while_rewards_differ(args):
+    terms, probes = _terms(batch())
+    r = shared_equals_reward_only(terms, probes, 4, LAMBDAS, args)
+    assert r["max_abs_reward_gap"] > 0.1  # the shared probe penalty really changes the rewards ...
+    assert r["max_abs_diff"] <= 1e-6  # ... but not the advantages
+    # the method's per-pool credit (here the training episode's own externality) does change the signal
+    assert r["cells"] == len(terms) * IPD.num_rounds and r["episodes"] == 8
     assert 0 < r["per_pool_changed_cells"] <= r["cells"] and r["per_pool_vs_shared_max_abs_diff"] > 0.1
 
 
 def test_shared_check_detects_a_penalty_that_is_not_a_group_constant():
-    # Negative control: with per-episode penalties (a different lambda per episode is not a group constant)
-    # the same comparison must fail, so the check is not vacuous.
+    # Negative control: the auxiliary arm's per-rollout probe penalties are not a group constant, so the
+    # same comparison must fail (the check is not vacuous).
     from sepo import objective
     from sepo.eval.study.checks import _advantages
 
-    terms = [terms_from_dict(ep, IPD.max_payoff) for ep in batch()]
-    own = [objective.round_rewards(t, LAMBDAS, "shared", shared_penalty=objective.penalty(t, LAMBDAS))
-           for t in terms]
-    payoff = [objective.round_rewards(t, LAMBDAS, "shared", shared_penalty=0.0) for t in terms]
+    terms, probes = _terms(batch())
+    own = [objective.round_rewards(t, LAMBDAS, "auxiliary", probes=p) for t, p in zip(terms, probes)]
+    payoff = [objective.round_rewards(t, LAMBDAS, "reward_only") for t in terms]
     assert float((_advantages(own, 4, ARGS) - _advantages(payoff, 4, ARGS)).abs().max()) > 0.1
 
 
-def test_auxiliary_penalty_is_uncorrelated_and_own_penalty_is_not():
-    episodes = []
-    for seed in range(30):
-        for ep in batch(G=2, seed=seed):
-            ep["auxiliary"] = [episode_dict(opp, 10**6 + 7 * seed + k)
-                               for k, opp in enumerate(("always_defect", "always_cooperate"))]
-            episodes.append(ep)
-    aux = auxiliary_check([{"episodes": episodes}], IPD.max_payoff, LAMBDAS)
-    assert aux["n"] == 180 and aux["aux_seeds_distinct"]
+def auxiliary_batches(n_groups: int) -> list[dict]:
+    return [{"episodes": batch(G=2, seed=seed)} for seed in range(n_groups)]
+
+
+def test_auxiliary_probe_penalty_is_uncorrelated_and_own_penalty_is_not():
+    batches = auxiliary_batches(12)  # n = 12 batches x 2 opponents x G = 2 = 48 rollouts
+    aux = auxiliary_check(batches, IPD.max_payoff, LAMBDAS)
+    assert aux["n"] == 48 and aux["bound_3_over_sqrt_n"] < 0.5 and aux["aux_seeds_distinct"]
     assert aux["passed"], aux["correlations"]
     # contrast: a penalty computed from the credited episode tracks its actions
+    episodes = [ep for b in batches for ep in b["episodes"]]
     own = credited_statistics(episodes, IPD.max_payoff, LAMBDAS,
                               lambda ep: 1.0 * sum(t["action"] == "DEFECT" for t in ep["turns"]))
     assert own["correlations"]["rate_DEFECT"] == pytest.approx(1.0)
     assert own["max_abs_r"] > own["bound_3_over_sqrt_n"]
 
 
-def test_auxiliary_check_needs_auxiliary_episodes():
-    episodes = [{**ep, "auxiliary": []} for ep in batch()]
-    with pytest.raises(ValueError, match="no auxiliary episodes"):
+def test_auxiliary_check_fails_when_the_probes_are_the_credited_episode():
+    # Negative control: the "auxiliary" penalty computed from the credited episode itself (its rounds relabelled
+    # as exploit and collusive probes, with fresh seeds so only the correlation can fail the check)
+    batches = auxiliary_batches(12)
+    for b in batches:
+        for ep in b["episodes"]:
+            ep["probes"] = [{**ep, "spec": {**ep["spec"], "pool": pool, "seed": ep["spec"]["seed"] + 1}}
+                            for pool in ("exploit", "collusive")]
+    aux = auxiliary_check(batches, IPD.max_payoff, LAMBDAS)
+    assert aux["aux_seeds_distinct"] and aux["max_abs_r"] > aux["bound_3_over_sqrt_n"]
+    assert not aux["passed"]
+
+
+def test_auxiliary_check_needs_probe_episodes():
+    episodes = [{**ep, "probes": []} for ep in batch()]
+    with pytest.raises(ValueError, match="no probe episodes"):
         auxiliary_check([{"episodes": episodes}], IPD.max_payoff, LAMBDAS)
 
 
@@ -108,10 +137,15 @@ def test_study_configs_parse():
         cfg = StudyConfig.from_yaml(f"configs/study/{name}.yaml")
         cfg.train.update(bf16=False, use_cpu=True, use_vllm=False)  # the GPU recipe, validated on this CPU
         assert list(cfg.arms) == ["reward_only", "shared", "auxiliary", "per_pool"]
-        credits = [arm_configs(cfg, arm)[0].credit for arm in cfg.arms]
-        assert credits == ["per_pool", "shared", "auxiliary", "per_pool"]
-        zero = arm_configs(cfg, "reward_only")[0].lambdas["ipd"]
-        assert zero == {"e": 0.0, "c": 0.0, "x": 0.0}
+        args = {arm: arm_configs(cfg, arm)[0] for arm in cfg.arms}
+        assert [a.credit for a in args.values()] == ["reward_only", "shared", "auxiliary", "per_pool"]
+        # the arms differ only in the penalty path: same game, lambdas, return mode and training groups
+        assert {a.return_mode for a in args.values()} == {"paper"}
+        assert all(a.lambdas == {} and a.pool_weights == {} for a in args.values())
+        assert all(a.pool_mix == args["reward_only"].pool_mix for arm, a in args.items() if arm != "per_pool")
+        assert set(args["reward_only"].pool_mix) == {"training"}
+        assert set(args["per_pool"].pool_mix) == {"training", "exploit", "collusive"}
+        assert args["per_pool"].pool_mix["training"] == args["reward_only"].pool_mix["training"]
     paper = StudyConfig.from_yaml("configs/study/ipd_gemma4_e4b.yaml").train
     assert (paper["max_steps"], paper["num_generations"], paper["learning_rate"], paper["beta"]) == (100, 4, 1e-5, 0.1)
 
@@ -122,8 +156,8 @@ def test_end_to_end_study_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
         "eval_base": False,
         "train": {
             "model_name_or_path": tiny_model_dir, "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}},
-            "pool_mix": {"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"},
-            "num_generations": 2, "per_device_train_batch_size": 6, "max_turn_tokens": 4,
+            "pool_mix": {"training": ["tit_for_tat"]}, "return_mode": "paper",
+            "num_generations": 2, "per_device_train_batch_size": 2, "max_turn_tokens": 4,
             "max_completion_length": 128, "learning_rate": 1e-3, "use_cpu": True, "bf16": False, "max_steps": 1,
             "save_strategy": "no", "report_to": "none", "logging_steps": 1, "keep_best_by_safety": False,
             "seed": 0, "disable_tqdm": True,
@@ -144,12 +178,17 @@ def test_end_to_end_study_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
         assert len(stats["abs_adv_per_round"]) == 2 and stats["steps"] == 1
         assert 0.0 <= stats["frac_zero_std_rounds"] <= 1.0
         batches = (out / arm / "train" / "episodes.jsonl").read_text().splitlines()
-        assert len(batches) == 1 and len(json.loads(batches[0])["episodes"]) == 6
+        episodes = json.loads(batches[0])["episodes"]
+        assert len(batches) == 1 and len(episodes) == 2  # one training group of G = 2
+        probes = [(p["spec"]["pool"], p["spec"]["opponent"]) for p in episodes[0]["probes"]]
+        assert probes == [("exploit", "always_defect"), ("exploit", "alternating_defect"),
+                          ("collusive", "always_cooperate")]
     checks = report["checks"]
     assert checks["shared_equals_reward_only_passed"]
     assert checks["shared_equals_reward_only"]["shared"]["max_abs_reward_gap"] > 0
+    assert set(checks["shared_equals_reward_only"]) == {"shared", "auxiliary"}  # both arms played the probes
     aux = checks["auxiliary_uncorrelated"]
-    assert aux["arm"] == "auxiliary" and aux["n"] == 6 and aux["aux_seeds_distinct"]
+    assert aux["arm"] == "auxiliary" and aux["n"] == 2 and aux["aux_seeds_distinct"]
     md = (out / "report.md").read_text()
     assert md == report_markdown(report)
     for heading in ("## Evaluation", "## Per-round advantage statistics", "## Exact checks"):

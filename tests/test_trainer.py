@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from envs import make_game, make_strategy
 from sepo.grpo.advantages import sepo_round_advantages
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.trainer import SEPOTrainer, build_group_dataset, group_specs
-from sepo.rollout.engine import EpisodeRecord, EpisodeSpec, Trajectory, TurnRecord
+from sepo.objective import PROBE_CREDITS
+from sepo.rollout.engine import EpisodeRecord, Trajectory, TurnRecord
 
 
 def tiny_config(tmp_path, **overrides) -> SEPOConfig:
@@ -42,28 +44,33 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
 
     def play(self, rows, backend):
         out = []
+        first = self.accelerator.process_index * len(rows)
         for i, row in enumerate(rows):
-            game = make_game(row["game"], **self.args.game_params.get(row["game"], {}))
-            rng = random.Random(row["seed"] * 100 + i)
-            state = game.new_state(rng)
-            opp = make_strategy(row["game"], row["opponent"])
-            opp.reset(game, 1, random.Random(row["seed"]))
-            traj, turns = Trajectory(prompt_ids=[1, 2, 3]), []
-            while not game.is_terminal(state):
-                t = state.round
-                mine = rng.choice(game.legal_actions(state, 0))
-                game.step(state, {0: mine, 1: opp.act(game.view(state, 1))})
-                n_forced = 1 if (i % 2 and t == 1) else 0
-                turns.append(TurnRecord(t, mine, mine, not n_forced, bool(n_forced), 2, n_forced))
-                traj.extend([5 + t, 6], [-0.5, -0.5], env=1, rnd=t, forced=0)
-                traj.extend([7] * n_forced, None, env=1, rnd=t, forced=1)
-                traj.extend([8, 9, 10], None, env=0, rnd=t, forced=0)
-            traj.completion_ids[-1] = self.renderer.end_of_turn_id
-            spec = EpisodeSpec(row["game"], {}, row["pool"], row["opponent"], row["seed"], row["seat"])
-            n_fb = sum(turn.fallback for turn in turns)
-            record = EpisodeRecord(spec, list(state.history), turns, 0, tuple(state.totals), n_fb, n_fb)
-            out.append((record, traj, []))
+            record, traj = self._fabricate(row, i)
+            probes = self.probe_specs(row, first + i) if self.args.credit in PROBE_CREDITS else []
+            out.append((record, traj, [self._fabricate(asdict(spec), i)[0] for spec in probes]))
         return out
+
+    def _fabricate(self, row, i):
+        game = make_game(row["game"], **self.args.game_params.get(row["game"], {}))
+        rng = random.Random(row["seed"] * 100 + i)
+        state = game.new_state(rng)
+        opp = make_strategy(row["game"], row["opponent"])
+        opp.reset(game, 1, random.Random(row["seed"]))
+        traj, turns = Trajectory(prompt_ids=[1, 2, 3]), []
+        while not game.is_terminal(state):
+            t = state.round
+            mine = rng.choice(game.legal_actions(state, 0))
+            game.step(state, {0: mine, 1: opp.act(game.view(state, 1))})
+            n_forced = 1 if (i % 2 and t == 1) else 0
+            turns.append(TurnRecord(t, mine, mine, not n_forced, bool(n_forced), 2, n_forced))
+            traj.extend([5 + t, 6], [-0.5, -0.5], env=1, rnd=t, forced=0)
+            traj.extend([7] * n_forced, None, env=1, rnd=t, forced=1)
+            traj.extend([8, 9, 10], None, env=0, rnd=t, forced=0)
+        traj.completion_ids[-1] = self.renderer.end_of_turn_id
+        spec = self._spec(row["game"], row["pool"], row["opponent"], row["seed"], row["seat"])  # the trainer's
+        n_fb = sum(turn.fallback for turn in turns)
+        return EpisodeRecord(spec, list(state.history), turns, 0, tuple(state.totals), n_fb, n_fb), traj
 
 
 class _Capture(FabricatedRolloutTestDouble):
@@ -71,6 +78,11 @@ class _Capture(FabricatedRolloutTestDouble):
         out = super()._generate_and_score_completions(inputs)
         self.captured = getattr(self, "captured", []) + [(inputs, out)]
         return out
+
+    def _round_reward_matrix(self, inputs, device):
+        rewards = super()._round_reward_matrix(inputs, device)
+        self.reward_matrices = getattr(self, "reward_matrices", []) + [rewards]
+        return rewards
 
 
 def _train_double(tmp_path, tiny_model_dir, **overrides) -> _Capture:
@@ -93,8 +105,12 @@ def test_group_dataset_rows_cover_the_pool_mix_each_step(tmp_path):
 
 
 def test_bad_config_names_list_valid_choices(tmp_path):
-    with pytest.raises(ValueError, match="per_pool, shared, auxiliary"):
+    with pytest.raises(ValueError, match="per_pool, reward_only, shared, auxiliary"):
         tiny_config(tmp_path, credit="group")
+    for credit in ("reward_only", "shared", "auxiliary"):  # the exploit / collusive pools are probes there
+        with pytest.raises(ValueError, match=f"pool_mix asks for exploit and collusive groups, but credit='{credit}' "
+                                             "trains on training-pool groups only"):
+            tiny_config(tmp_path, credit=credit)
     with pytest.raises(ValueError, match="choose one of: ipd"):
         tiny_config(tmp_path, games=["chess"])
     with pytest.raises(ValueError, match="training, exploit, collusive"):
@@ -130,17 +146,94 @@ def test_advantage_plumbing_with_test_double(tmp_path, tiny_model_dir):
             "sepo/fallback_rate", "sepo/time/rollout_s", "sepo/ipd/action/COOPERATE"} <= logged
 
 
-def test_shared_credit_equals_reward_only(tmp_path, tiny_model_dir):
-    shared = _train_double(tmp_path / "a", tiny_model_dir, credit="shared", max_steps=1)
-    reward_only = _train_double(tmp_path / "b", tiny_model_dir, credit="per_pool", max_steps=1,
-                                lambdas={"ipd": {"e": 0.0, "c": 0.0, "x": 0.0}},
-                                pool_mix={"training": ["tit_for_tat"]}, per_device_train_batch_size=4)
-    per_pool = _train_double(tmp_path / "c", tiny_model_dir, credit="per_pool", max_steps=1)
-    a_shared, a_per_pool = shared.captured[0][1]["advantages"], per_pool.captured[0][1]["advantages"]
-    # the training-pool group (rows 0-3) sees the same episodes in both runs; shared == reward-only there
-    torch.testing.assert_close(a_shared[:4], reward_only.captured[0][1]["advantages"][:4], rtol=0, atol=1e-5)
-    # and over the whole batch, shared == per-pool credit with all lambdas 0 ... but != per-pool credit
-    assert not torch.allclose(a_shared, a_per_pool)
+TRAINING_ONLY = dict(pool_mix={"training": ["tit_for_tat", "grim_trigger"]}, per_device_train_batch_size=8,
+                     max_steps=1)
+
+
+@pytest.mark.parametrize("return_mode", ["reward_to_go", "paper"])
+def test_shared_credit_equals_reward_only_on_identical_batches(tmp_path, tiny_model_dir, return_mode):
+    runs = {credit: _train_double(tmp_path / credit, tiny_model_dir, credit=credit, return_mode=return_mode,
+                                  **TRAINING_ONLY)
+            for credit in ("reward_only", "shared", "auxiliary")}
+    inputs = {credit: run.captured[0][0] for credit, run in runs.items()}
+    # identical batches: the same seeds give the same training episodes in every arm
+    assert [x["episode"].rounds for x in inputs["shared"]] == [x["episode"].rounds for x in inputs["reward_only"]]
+    assert all(x["probes"] for x in inputs["shared"]) and not any(x["probes"] for x in inputs["reward_only"])
+    adv = {credit: run.captured[0][1]["advantages"] for credit, run in runs.items()}
+    rewards = {credit: run.reward_matrices[0] for credit, run in runs.items()}
+    gap = (rewards["shared"] - rewards["reward_only"]).abs()
+    assert gap.min() > 0.1  # shared subtracts a real penalty from every round ...
+    torch.testing.assert_close(adv["shared"], adv["reward_only"], rtol=0, atol=1e-6)  # ... that cancels
+    # the group constant: one value per group of G = 4, the mean of its rollouts' probe penalties
+    per_group = gap.view(2, 4, -1)
+    assert torch.allclose(per_group, per_group[:, :1, :1].expand_as(per_group), atol=1e-5)
+    probe = torch.tensor([runs["shared"].sepo_reward.round_rewards(x["episode"], x["probes"])[1]
+                          for x in inputs["shared"]])
+    torch.testing.assert_close(per_group[:, 0, 0], probe.view(2, 4).mean(dim=1), rtol=0, atol=1e-5)
+    # the auxiliary arm credits each rollout its own probe penalty: it changes the advantages
+    torch.testing.assert_close(rewards["auxiliary"], rewards["reward_only"] - probe.unsqueeze(1), rtol=0,
+                               atol=1e-5)
+    assert not torch.allclose(adv["auxiliary"], adv["reward_only"], atol=1e-3)
+
+
+def test_a_name_in_two_pools_is_credited_by_its_groups_pool(tmp_path, tiny_model_dir):
+    """per_pool with single-issue hardball in training and exploit: two groups, each credited by its pool."""
+    from sepo.objective import episode_terms
+    from sepo.pools import load_pools
+
+    args = dict(games=["negotiation"], game_params={"negotiation": {"num_rounds": 3}},
+                pool_mix={"training": ["hardball"], "exploit": ["hardball"]}, per_device_train_batch_size=8,
+                max_steps=1)
+    assert [(r["pool"], r["opponent"]) for r in group_specs(tiny_config(tmp_path, **args),
+                                                             {"negotiation": load_pools("negotiation")})] == [
+        ("training", "hardball"), ("exploit", "hardball")]
+    trainer = _train_double(tmp_path, tiny_model_dir, **args)
+    inputs, rewards = trainer.captured[0][0], trainer.reward_matrices[0]
+    lam, s = trainer.lambdas["negotiation"], 0.3
+    for i, x in enumerate(inputs):
+        record = x["episode"]
+        t = episode_terms(record.rounds, 0, record.spec.pool, 10.0)
+        a, o = [r.payoffs[0] for r in record.rounds], [r.payoffs[1] for r in record.rounds]
+        ext = [r.signals[0].externality for r in record.rounds]
+        if i < 4:  # the training group: payoff minus externality, by hand
+            assert record.spec.pool == "training"
+            expected = [s * ai - lam.x * xi for ai, xi in zip(a, ext)]
+        else:  # the exploit group: the exploiter's advantage (clipped over the episode) and externality
+            assert record.spec.pool == "exploit"
+            behind = sum(o) > sum(a)
+            expected = [-(lam.e * (s * (oi - ai) if behind else 0.0) + lam.x * xi) for ai, oi, xi in zip(a, o, ext)]
+        assert rewards[i].tolist() == pytest.approx(expected, abs=1e-5), (i, t)
+    logged = {k for h in trainer.state.log_history for k in h}
+    assert {"sepo/negotiation/training/u", "sepo/negotiation/exploit/e"} <= logged
+
+
+def test_training_only_credits_default_to_training_groups(tmp_path):
+    from sepo.pools import load_pools
+
+    for credit in ("reward_only", "shared", "auxiliary"):
+        args = tiny_config(tmp_path, credit=credit, pool_mix=None)
+        assert args.pool_mix == {"training": "all"}
+        assert {r["pool"] for r in group_specs(args, {"ipd": load_pools("ipd")})} == {"training"}
+    assert tiny_config(tmp_path, pool_mix=None).pool_mix == dict.fromkeys(("training", "exploit", "collusive"), "all")
+    assert tiny_config(tmp_path, return_mode="paper").advantage_epsilon == 1e-8
+    assert tiny_config(tmp_path).advantage_epsilon == 1e-4
+
+
+def test_recipes_take_the_whole_pool_mix_in_each_step(tmp_path):
+    """Every configs/sepo recipe's generation batch is one block of its pool mix (G rows per group)."""
+    from pathlib import Path
+
+    import yaml
+
+    from sepo.pools import load_pools
+
+    fields = {f for f in SEPOConfig.__dataclass_fields__}
+    for path in sorted(Path("configs/sepo").glob("*.yaml")):
+        keys = {k: v for k, v in yaml.safe_load(path.read_text()).items() if k in fields}
+        args = SEPOConfig(**{**keys, "output_dir": str(tmp_path), "bf16": False, "use_cpu": True, "use_vllm": False})
+        block = group_specs(args, {g: load_pools(g) for g in args.games})
+        rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        assert rows == len(block) * args.num_generations, path.name
 
 
 def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):

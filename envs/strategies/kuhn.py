@@ -3,8 +3,9 @@
 Every strategy here is a behaviour strategy of the classic hand: a table {info state: {action: prob}}
 over all 12 information sets ("K", "Qp", "Jb", "Qpb", ...). The info-set string already says whether
 the seat moves first in the hand (even history length) or second, so one table plays both seat
-orders as the first mover alternates. `table` is public so the exact analysis in `envs.kuhn`
-(exploitability, best responses) applies to every scripted strategy.
+orders as the first mover alternates. `table` is public so the exact analysis in `envs.kuhn_exact`
+(exploitability, best responses) applies to every scripted strategy. The pool members follow the method's
+code (kirankumarmanku/sepo, games/kuhn.py); each docstring states its rule and its source.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class TabularKuhnStrategy(Strategy):
 class Nash(TabularKuhnStrategy):
     """Kuhn's equilibrium family (`envs.kuhn_exact.nash_policy`), alpha = 1/3 by default: as first mover bet J
     with alpha, never Q, K with 3*alpha, call Q with alpha + 1/3; as second mover bet J after a pass with
-    1/3, always K, call Q with 1/3; always call with K, never with J."""
+    1/3, always K, call Q with 1/3; always call with K, never with J. The SFT demonstrator and the
+    exact reference (exploitability 0); the training pool uses the method's `nash_approx`."""
 
     name = "nash"
 
@@ -65,25 +67,42 @@ class Nash(TabularKuhnStrategy):
         return nash_policy(self.alpha)
 
 
+class NashApprox(TabularKuhnStrategy):
+    """The method's `NashApprox` (kirankumarmanku/sepo, games/kuhn.py; its training pool), alpha = 1/3 by
+    default. With no bet pending (first to act, or after a pass): bet K, pass Q, bluff J with alpha. Facing a
+    bet (in either position): call K, fold J, call Q with 1/3. It differs from Kuhn's alpha equilibrium
+    (`nash`) only at "Qpb" (first mover with Q facing a bet after its pass: 1/3 here, alpha + 1/3 there)."""
+
+    name = "nash_approx"
+
+    def __init__(self, alpha: float = 1.0 / 3.0) -> None:
+        self.alpha = alpha
+        super().__init__()
+
+    def build_table(self) -> Table:
+        return _by_card({"J": self.alpha, "Jp": self.alpha, "K": 1.0, "Kp": 1.0,
+                         "Qb": 1 / 3, "Qpb": 1 / 3, "Kb": 1.0, "Kpb": 1.0})
+
+
 class TightPassive(TabularKuhnStrategy):
-    """Never bets (always PASS with no bet pending); facing a bet calls only with K, folds J and Q."""
+    """The method's `TightPassive` (kirankumarmanku/sepo, games/kuhn.py; its training pool): bets or calls
+    only with K. With no bet pending: BET with K, PASS with J and Q; facing a bet: CALL with K, FOLD J and Q."""
 
     name = "tight_passive"
 
     def build_table(self) -> Table:
-        return _by_card({"Kb": 1.0, "Kpb": 1.0})
+        return _by_card({"K": 1.0, "Kp": 1.0, "Kb": 1.0, "Kpb": 1.0})
 
 
 class LooseAggressive(TabularKuhnStrategy):
-    """Bets Q and K whenever it can open (first, or after a pass) and bluffs J with 1/2; facing a bet
-    calls with Q and K and with J 1/3 of the time."""
+    """The method's `LooseAggressive` (kirankumarmanku/sepo, games/kuhn.py; its training pool and its
+    collusive partner): with Q or K it bets whenever no bet is pending and calls any bet; with J it passes,
+    and folds facing a bet. It never bets or calls with J."""
 
     name = "loose_aggressive"
 
     def build_table(self) -> Table:
-        opens = {card + h: p for h in ("", "p") for card, p in (("J", 0.5), ("Q", 1.0), ("K", 1.0))}
-        calls = {card + h: p for h in ("b", "pb") for card, p in (("J", 1 / 3), ("Q", 1.0), ("K", 1.0))}
-        return _by_card(opens | calls)
+        return _by_card({card + h: 1.0 for card in ("Q", "K") for h in ("", "p", "b", "pb")})
 
 
 class AlwaysBet(TabularKuhnStrategy):
@@ -93,6 +112,18 @@ class AlwaysBet(TabularKuhnStrategy):
 
     def build_table(self) -> Table:
         return _by_card(dict.fromkeys(INFO_STATES, 1.0))
+
+
+class MaxExploiter(TabularKuhnStrategy):
+    """The method's `MaxExploiter` (kirankumarmanku/sepo, games/kuhn.py; its exploit pool), a fixed rule:
+    facing a bet, CALL only with K (fold J and Q); with no bet pending (first to act, or after a pass), PASS
+    with J and BET with Q or K. Deterministic; not an exact best response to anything in particular (for
+    that, see `best_response`)."""
+
+    name = "max_exploiter"
+
+    def build_table(self) -> Table:
+        return _by_card({"Q": 1.0, "K": 1.0, "Qp": 1.0, "Kp": 1.0, "Kb": 1.0, "Kpb": 1.0})
 
 
 class TightValue(TabularKuhnStrategy):
@@ -138,20 +169,21 @@ class AlwaysPassQ(TabularKuhnStrategy):
         return table
 
 
-class MaxExploiter(TabularKuhnStrategy):
-    """The exact pure best response, in both seat orders, to an assumed opponent: by default
-    `random_legal` (uniform play, the natural prior for an untrained LLM), or any other tabular
-    strategy of this module named by `assumed`. Deterministic given the info set. Against uniform play:
-    as first mover it bets J and Q and passes K (then calls); as second mover it bets every card after
-    a pass; facing a bet it calls with Q and K and folds J."""
+class BestResponse(TabularKuhnStrategy):
+    """The exact pure best response, in both seat orders, to an assumed opponent (this project's strategy,
+    not the method's; outside the default pools): by default `random_legal` (uniform play, the natural
+    prior for an untrained LLM), or any other tabular strategy of this module named by `assumed`.
+    Deterministic given the info set. Against uniform play: as first mover it bets J and Q and passes K
+    (then calls); as second mover it bets every card after a pass; facing a bet it calls with Q and K and
+    folds J. It wins 11/24 per hand against uniform play (uniform play's exploitability)."""
 
-    name = "max_exploiter"
+    name = "best_response"
 
     def __init__(self, assumed: str = "random_legal") -> None:
         tabular = {n: c for n, c in STRATEGIES.items() if n != self.name}
         if assumed not in tabular:
             raise ValueError(
-                f"max_exploiter: unknown assumed opponent {assumed!r}; choose one of: {sorted(tabular)}"
+                f"best_response: unknown assumed opponent {assumed!r}; choose one of: {sorted(tabular)}"
             )
         self.assumed = assumed
         self.assumed_table = tabular[assumed]().table
@@ -165,10 +197,12 @@ STRATEGIES: dict[str, type[TabularKuhnStrategy]] = {
     cls.name: cls
     for cls in (
         Nash,
+        NashApprox,
         TightPassive,
         LooseAggressive,
         AlwaysBet,
         MaxExploiter,
+        BestResponse,
         TightValue,
         PotControl,
         RandomLegal,

@@ -1,5 +1,7 @@
 """Scripted single-issue negotiation strategies: the training, exploit and collusive pools and the SFT
-demonstrators. Every demand is clamped to the game's legal range [min_demand, max_demand]."""
+demonstrators. Every demand is clamped to the game's legal range [min_demand, max_demand]. The pool members
+follow the method's code (kirankumarmanku/sepo, games/negotiation.py: FairSplit 5, BalancedSplit 6,
+SelfishSplit 7, HardballSplit 8, ConcedeSplit)."""
 
 from __future__ import annotations
 
@@ -54,12 +56,13 @@ class Hardball(FixedDemand):
 
 
 class Concede(Strategy):
-    """Demands 6 until the first breakdown (a round without a deal), then 5 for the rest of the episode."""
+    """The method's `ConcedeSplit` (kirankumarmanku/sepo, games/negotiation.py): demands 6, except 5 in the
+    round right after a breakdown (a round without a deal); after a deal it demands 6 again."""
 
     name = "concede"
 
     def act(self, view: View) -> str:
-        broke_down = any(not h["deal"] for h in view.history)
+        broke_down = bool(view.history) and not view.history[-1]["deal"]
         return clamp_demand(view, 5 if broke_down else 6)
 
 

@@ -1,6 +1,8 @@
 """Scripted multi-issue negotiation strategies: the training, exploit and collusive pools and the SFT
 demonstrators. They read the pool and their own values from `view.private`; every demand is clamped
-to 0..pool per item. `round` below is the 0-based round index (`view.round`)."""
+to 0..pool per item. `round` below is the 0-based round index (`view.round`). The pool members (fair,
+tit_for_tat, concede, greedy, hardball) follow the method's code (kirankumarmanku/sepo,
+games/negotiation_gtbench.py: FairNeg, TFTNeg, ConcedeNeg, GreedyNeg, HardballNeg)."""
 
 from __future__ import annotations
 
@@ -62,13 +64,15 @@ class Concede(DemandStrategy):
 
 
 class Greedy(DemandStrategy):
-    """Value-proportional + 1 (exploit pool): floor(pool/2 * value / mean value) + 1 per item, so more
-    than half of every item it values at least averagely and all of its most valued items."""
+    """The method's `GreedyNeg` (kirankumarmanku/sepo, games/negotiation_gtbench.py; its exploit pool): per
+    item min(pool_i, floor(pool_i * v_i / sum(v)) + 1) with its own values v, every round: one more than
+    its value-proportional share of every item, capped at the pool (by `act`'s clamp)."""
 
     name = "greedy"
 
     def demand(self, view, pool, values):
-        return [math.floor(x) + 1 for x in value_weighted_half(pool, values)]
+        total = sum(values)
+        return [p * v // total + 1 for p, v in zip(pool, values, strict=True)]
 
 
 class Hardball(DemandStrategy):

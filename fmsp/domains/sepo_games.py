@@ -175,7 +175,8 @@ class SepoGameDomain:
     def baselines(self, side: str) -> list[PolicyCode]:
         _check_side(side)
         pools = DEFAULT_POOLS[self.name]
-        names = pools["exploit"] if side == "exploiter" else pools["training"] + pools["collusive"]
+        # a name may serve two pools (separation by role): each baseline once
+        names = pools["exploit"] if side == "exploiter" else tuple(dict.fromkeys(pools["training"] + pools["collusive"]))
         return [scripted_policy_code(self.name, n, side) for n in names]
 
     def match_config(self) -> dict[str, Any]:

@@ -9,39 +9,51 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd
 
+RETURN_MODES = ("reward_to_go", "per_round", "paper")
+PAPER_EPSILON = 1e-8  # the revised paper's delta in A = (rew - mean) / (sigma + delta)
+
 
 def round_returns(round_rewards: torch.Tensor, return_mode: str = "reward_to_go") -> torch.Tensor:
-    """The per-round signal to normalise: the reward-to-go sum_{t' >= t} r_t' or the round reward itself.
+    """The per-round signal to normalise: the reward-to-go sum_{t' >= t} r_t', or (per_round, paper) the
+    round reward itself.
 
     Rounds that did not happen stay NaN (and contribute nothing to the returns of earlier rounds).
     """
-    if return_mode == "per_round":
+    if return_mode in ("per_round", "paper"):
         return round_rewards.clone()
     if return_mode != "reward_to_go":
-        raise ValueError(f"unknown return_mode {return_mode!r}; choose one of: reward_to_go, per_round")
+        raise ValueError(f"unknown return_mode {return_mode!r}; choose one of: {', '.join(RETURN_MODES)}")
     filled = torch.nan_to_num(round_rewards, nan=0.0)
     to_go = filled.flip(-1).cumsum(-1).flip(-1)
     return torch.where(torch.isnan(round_rewards), torch.nan, to_go)
 
 
 def group_normalize(
-    values: torch.Tensor, num_generations: int, eps: float = 1e-4
+    values: torch.Tensor, num_generations: int, eps: float = 1e-4, paper: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Standardise `values` (N, ...) across the G members of each group, separately for every trailing index.
 
     NaN entries (rounds that did not happen) are excluded from mean and std and get advantage 0; a
-    (group, round) seen by a single episode has no baseline and also gets 0. Uses TRL's nan-aware
-    unbiased std and `(x - mean) / (std + eps)`, so the episode-level case equals TRL's own advantages.
-    Returns (advantages with the shape of `values`, zero_std: bool per (group, ...) among cells that exist).
+    (group, round) seen by a single episode has no baseline and also gets 0. By default uses TRL's
+    nan-aware unbiased std and `(x - mean) / (std + eps)`, so the episode-level case equals TRL's own
+    advantages. `paper`: the method's code (train/grpo.py), the population std (numpy's default) and
+    advantage 0 wherever std < eps. Returns (advantages with the shape of `values`, zero_std: bool per
+    (group, ...) among cells that exist: std 0, or with `paper` std < eps).
     """
     if values.size(0) % num_generations:
         raise ValueError(f"batch of {values.size(0)} rows is not a whole number of groups of {num_generations}")
     grouped = values.reshape(-1, num_generations, *values.shape[1:])
     mean = torch.nanmean(grouped, dim=1, keepdim=True)
-    std = nanstd(grouped, dim=1, keepdim=True)
-    adv = torch.nan_to_num((grouped - mean) / (std + eps), nan=0.0).reshape(values.shape)
+    if paper:
+        std = torch.nanmean((grouped - mean) ** 2, dim=1, keepdim=True).sqrt()
+        adv = torch.where(std < eps, 0.0, (grouped - mean) / (std + eps))
+    else:
+        std = nanstd(grouped, dim=1, keepdim=True)
+        adv = (grouped - mean) / (std + eps)
+    adv = torch.nan_to_num(adv, nan=0.0).reshape(values.shape)
     exists = (~torch.isnan(grouped)).any(dim=1)
-    zero_std = torch.isclose(torch.nan_to_num(std.squeeze(1), nan=0.0), torch.zeros(())) & exists
+    std = torch.nan_to_num(std.squeeze(1), nan=0.0)
+    zero_std = ((std < eps) if paper else torch.isclose(std, torch.zeros((), dtype=std.dtype))) & exists
     return adv, zero_std
 
 
@@ -56,17 +68,19 @@ def sepo_round_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-round advantages (N, K) from per-round rewards (N, K, NaN = round absent).
 
-    per_round: normalise round t across the group for every t separately (reward-to-go or per-round
-    reward). episode: normalise the episode reward (mean round reward) and give every round that happened that value (the
-    ablation). `pool_weights` (N,) multiplies each episode's advantages after normalisation.
-    Returns (advantages, zero_std per (group, round) or per group).
+    per_round: normalise round t across the group for every t separately (the reward-to-go, or with
+    per_round / paper the round reward; paper also normalises as the method's code, see
+    `group_normalize`). episode: normalise the episode reward (mean round reward) and give every round
+    that happened that value (the ablation). `pool_weights` (N,) multiplies each episode's advantages
+    after normalisation. Returns (advantages, zero_std per (group, round) or per group).
     """
     absent = torch.isnan(round_rewards)
+    paper = return_mode == "paper"
     if advantage_mode == "per_round":
-        adv, zero_std = group_normalize(round_returns(round_rewards, return_mode), num_generations, eps)
+        adv, zero_std = group_normalize(round_returns(round_rewards, return_mode), num_generations, eps, paper)
     elif advantage_mode == "episode":
         episode_return = torch.nanmean(round_rewards, dim=1)  # the objective's episode reward
-        ep_adv, zero_std = group_normalize(episode_return, num_generations, eps)
+        ep_adv, zero_std = group_normalize(episode_return, num_generations, eps, paper)
         adv = ep_adv.unsqueeze(1).expand_as(round_rewards).clone()
     else:
         raise ValueError(f"unknown advantage_mode {advantage_mode!r}; choose one of: per_round, episode")

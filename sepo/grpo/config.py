@@ -11,11 +11,11 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from sepo.objective import CREDIT_MODES
+from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES
+from sepo.objective import CREDIT_MODES, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
 
 ADVANTAGE_MODES = ("per_round", "episode")
-RETURN_MODES = ("reward_to_go", "per_round")
 
 
 def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
@@ -56,8 +56,12 @@ class SEPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Groups per step by pool: {pool: 'all' | n | [opponent names]}; default every opponent of "
-            "every pool once per step."
+            "every pool once per step (credit per_pool), or of the training pool (the other credits)."
         },
+    )
+    strict_pools: bool = field(
+        default=False,
+        metadata={"help": "Keep every opponent in one pool (default: pools separated by role, as the method)."},
     )
     pool_dir: str | None = field(
         default=None, metadata={"help": "Directory of FMSP-exported pool members (manifest.json) added to the pools."}
@@ -72,7 +76,10 @@ class SEPOConfig(GRPOConfig):
     )
 
     # --- objective ------------------------------------------------------------------------------------
-    credit: str = field(default="per_pool", metadata={"help": f"Penalty credit mode: {', '.join(CREDIT_MODES)}."})
+    credit: str = field(
+        default="per_pool",
+        metadata={"help": f"Penalty credit mode: {', '.join(CREDIT_MODES)} (the four arms of the method's study)."},
+    )
     lambdas: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "lambda overrides {game: {e, c, x}}; default the game's own."}
     )
@@ -85,9 +92,12 @@ class SEPOConfig(GRPOConfig):
         default="per_round", metadata={"help": f"Normalisation: {', '.join(ADVANTAGE_MODES)} (episode = ablation)."}
     )
     return_mode: str = field(
-        default="reward_to_go", metadata={"help": f"Per-round signal: {', '.join(RETURN_MODES)}."}
+        default="reward_to_go",
+        metadata={"help": f"Per-round signal: {', '.join(RETURN_MODES)} (paper = the revised paper's round reward)."},
     )
-    advantage_epsilon: float = field(default=1e-4, metadata={"help": "Added to the group std (TRL's 1e-4)."})
+    advantage_epsilon: float | None = field(
+        default=None, metadata={"help": "Added to the group std; default TRL's 1e-4, or 1e-8 with return_mode paper."}
+    )
 
     # --- rollouts -------------------------------------------------------------------------------------
     max_turn_tokens: int = field(default=64, metadata={"help": "Max new tokens per action turn."})
@@ -116,7 +126,10 @@ class SEPOConfig(GRPOConfig):
         _check_choice("return_mode", self.return_mode, RETURN_MODES)
         self.game_params = dict(self.game_params or {})
         self.lambdas = dict(self.lambdas or {})
-        self.pool_mix = dict(self.pool_mix or dict.fromkeys(POOL_NAMES, "all"))
+        if self.advantage_epsilon is None:
+            self.advantage_epsilon = PAPER_EPSILON if self.return_mode == "paper" else 1e-4
+        group_pools = ("training",) if self.credit in TRAINING_ONLY_CREDITS else POOL_NAMES
+        self.pool_mix = dict(self.pool_mix or dict.fromkeys(group_pools, "all"))
         self.pool_weights = {pool: float(w) for pool, w in (self.pool_weights or {}).items()}
         for mapping, what in ((self.game_params, "game_params"), (self.lambdas, "lambdas")):
             for game in mapping:
@@ -125,6 +138,14 @@ class SEPOConfig(GRPOConfig):
         for mapping, what in ((self.pool_mix, "pool_mix"), (self.pool_weights, "pool_weights")):
             for pool in mapping:
                 _check_choice(f"pool in {what}", pool, POOL_NAMES)
+        probes = [pool for pool, choice in self.pool_mix.items() if pool != "training" and choice not in (0, [])]
+        if self.credit in TRAINING_ONLY_CREDITS and probes:
+            raise ValueError(
+                f"pool_mix asks for {' and '.join(probes)} groups, but credit={self.credit!r} trains on "
+                "training-pool groups only: under reward_only, shared and auxiliary credit the exploit and "
+                "collusive pools are probes (shared and auxiliary play them per rollout and subtract their "
+                "penalty), never groups of their own. Remove them from pool_mix, or use credit: per_pool"
+            )
         if self.seat not in (0, 1):
             raise ValueError(f"seat must be 0 or 1, got {self.seat}")
 

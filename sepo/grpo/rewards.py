@@ -1,7 +1,8 @@
 """SEPO rewards for TRL: the per-episode reward function, per-round rewards for the advantages, and metrics.
 
-Everything here reads one episode's record (what the rollout returns as extra keys) and the game's
-lambdas; the group-level parts of the `shared` ablation are finished by the trainer after gathering.
+Everything here reads one episode's record (what the rollout returns as extra keys: the episode and, for
+credit shared / auxiliary, its probe episodes) and the game's lambdas; the group-level part of the `shared`
+arm is finished by the trainer after gathering.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from envs import Game
 from envs.base import Lambdas
 from sepo import objective
-from sepo.objective import EpisodeTerms
+from sepo.objective import PROBE_CREDITS, EpisodeTerms
 from sepo.pools import POOL_NAMES
 
 
@@ -37,41 +38,41 @@ def fallback_penalties(record: Any, num_rounds: int, penalty: float) -> list[flo
 class SEPOReward:
     """TRL reward function: the credited SEPO reward of each episode (mean of its per-round rewards).
 
-    per_pool and auxiliary are computed from the episode's own record; for `shared` the group penalty
-    is a group constant that only the trainer can see across ranks, so this returns s*u there and the
-    trainer subtracts the shared penalty (the advantages, which cancel it anyway, use the exact value).
+    per_pool, reward_only and auxiliary are computed from the episode's own record (and, for auxiliary,
+    its probe episodes); for `shared` the group penalty is the mean of the group's probe penalties, which
+    only the trainer can see across ranks, so this returns s*u there and the trainer subtracts the shared
+    penalty (the advantages, which cancel it anyway, use the exact value). `paper`: the revised paper's
+    round reward (the whole-episode penalty on every round; `objective.round_rewards`).
     """
 
     __name__ = "sepo"
 
     def __init__(self, games: Mapping[str, Game], lambdas: Mapping[str, Lambdas], credit: str,
-                 fallback_penalty: float = 0.0) -> None:
-        self.games, self.lambdas, self.credit, self.fallback_penalty = games, lambdas, credit, fallback_penalty
+                 fallback_penalty: float = 0.0, paper: bool = False) -> None:
+        self.games, self.lambdas, self.credit = games, lambdas, credit
+        self.fallback_penalty, self.paper = fallback_penalty, paper
 
-    def round_rewards(self, record: Any, auxiliary: Sequence[Any] = ()) -> tuple[list[float], float]:
-        """(per-round rewards before any shared penalty, this episode's own per-pool penalty).
+    def round_rewards(self, record: Any, probes: Sequence[Any] = ()) -> tuple[list[float], float]:
+        """(per-round rewards before any shared penalty, this rollout's probe penalty or 0).
 
-        `auxiliary` are the records of the separate episodes played for this rollout (credit=auxiliary).
+        `probes` are the records of the probe episodes played for this rollout (credit shared / auxiliary).
         """
         game = self.games[record.spec.game]
         terms, lam = terms_of(record, game), self.lambdas[record.spec.game]
-        if self.credit == "per_pool":
-            rewards = objective.round_rewards(terms, lam, "per_pool")
-        elif self.credit == "shared":
-            rewards = objective.round_rewards(terms, lam, "shared", shared_penalty=0.0)
-        else:
-            aux = [terms_of(r, self.games[r.spec.game]) for r in auxiliary]
-            rewards = objective.round_rewards(terms, lam, "auxiliary", auxiliary=aux)
+        probe_terms = [terms_of(r, self.games[r.spec.game]) for r in probes]
+        rewards = objective.round_rewards(terms, lam, self.credit, probes=probe_terms, paper=self.paper,
+                                          shared_penalty=0.0)  # shared: the trainer subtracts the group mean
+        probe_penalty = objective.probe_penalty(terms, probe_terms, lam) if self.credit in PROBE_CREDITS else 0.0
         penalties = fallback_penalties(record, len(rewards), self.fallback_penalty)
-        return [r - p for r, p in zip(rewards, penalties)], objective.penalty(terms, lam)
+        return [r - p for r, p in zip(rewards, penalties)], probe_penalty
 
     def __call__(self, prompts: list, completions: list, completion_ids: list, episode: list,
-                 auxiliary: list | None = None, log_metric: Callable[[str, float], None] | None = None,
+                 probes: list | None = None, log_metric: Callable[[str, float], None] | None = None,
                  **_: Any) -> list[float]:
         start = time.perf_counter()
         rewards = []
         for i, record in enumerate(episode):
-            per_round, _ = self.round_rewards(record, auxiliary[i] if auxiliary else ())
+            per_round, _ = self.round_rewards(record, probes[i] if probes else ())
             rewards.append(sum(per_round) / max(1, len(per_round)))
         if log_metric is not None:
             for name, value in episode_metrics(episode, self.games, self.lambdas).items():

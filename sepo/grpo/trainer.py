@@ -29,16 +29,19 @@ from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSp
 from sepo.grpo.advantages import sepo_round_advantages, token_advantages
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.rewards import SEPOReward
-from sepo.objective import resolve_lambdas
+from sepo.objective import PROBE_CREDITS, resolve_lambdas
 from sepo.pools import POOL_NAMES, Pools, load_pools
 
 RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
-"""Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, auxiliary
+"""Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, probe
 records) per rollout, in the batch's order (e.g. the study records them)."""
 
 
 def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
-    """One block of the pool mix: a (game, pool, opponent) row per group, as configured by `pool_mix`."""
+    """One block of the pool mix: a (game, pool, opponent) row per group, as configured by `pool_mix`.
+
+    A name in two pools (separation by role) forms one group per pool it is asked for in; each row
+    carries its pool, which decides the episode's credit downstream."""
     rng = random.Random(args.seed)
     block = []
     for game in args.games:
@@ -49,7 +52,7 @@ def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any
                 chosen = list(names)
             elif isinstance(choice, list):
                 chosen = list(choice)
-                wrong = [n for n in chosen if pools[game].pool_of(n) != pool]  # pool_of raises on unknown names
+                wrong = [n for n in chosen if n not in names]
                 if wrong:
                     raise ValueError(f"pool_mix[{pool!r}] names {wrong}, which are not in the {pool!r} pool of "
                                      f"{game!r}; that pool holds: {', '.join(names)}")
@@ -144,13 +147,15 @@ class SEPOTrainer(GRPOTrainer):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
         sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
-        self.pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox) for g in args.games}
+        self.pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools)
+                      for g in args.games}
         self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
         # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
         self._pool_factories = {m.name: m.factory for p in self.pools.values() for m in p.registry.values()
                                 if m.source.get("kind") != "scripted"}
-        self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty)
+        self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty,
+                                      paper=args.return_mode == "paper")
         if train_dataset is None:
             train_dataset = build_group_dataset(args, self.pools)
         callbacks = list(callbacks or [])
@@ -194,27 +199,32 @@ class SEPOTrainer(GRPOTrainer):
         return EpisodeSpec(game=game, game_params=dict(self.args.game_params.get(game, {})), pool=pool,
                            opponent=opponent, seed=seed, seat=seat)
 
-    def auxiliary_specs(self, row: dict[str, Any], index: int) -> list[Any]:
-        """credit=auxiliary: for one rollout, one separate episode against a freshly drawn exploiter and one
-        against a collusive partner (own seeds), whose penalty is credited to that rollout."""
-        rng = random.Random(f"{row['seed']}:{index}:auxiliary")
+    def probe_specs(self, row: dict[str, Any], index: int) -> list[Any]:
+        """credit shared / auxiliary: the probe episodes of one training rollout (`index`: its position in
+        the global batch), one against every exploiter and every collusive partner of the game's pools, as
+        the method's code played them, each with its own seed; their penalty reaches this rollout
+        (auxiliary) or the group mean does (shared)."""
+        rng = random.Random(f"{row['seed']}:{index}:probes")
         pools = self.pools[row["game"]]
-        return [self._spec(row["game"], pool, pools.sample(pool, rng), rng.randrange(2**31), int(row["seat"]))
-                for pool in ("exploit", "collusive") if pools.names(pool)]
+        return [self._spec(row["game"], pool, name, rng.randrange(2**31), int(row["seat"]))
+                for pool in ("exploit", "collusive") for name in pools.names(pool)]
 
     def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> list[tuple[Any, Any, list[Any]]]:
-        """Play one episode per row (plus auxiliary episodes when credit=auxiliary) in one lock-step batch,
-        with the same number of generation calls on every rank; returns (record, trajectory, aux records)."""
+        """Play one episode per row (plus its probe episodes when credit is shared or auxiliary) in one
+        lock-step batch, with the same number of generation calls on every rank; returns (record,
+        trajectory, probe records)."""
         from sepo.rollout.engine import play_episodes
 
         specs = [self._spec(r["game"], r["pool"], r["opponent"], int(r["seed"]), int(r["seat"])) for r in rows]
-        aux = [self.auxiliary_specs(r, i) if self.args.credit == "auxiliary" else [] for i, r in enumerate(rows)]
-        flat_aux = [spec for specs_i in aux for spec in specs_i]
-        results = play_episodes([*specs, *flat_aux], backend, self.renderer, self.sampling,
+        first = self.accelerator.process_index * len(rows)  # this rank's offset in the global batch
+        probes = [self.probe_specs(r, first + i) if self.args.credit in PROBE_CREDITS else []
+                  for i, r in enumerate(rows)]
+        flat = [spec for specs_i in probes for spec in specs_i]
+        results = play_episodes([*specs, *flat], backend, self.renderer, self.sampling,
                                 opponents=self._pool_factories, fallback=self.args.fallback, trajectories=True,
                                 collective=self.accelerator.num_processes > 1)
         main, rest = results[: len(specs)], iter(results[len(specs):])
-        return [(record, traj, [next(rest)[0] for _ in aux_i]) for (record, traj), aux_i in zip(main, aux)]
+        return [(record, traj, [next(rest)[0] for _ in probes_i]) for (record, traj), probes_i in zip(main, probes)]
 
     def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
         """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras.
@@ -236,8 +246,8 @@ class SEPOTrainer(GRPOTrainer):
         self._metrics[mode]["sepo/generation_calls"].append(float(timed.calls))
         eos = set(self.eos_token_ids)
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
-                                                 "round_ids", "forced_mask", "episode", "auxiliary")}
-        for record, traj, auxiliary in results:
+                                                 "round_ids", "forced_mask", "episode", "probes")}
+        for record, traj, probes in results:
             ids, lps = list(traj.completion_ids), list(traj.logprobs)
             env, rids, forced = list(traj.env_mask), list(traj.round_ids), list(traj.forced_mask)
             if not ids or ids[-1] not in eos:  # end with end-of-turn so TRL does not count it as truncated
@@ -255,7 +265,7 @@ class SEPOTrainer(GRPOTrainer):
             out["round_ids"].append(rids)
             out["forced_mask"].append(forced)
             out["episode"].append(record)
-            out["auxiliary"].append(auxiliary)
+            out["probes"].append(probes)
         return out
 
     # --- advantages ---------------------------------------------------------------------------------
@@ -268,19 +278,22 @@ class SEPOTrainer(GRPOTrainer):
         return output
 
     def _round_reward_matrix(self, inputs: list[dict[str, Any]], device: torch.device) -> torch.Tensor:
-        """Global (N, K) per-round rewards (NaN = round absent), with the shared penalty applied if asked."""
+        """Global (N, K) per-round rewards (NaN = round absent); with credit shared, minus the group mean of
+        the rollouts' probe penalties (one constant per group)."""
         K, n = self.max_rounds, len(inputs)
         local = torch.full((n, K), torch.nan, device=device)
-        own_penalty = torch.zeros(n, device=device)
+        probe_penalty = torch.zeros(n, device=device)
         for i, x in enumerate(inputs):
-            rewards, penalty = self.sepo_reward.round_rewards(x["episode"], x["auxiliary"])
+            rewards, probe_penalty[i] = self.sepo_reward.round_rewards(x["episode"], x["probes"])
             local[i, : len(rewards)] = torch.tensor(rewards, dtype=torch.float32, device=device)
-            own_penalty[i] = penalty
         rewards = gather(local)
-        if self.args.credit == "shared":  # one penalty for the group: the group mean of the per-pool penalties
-            G = self.num_generations if self.model.training else self.num_generations_eval
-            shared = gather(own_penalty).view(-1, G).mean(dim=1).repeat_interleave(G)
-            rewards = rewards - shared.unsqueeze(1)
+        if self.args.credit in PROBE_CREDITS:
+            penalties = gather(probe_penalty)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["sepo/probe_penalty"].append(penalties.mean().item())
+            if self.args.credit == "shared":
+                G = self.num_generations if self.model.training else self.num_generations_eval
+                rewards = rewards - penalties.view(-1, G).mean(dim=1).repeat_interleave(G).unsqueeze(1)
         return rewards
 
     def _sepo_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:

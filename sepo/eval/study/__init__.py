@@ -1,21 +1,23 @@
 """`sepo study --config configs/study/<name>.yaml`: the four-arm credit-assignment study of the revised paper.
 
-The same game, model, seeds and budget are trained once per arm, then evaluated side by side with `sepo eval`:
+The same game, model, seeds and steps are trained once per arm; the arms differ only in the penalty's
+gradient path (`sepo.objective`, `credit:`), then are evaluated side by side with `sepo eval`:
 
-  reward_only  per_pool credit with every λ = 0: payoff on training-pool groups, zero reward (so zero
-               advantage) on exploit / collusive groups: GRPO on the game's payoff alone;
-  shared       one penalty per group (the group mean): a group constant, so the advantages are exactly
-               those of the payoff-only reward u on every group;
-  auxiliary    each rollout's penalty is measured on separate auxiliary episodes against fresh exploit /
-               collusive opponents, independent of the credited episode (zero expected gradient);
-  per_pool     every episode carries the terms of its own pool (the method's fix), optionally pool weights.
+  reward_only  training-pool groups, reward u: GRPO on the game's payoff alone;
+  shared       training-pool groups, u minus one penalty per group measured on probe episodes against the
+               exploit and collusive pools: a group constant, so the advantages are exactly reward_only's;
+  auxiliary    training-pool groups, u minus each rollout's own probe penalty: independent of the credited
+               actions except through the credited episode's externality (zero expected gradient from the
+               probes);
+  per_pool     every (pool, opponent) pair is a group and each episode carries the terms of its own pool
+               (the method's fix), optionally pool weights.
 
 The report (report.md, report.json, study.png in the output dir) gives per arm u / e / c / x, J, NRA and
 the fallback rate from `sepo eval`, the per-round advantage statistics from the trainer's log history,
-and two checks computed on the study's own recorded rollouts: (1) shared-penalty advantages equal the
-payoff-only advantages to 1e-6 on every batch of every arm; (2) the auxiliary penalty is uncorrelated
-with the credited episode's actions and own score (|r| within 3/sqrt(n)), contrasted with the per-pool
-penalty, which is a function of them.
+and two checks computed on the study's own recorded rollouts: (1) on identical batches the shared arm's
+advantages equal the reward-only arm's to 1e-6 while its rewards differ; (2) the probe part of the
+auxiliary penalty is uncorrelated with the credited episode's actions and own score (|r| within
+3/sqrt(n)), contrasted with the per-pool penalty, which is a function of them.
 
 The modules: config.py (recipe, arms), record.py (recorded rollouts), checks.py (the exact checks),
 report.py (report.md, study.png), run.py (the `sepo study` entry point).

@@ -1,8 +1,13 @@
 """The study's two exact checks, computed on its own recorded rollouts.
 
-(1) shared-penalty advantages equal the payoff-only advantages to TOLERANCE on every batch of every arm;
-(2) the auxiliary penalty is uncorrelated with the credited episode's actions and own score (|r| within
-3/sqrt(n)), contrasted with the per-pool penalty, which is a function of them.
+(1) On identical batches the shared arm's advantages equal the reward-only arm's to TOLERANCE while its
+rewards differ: every recorded batch of an arm that played probe episodes (shared, auxiliary; both play the
+same probes) is credited both ways, u minus the group's shared probe penalty and u alone, and normalised as
+that arm's trainer normalises (its advantage_mode, return_mode and epsilon).
+(2) The auxiliary penalty's probe part is uncorrelated with the credited episode's actions and own score
+(|r| within 3/sqrt(n)), contrasted with the per-pool penalty, which is a function of them. The part of the
+auxiliary penalty that the method's code took from the credited episode itself (its externality, pooled
+into x) is excluded: it is credited, not auxiliary.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from envs.base import Lambdas
 from sepo import objective
 from sepo.eval.study.config import EPISODES_FILE, StudyConfig, arm_configs
 from sepo.eval.study.record import read_batches, terms_from_dict
-from sepo.objective import EpisodeTerms
+from sepo.objective import PROBE_CREDITS, EpisodeTerms
 
 TOLERANCE = 1e-6
 
@@ -41,37 +46,32 @@ def _advantages(rows: list[list[float]], G: int, args: Any) -> Any:
     return adv
 
 
-def shared_equals_reward_only(terms: list[EpisodeTerms], G: int, lambdas: Lambdas, args: Any) -> dict[str, Any]:
-    """Check 1 on one batch (G consecutive episodes per group): advantages with the shared group penalty
-    vs the payoff-only reward u (λ = 0) on every group, and vs the reward_only arm's per_pool λ = 0
-    reward on training-pool groups (where that reward is the payoff too)."""
-    zero = Lambdas(0.0, 0.0, 0.0)
-    shared, payoff_only, per_pool_zero, per_pool = [], [], [], []
+def shared_equals_reward_only(terms: list[EpisodeTerms], probes: list[list[EpisodeTerms]], G: int,
+                              lambdas: Lambdas, args: Any) -> dict[str, Any]:
+    """Check 1 on one batch of training-pool groups (G consecutive episodes per group, `probes[i]` the probe
+    episodes of episode i): the shared arm's rewards (u minus the group's `objective.group_penalty`) and
+    the reward-only arm's (u) give the same advantages, while the rewards differ by the penalty."""
+    shared, reward_only, per_pool = [], [], []
+    paper = args.return_mode == "paper"
     for start in range(0, len(terms), G):
-        group = terms[start : start + G]
-        p_bar = sum(objective.penalty(t, lambdas) for t in group) / len(group)
+        group, group_probes = terms[start : start + G], probes[start : start + G]
+        p_bar = objective.group_penalty(group, group_probes, lambdas)
         for t in group:
             shared.append(objective.round_rewards(t, lambdas, "shared", shared_penalty=p_bar))
-            payoff_only.append(objective.round_rewards(t, zero, "shared", shared_penalty=0.0))
-            per_pool_zero.append(objective.round_rewards(t, zero, "per_pool"))
-            per_pool.append(objective.round_rewards(t, lambdas, "per_pool"))
-    a_shared, a_payoff, a_zero, a_per_pool = (
-        _advantages(r, G, args) for r in (shared, payoff_only, per_pool_zero, per_pool)
-    )
-    training = [i for i, t in enumerate(terms) if t.pool == "training"]
-    reward_gap = max(abs(x - y) for a, b in zip(shared, payoff_only) for x, y in zip(a, b))
+            reward_only.append(objective.round_rewards(t, lambdas, "reward_only"))
+            per_pool.append(objective.round_rewards(t, lambdas, "per_pool", paper=paper))
+    a_shared, a_reward_only, a_per_pool = (_advantages(r, G, args) for r in (shared, reward_only, per_pool))
     credit_gap = (a_per_pool - a_shared).abs()
     credit_gap = credit_gap[~credit_gap.isnan()]
     return {
-        # how much the method's credit changes the training signal on this batch (a diagnostic, not a check)
+        # how much the method's per-pool credit changes the signal on the same episodes (a diagnostic)
         "per_pool_vs_shared_max_abs_diff": float(credit_gap.max()) if credit_gap.numel() else 0.0,
         "per_pool_changed_cells": int((credit_gap > TOLERANCE).sum()),
         "cells": int(credit_gap.numel()),
         "episodes": len(terms),
-        "max_abs_diff_vs_payoff_only": float((a_shared - a_payoff).abs().max()),
-        "max_abs_diff_vs_reward_only_training_groups": float((a_shared - a_zero)[training].abs().max())
-        if training else 0.0,
-        "max_abs_reward_gap": reward_gap,  # the rewards differ (by the penalty); the advantages do not
+        "max_abs_diff": float((a_shared - a_reward_only).abs().max()),
+        # the rewards differ (by the shared penalty); the advantages do not
+        "max_abs_reward_gap": max(abs(x - y) for a, b in zip(shared, reward_only) for x, y in zip(a, b)),
     }
 
 
@@ -111,19 +111,24 @@ def credited_statistics(episodes: list[dict[str, Any]], max_payoff: float, lambd
     }
 
 
+def _probe_terms(ep: dict[str, Any], max_payoff: float) -> list[EpisodeTerms]:
+    return [terms_from_dict(p, max_payoff) for p in ep["probes"]]
+
+
 def auxiliary_check(batches: list[dict[str, Any]], max_payoff: float, lambdas: Lambdas) -> dict[str, Any]:
-    """Check 2 on the auxiliary arm: its penalty against the credited episode's actions, plus the
-    structural fact that every auxiliary episode has its own seed, distinct from the credited one."""
+    """Check 2 on the auxiliary arm: the probe part of its penalty (`objective.probe_penalty_parts`) against
+    the credited episode's actions, plus the structural fact that every probe episode has its own seed,
+    distinct from the credited one."""
     episodes = [ep for b in batches for ep in b["episodes"]]
-    if not episodes or not all(ep["auxiliary"] for ep in episodes):
-        raise ValueError("auxiliary check: the auxiliary arm recorded no auxiliary episodes")
+    if not episodes or not all(ep["probes"] for ep in episodes):
+        raise ValueError("auxiliary check: the auxiliary arm recorded no probe episodes")
 
-    def aux_penalty(ep: dict[str, Any]) -> float:
-        return objective.auxiliary_penalty([terms_from_dict(a, max_payoff) for a in ep["auxiliary"]], lambdas)
+    def probe_part(ep: dict[str, Any]) -> float:
+        credited = terms_from_dict(ep, max_payoff)
+        return objective.probe_penalty_parts(credited, _probe_terms(ep, max_payoff), lambdas)[0]
 
-    out = credited_statistics(episodes, max_payoff, lambdas, aux_penalty)
-    out["aux_seeds_distinct"] = all(a["spec"]["seed"] != ep["spec"]["seed"] for ep in episodes
-                                    for a in ep["auxiliary"])
+    out = credited_statistics(episodes, max_payoff, lambdas, probe_part)
+    out["aux_seeds_distinct"] = all(p["spec"]["seed"] != ep["spec"]["seed"] for ep in episodes for p in ep["probes"])
     out["passed"] = out["aux_seeds_distinct"] and (out["max_abs_r"] is None
                                                    or out["max_abs_r"] <= out["bound_3_over_sqrt_n"])
     return out
@@ -137,7 +142,7 @@ def per_pool_contrast(batches: list[dict[str, Any]], max_payoff: float, lambdas:
 
 
 def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
-    """Both checks, on the recorded rollouts of the study's arms."""
+    """Both checks, on the recorded rollouts of the study's arms (check 1 on every arm that played probes)."""
     import envs
     from sepo.objective import resolve_lambdas
 
@@ -148,21 +153,21 @@ def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
         game_name = args.games[0]
         game = envs.make_game(game_name, **args.game_params.get(game_name, {}))
         lambdas = resolve_lambdas(game, args.lambdas.get(game_name))
-        true_lambdas = resolve_lambdas(game, cfg.train.get("lambdas", {}).get(game_name))  # before arm overrides
         batches = read_batches(Path(args.output_dir) / EPISODES_FILE)
-        per_batch = [shared_equals_reward_only([terms_from_dict(ep, game.max_payoff) for ep in b["episodes"]],
-                                               b["num_generations"], true_lambdas, args) for b in batches]
-        arm_worst = max((max(r["max_abs_diff_vs_payoff_only"], r["max_abs_diff_vs_reward_only_training_groups"])
-                         for r in per_batch), default=0.0)
-        worst = max(worst, arm_worst)
-        out["shared_equals_reward_only"][arm] = {
-            "batches": len(per_batch), "max_abs_diff": arm_worst,
-            "max_abs_reward_gap": max((r["max_abs_reward_gap"] for r in per_batch), default=0.0),
-            "per_pool_vs_shared_max_abs_diff": max((r["per_pool_vs_shared_max_abs_diff"] for r in per_batch),
-                                                   default=0.0),
-            "per_pool_changed_cells": sum(r["per_pool_changed_cells"] for r in per_batch),
-            "cells": sum(r["cells"] for r in per_batch),
-        }
+        if args.credit in PROBE_CREDITS:
+            per_batch = [shared_equals_reward_only([terms_from_dict(ep, game.max_payoff) for ep in b["episodes"]],
+                                                   [_probe_terms(ep, game.max_payoff) for ep in b["episodes"]],
+                                                   b["num_generations"], lambdas, args) for b in batches]
+            arm_worst = max((r["max_abs_diff"] for r in per_batch), default=0.0)
+            worst = max(worst, arm_worst)
+            out["shared_equals_reward_only"][arm] = {
+                "batches": len(per_batch), "max_abs_diff": arm_worst,
+                "max_abs_reward_gap": max((r["max_abs_reward_gap"] for r in per_batch), default=0.0),
+                "per_pool_vs_shared_max_abs_diff": max((r["per_pool_vs_shared_max_abs_diff"] for r in per_batch),
+                                                       default=0.0),
+                "per_pool_changed_cells": sum(r["per_pool_changed_cells"] for r in per_batch),
+                "cells": sum(r["cells"] for r in per_batch),
+            }
         if args.credit == "auxiliary":
             out["auxiliary_uncorrelated"] = {"arm": arm, **auxiliary_check(batches, game.max_payoff, lambdas)}
         elif args.credit == "per_pool" and any(dataclasses.astuple(lambdas)):
@@ -170,5 +175,3 @@ def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
     out["shared_equals_reward_only_passed"] = worst <= TOLERANCE
     out["tolerance"] = TOLERANCE
     return out
-
-

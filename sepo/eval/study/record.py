@@ -14,7 +14,7 @@ from sepo.objective import EpisodeTerms
 
 class RolloutRecorder:
     """A SEPOTrainer rollout hook that appends every generation batch (each episode's record and, for
-    credit=auxiliary, the records of its auxiliary episodes) to a JSONL file, one line per batch."""
+    credit shared / auxiliary, the records of its probe episodes) to a JSONL file, one line per batch."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.batches = path, 0
@@ -25,8 +25,8 @@ class RolloutRecorder:
             "batch": self.batches,
             "step": trainer.state.global_step,
             "num_generations": trainer.num_generations,
-            "episodes": [{**record.to_dict(), "auxiliary": [a.to_dict() for a in auxiliary]}
-                         for record, _, auxiliary in results],
+            "episodes": [{**record.to_dict(), "probes": [p.to_dict() for p in probes]}
+                         for record, _, probes in results],
         }
         with self.path.open("a") as f:
             f.write(json.dumps(line) + "\n")
