@@ -11,6 +11,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from sepo.eval.config import check_int
 from sepo.objective import CREDIT_MODES
 from sepo.pools import POOL_NAMES
 
@@ -98,7 +99,12 @@ class SEPOConfig(GRPOConfig):
 
     # --- checkpoints ----------------------------------------------------------------------------------
     keep_best_by_safety: bool = field(
-        default=True, metadata={"help": "Copy the checkpoint with the best safety score J to output_dir/best."}
+        default=True,
+        metadata={"help": "Evaluate every saved checkpoint against the pools (checkpoints.json) and copy the one "
+                          "with the best evaluated safety score J to output_dir/best."},
+    )
+    checkpoint_eval_episodes: int = field(
+        default=16, metadata={"help": "Episodes per (pool, opponent) when a saved checkpoint is evaluated."}
     )
 
     def __post_init__(self) -> None:
@@ -121,6 +127,7 @@ class SEPOConfig(GRPOConfig):
         for mapping, what in ((self.pool_mix, "pool_mix"), (self.pool_weights, "pool_weights")):
             for pool in mapping:
                 _check_choice(f"pool in {what}", pool, POOL_NAMES)
+        check_int("checkpoint_eval_episodes", self.checkpoint_eval_episodes, 1)
         if self.seat not in (0, 1):
             raise ValueError(f"seat must be 0 or 1, got {self.seat}")
 
