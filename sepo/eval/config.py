@@ -97,8 +97,6 @@ class EvalConfig:
         for pool in self.pools:
             if pool not in POOL_NAMES:
                 raise envs.UnknownNameError(f"unknown pool {pool!r}; choose one of: {', '.join(POOL_NAMES)}")
-        if not self.models and not self.checkpoints:
-            raise ValueError("models is empty and no checkpoints directory is given")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is unknown; choose one of: {', '.join(BACKENDS)}")
         if self.report_to not in ("none", "wandb"):

@@ -146,6 +146,8 @@ def model_specs(cfg: EvalConfig) -> list[tuple[str, str]]:
         from sepo.eval.checkpoints import checkpoint_models
 
         return checkpoint_models(cfg.checkpoints)
+    if not cfg.models:
+        raise ValueError("models is empty and no checkpoints directory is given")
     return [labelled(spec) for spec in cfg.models]
 
 

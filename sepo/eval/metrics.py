@@ -156,3 +156,17 @@ def summarize(rows_by_unit: Mapping[str, Sequence[Row]], max_payoff: float, lamb
 def strata_features(rows_by_unit: Mapping[str, Sequence[Row]], max_payoff: float) -> dict[str, list]:
     """The bootstrap strata of one model's rows (for differences between models, `stats.paired_difference`)."""
     return {key: [features(r, max_payoff) for r in rows] for key, rows in rows_by_unit.items()}
+
+
+def compare(a: Mapping[str, Sequence[Row]], b: Mapping[str, Sequence[Row]], max_payoff: float, lambdas: Lambdas,
+            names: Sequence[str], resamples: int, confidence: float, seed: int) -> dict[str, dict[str, Any]]:
+    """Metric differences a − b between two models' episodes of one game, each with its bootstrap interval
+    (paired when both played the same opponents, seeds and seats: `stats.paired_difference`)."""
+    from sepo.eval.stats import paired_difference
+
+    def statistic(eps: list[EpisodeFeatures]) -> dict[str, float | None]:
+        point = point_metrics(eps, lambdas)
+        return {name: point[name] for name in names}
+
+    return paired_difference(strata_features(a, max_payoff), strata_features(b, max_payoff), statistic,
+                             resamples, confidence, seed)

@@ -74,21 +74,22 @@ def markdown(results: Results, method: str) -> str:
     return "\n".join(lines)
 
 
-def _bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]], key: str = "metrics") -> None:
+def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -> None:
     """Grouped bars with error bars; a dot on every measured value, "n/a" where nothing was measured."""
     labels = [label for label, per in results.items() if game in per]
     width = 0.8 / max(1, len(labels))
     for i, label in enumerate(labels):
-        got = results[label][game][key]
-        xs = [m + i * width for m in range(len(metrics))]
-        for x, (_, name) in zip(xs, metrics):
+        got = results[label][game]["metrics"]
+        ax.bar([], [], color=f"C{i}", label=label)  # the legend entry, whether or not anything was measured
+        for m, (_, name) in enumerate(metrics):
+            x = m + i * width
             e = got.get(name)
             if e is None or e["value"] is None:
                 ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="grey")
                 continue
             v = e["value"]
             err = None if not e.get("ci") else [[max(0.0, v - e["ci"][0])], [max(0.0, e["ci"][1] - v)]]
-            ax.bar(x, v, width, color=f"C{i}", label=label if x == xs[0] else None, yerr=err, capsize=2)
+            ax.bar(x, v, width, color=f"C{i}", yerr=err, capsize=2)
             ax.plot([x], [v], marker="o", markersize=3, color="black")
     ax.set_xticks([m + width * (len(labels) - 1) / 2 for m in range(len(metrics))], [h for h, _ in metrics])
     ax.axhline(0, color="black", linewidth=0.5)
@@ -105,15 +106,15 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     for game in _games(results):
         kuhn = game == "kuhn"
         fig, axes = plt.subplots(1, 3 if kuhn else 2, figsize=(17 if kuhn else 12, 4.2))
-        _bars(axes[0], results, game, SCORES)
+        bars(axes[0], results, game, SCORES)
         axes[0].set_title(f"{game}: scores (raw payoff per round; J at the eval λ)")
         axes[0].legend(fontsize=8)
-        _bars(axes[1], results, game, RATES)
+        bars(axes[1], results, game, RATES)
         axes[1].set_ylim(0, 1.05)
         axes[1].set_title("rates")
         if kuhn:
             ax = axes[2]
-            _bars(ax, results, game, CARD_COLUMNS)
+            bars(ax, results, game, CARD_COLUMNS)
             models = sum(game in per for per in results.values())
             width = 0.8 / max(1, models)
             for k, (_, name) in enumerate(CARD_COLUMNS):
