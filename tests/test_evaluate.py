@@ -92,22 +92,24 @@ def test_eval_is_seeded_and_unplayed_pools_are_not_numbers(tiny_model_dir, tmp_p
     assert cells[2] == DASH and cells[4] == DASH and cells[6] == DASH  # Pay, Coll, Safety J
 
 
-def test_rerun_resumes_stored_opponents_and_replays_missing_or_corrupt_ones(tiny_model_dir, tmp_path, capsys):
+def test_rerun_resumes_stored_batches_and_replays_missing_or_corrupt_ones(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
-    first = run_eval(_cfg(tiny_model_dir, out))
+    kw = dict(batch_episodes=4)  # 2 opponents x 2 episodes per batch: [tft, generous], [mixed, grim], [the two
+    first = run_eval(_cfg(tiny_model_dir, out, **kw))  # exploiters], [always_cooperate]
     folder = out / "episodes" / "Tiny" / "ipd"
-    kept = folder / "training.tit_for_tat.json"
-    stamp = kept.stat().st_mtime_ns
+    kept, partner = folder / "training.tit_for_tat.json", folder / "exploit.alternating_defect.json"
+    stamps = {p: p.stat().st_mtime_ns for p in (kept, partner)}
     (folder / "exploit.always_defect.json").unlink()
     (folder / "collusive.always_cooperate.json").write_text('{"fingerprint": "trunc')  # a torn file
     capsys.readouterr()
-    second = run_eval(_cfg(tiny_model_dir, out))
+    second = run_eval(_cfg(tiny_model_dir, out, **kw))
     printed = capsys.readouterr().out
-    assert printed.count("stored, reused") == 5 and printed.count("episodes in") == 2
-    assert kept.stat().st_mtime_ns == stamp
-    assert second == first  # the replayed opponents give what they gave the first time
-    # other play settings are never mixed with stored episodes
-    run_eval(_cfg(tiny_model_dir, out, temperature=1.3))
+    assert printed.count("stored, reused") == 2 and printed.count("episodes in") == 2
+    assert "exploit/always_defect, exploit/alternating_defect: 4 episodes in" in printed  # the whole batch again
+    assert kept.stat().st_mtime_ns == stamps[kept] and partner.stat().st_mtime_ns != stamps[partner]
+    assert second == first  # a replayed batch draws what it drew the first time
+    # other play settings (here the batch grouping) are never mixed with stored episodes
+    run_eval(_cfg(tiny_model_dir, out, batch_episodes=2))
     assert "stored, reused" not in capsys.readouterr().out
 
 
@@ -130,6 +132,7 @@ def test_transcripts_and_wandb_table(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["--episodes_per_opponent", "-2"], ["episodes_per_opponent=-2", "out of range", ">= 1"]),
     (["--max_turn_tokens", "0"], ["max_turn_tokens=0", ">= 1"]),
+    (["--batch_episodes", "0"], ["batch_episodes=0", ">= 1"]),
     (["--top_p", "1.5"], ["top_p=1.5", "(0, 1]"]),
     (["--bootstrap_resamples", "5"], ["bootstrap_resamples=5", "[100, 1000000]"]),
     (["--games", "chess"], ["unknown game 'chess'", "ipd"]),

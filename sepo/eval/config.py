@@ -51,6 +51,9 @@ class EvalConfig:
         default=None, metadata={"help": "per-game parameters, e.g. {ipd: {num_rounds: 4}} (JSON on the CLI)"}
     )
     episodes_per_opponent: int = field(default=16, metadata={"help": "episodes per (pool, opponent), >= 1"})
+    batch_episodes: int = field(
+        default=16, metadata={"help": "opponents are played in lock-step batches of at least this many episodes "
+                                      "(whole opponents; a batch is what a rerun resumes), >= 1"})
     pools: list[str] = field(default_factory=lambda: list(POOL_NAMES), metadata={"help": "pools to play"})
     temperature: float = field(default=0.8, metadata={"help": "sampling temperature, > 0"})
     top_p: float = field(default=0.95, metadata={"help": "nucleus sampling, in (0, 1]"})
@@ -102,6 +105,7 @@ class EvalConfig:
         if self.report_to not in ("none", "wandb"):
             raise ValueError(f"report_to={self.report_to!r} is unknown; choose one of: none, wandb")
         check_int("episodes_per_opponent", self.episodes_per_opponent, 1)
+        check_int("batch_episodes", self.batch_episodes, 1)
         check_int("max_turn_tokens", self.max_turn_tokens, 1)
         check_int("kuhn_rationale_samples", self.kuhn_rationale_samples, 1)
         check_int("bootstrap_resamples", self.bootstrap_resamples, 100, 1_000_000)
@@ -114,6 +118,6 @@ class EvalConfig:
     def play_settings(self) -> dict[str, Any]:
         """The keys that decide what is played (not how it is reported): a rerun reuses an opponent's
         episodes only when these are unchanged."""
-        keys = ("episodes_per_opponent", "temperature", "top_p", "greedy", "max_turn_tokens", "seed", "backend",
+        keys = ("episodes_per_opponent", "batch_episodes", "temperature", "top_p", "greedy", "max_turn_tokens", "seed", "backend",
                 "base_url", "dtype", "pools_dir", "enable_thinking")
         return {k: getattr(self, k) for k in keys}

@@ -1,8 +1,9 @@
 """The episodes `sepo eval` plays: one unit per (pool, opponent), its seeded specs, and its JSON rows.
 
-A unit is always played as one lock-step batch of its own episodes with sampling seeds derived from the unit,
-so its result does not depend on which other units were played in the same run: a rerun that resumes some
-units and plays the others gets exactly what an uninterrupted run gets.
+Units are played in lock-step batches of whole units (`batches`: consecutive units until a batch holds
+`batch_episodes` episodes; with the default sizes, one opponent per batch) with sampling seeds derived from the
+batch, and the grouping depends only on the settings: a batch always holds the same units and draws the same
+samples, so a rerun that resumes some batches and plays the others gets exactly what an uninterrupted run gets.
 An episode row is `EpisodeRecord.to_dict()` (spec, rounds with payoffs / signals / game record, turns, the
 conversation); everything `sepo eval` reports is computed from rows, so stored rows are all a resume needs.
 """
@@ -53,23 +54,37 @@ def unit_specs(unit: Unit, episodes: int, seed: int, params: Mapping[str, Any] |
                         seed=episode_seed(seed, unit, i), seat=i % 2) for i in range(episodes)]
 
 
-def unit_sampling_seed(seed: int, unit: Unit) -> int:
-    """The sampling seed of a unit's generation calls (independent of the other units of the run)."""
-    return zlib.crc32(f"{seed}/{unit.game}/{unit.key}".encode()) % 2**31
+def batches(all_units: Sequence[Unit], episodes: int, min_batch: int) -> list[list[Unit]]:
+    """Consecutive units grouped into lock-step batches of at least `min_batch` episodes (the last may be
+    smaller). The grouping depends only on the units and the two sizes, never on what is already stored."""
+    out: list[list[Unit]] = [[]]
+    for unit in all_units:
+        if out[-1] and len(out[-1]) * episodes >= min_batch:
+            out.append([])
+        out[-1].append(unit)
+    return [b for b in out if b]
 
 
-def play_unit(unit: Unit, episodes: int, seed: int, params: Mapping[str, Any], backend: Any, renderer: Any,
-              sampling: Any, opponents: Mapping[str, Callable[[], Any]], progress: bool = False) -> list[Row]:
-    """Play one unit's episodes in one lock-step batch; one JSON row per episode, in spec order."""
+def batch_sampling_seed(seed: int, batch: Sequence[Unit]) -> int:
+    """The sampling seed of a batch's generation calls (independent of the other batches of the run)."""
+    names = "/".join(f"{u.game}/{u.key}" for u in batch)
+    return zlib.crc32(f"{seed}/{names}".encode()) % 2**31
+
+
+def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[str, Any], backend: Any,
+               renderer: Any, sampling: Any, opponents: Mapping[str, Callable[[], Any]],
+               progress: bool = False) -> dict[str, list[Row]]:
+    """Play a batch of units' episodes in one lock-step run; {unit key: one JSON row per episode}."""
     from dataclasses import replace
 
     from sepo.rollout.engine import play_episodes
 
-    specs = unit_specs(unit, episodes, seed, params)
-    unit_sampling = replace(sampling, seed=unit_sampling_seed(seed, unit))
-    results = play_episodes(specs, backend, renderer, unit_sampling, opponents=opponents, fallback=True,
+    specs = [spec for unit in batch for spec in unit_specs(unit, episodes, seed, params)]
+    batch_sampling = replace(sampling, seed=batch_sampling_seed(seed, batch))
+    results = play_episodes(specs, backend, renderer, batch_sampling, opponents=opponents, fallback=True,
                             trajectories=False, progress=progress)
-    return [record.to_dict() for record, _ in results]
+    rows = [record.to_dict() for record, _ in results]
+    return {unit.key: rows[k * episodes : (k + 1) * episodes] for k, unit in enumerate(batch)}
 
 
 def terms_from_dict(episode: Mapping[str, Any], max_payoff: float) -> EpisodeTerms:

@@ -33,7 +33,7 @@ from typing import Any
 
 import envs
 from sepo.eval.config import EvalConfig
-from sepo.eval.episodes import Row, play_unit, transcript_line, units
+from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
 from sepo.eval.kuhn import exact_summary, score_samples
 from sepo.eval.metrics import summarize
 from sepo.eval.report import Results, markdown, plot
@@ -81,8 +81,8 @@ def _sampling(cfg: EvalConfig) -> Any:
 
 def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live: Loader,
                   position: tuple[int, int]) -> tuple[dict[str, Any], dict[str, list[Row]]]:
-    """One model on one game: every unit played or resumed, then summarised. Returns (result, the episode
-    rows of each unit).
+    """One model on one game: every batch of units played or resumed, then summarised. Returns (result, the
+    episode rows of each unit).
     `position` is (units done so far, units in the run) for the progress lines."""
     params = cfg.game_params.get(game_name, {})
     game = envs.make_game(game_name, **params)
@@ -92,22 +92,24 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
     stamp = model_stamp(model)
     done, total = position
     rows_by_unit: dict[str, list[Row]] = {}
-    for unit in units(game_name, pools, cfg.pools):
-        done += 1
-        key = fingerprint(stamp, game_name, params, unit.key, cfg.play_settings())
-        path = shard_path(cfg.output_dir, label, game_name, unit.key)
-        rows = load_shard(path, key) if cfg.resume else None
-        where = f"{done}/{total} {label} {game_name} {unit.pool}/{unit.opponent}"
-        if rows is not None:
-            _say(f"{where}: {len(rows)} episodes stored, reused")
-        else:
+    for batch in batches(units(game_name, pools, cfg.pools), cfg.episodes_per_opponent, cfg.batch_episodes):
+        keys = [unit.key for unit in batch]
+        stamps = {k: fingerprint(stamp, game_name, params, keys, k, cfg.play_settings()) for k in keys}
+        paths = {k: shard_path(cfg.output_dir, label, game_name, k) for k in keys}
+        stored = {k: load_shard(paths[k], stamps[k]) if cfg.resume else None for k in keys}
+        done += len(batch)
+        where = f"{done}/{total} {label} {game_name} " + ", ".join(f"{u.pool}/{u.opponent}" for u in batch)
+        if all(rows is not None for rows in stored.values()):
+            _say(f"{where}: {len(batch) * cfg.episodes_per_opponent} episodes stored, reused")
+        else:  # the whole batch again: the same units draw the same samples
             start = time.perf_counter()
             backend, renderer = live()
-            rows = play_unit(unit, cfg.episodes_per_opponent, cfg.seed, params, backend, renderer, _sampling(cfg),
-                             factories, progress=cfg.progress)
-            save_shard(path, key, rows)
-            _say(f"{where}: {len(rows)} episodes in {time.perf_counter() - start:.1f} s")
-        rows_by_unit[unit.key] = rows
+            stored = play_batch(batch, cfg.episodes_per_opponent, cfg.seed, params, backend, renderer,
+                                _sampling(cfg), factories, progress=cfg.progress)
+            for k, rows in stored.items():
+                save_shard(paths[k], stamps[k], rows)
+            _say(f"{where}: {len(batch) * cfg.episodes_per_opponent} episodes in {time.perf_counter() - start:.1f} s")
+        rows_by_unit.update(stored)
     result: dict[str, Any] = {
         "game": game_name, "model": model, "lambdas": asdict(lambdas),
         **summarize(rows_by_unit, game.max_payoff, lambdas, cfg.bootstrap_resamples, cfg.confidence, cfg.seed),
