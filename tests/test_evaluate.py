@@ -161,3 +161,12 @@ def test_eval_default_model_end_to_end(tmp_path):
     r = results["default"]["ipd"]
     assert r["episodes"]["exploit"] == 2 and r["decisions"] == 2 * 2
     assert r["metrics"]["fallback_rate"]["value"] == r["metrics"]["parse_failure_rate"]["value"]
+
+
+@pytest.mark.parametrize("game", ["auction", "ipd", "kuhn", "negotiation", "negotiation_multi"])
+def test_eval_recipes_parse_with_the_method_protocol(game):
+    from trl import TrlParser
+
+    (cfg,) = TrlParser((EvalConfig,)).parse_args_and_config(["--config", f"configs/eval/{game}.yaml"])
+    assert cfg.games == [game] and (cfg.episodes_per_opponent, cfg.temperature, cfg.top_p) == (16, 0.8, 0.95)
+    assert cfg.confidence == 0.95 and not cfg.greedy
