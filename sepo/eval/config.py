@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import envs
+from sepo.backends.base import SamplingSpec
 from sepo.pools import POOL_NAMES
 
 BACKENDS = ("hf", "vllm", "openai")
@@ -114,6 +115,11 @@ class EvalConfig:
         check_float("top_p", self.top_p, 0.0, 1.0, True, False)
         if not self.greedy:
             check_float("temperature", self.temperature, 0.0, 100.0, True, False)
+
+    def sampling(self) -> SamplingSpec:
+        """The decoding settings of every model turn (each call's seed is derived from `seed`)."""
+        return SamplingSpec(temperature=self.temperature, top_p=self.top_p, greedy=self.greedy,
+                            max_new_tokens=self.max_turn_tokens, seed=self.seed)
 
     def play_settings(self) -> dict[str, Any]:
         """The keys that decide what is played (not how it is reported): a rerun reuses an opponent's

@@ -72,13 +72,6 @@ def load_backend(model: str, cfg: EvalConfig) -> tuple[Any, Any]:
     return backend, ChatRenderer(backend.tokenizer, enable_thinking=cfg.enable_thinking)
 
 
-def _sampling(cfg: EvalConfig) -> Any:
-    from sepo.backends.base import SamplingSpec
-
-    return SamplingSpec(temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy,
-                        max_new_tokens=cfg.max_turn_tokens, seed=cfg.seed)
-
-
 def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live: Loader,
                   position: tuple[int, int]) -> tuple[dict[str, Any], dict[str, list[Row]]]:
     """One model on one game: every batch of units played or resumed, then summarised. Returns (result, the
@@ -105,7 +98,7 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
             start = time.perf_counter()
             backend, renderer = live()
             stored = play_batch(batch, cfg.episodes_per_opponent, cfg.seed, params, backend, renderer,
-                                _sampling(cfg), factories, progress=cfg.progress)
+                                cfg.sampling(), factories, progress=cfg.progress)
             for k, rows in stored.items():
                 save_shard(paths[k], stamps[k], rows)
             _say(f"{where}: {len(batch) * cfg.episodes_per_opponent} episodes in {time.perf_counter() - start:.1f} s")
@@ -129,7 +122,7 @@ def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, don
     else:
         start = time.perf_counter()
         backend, renderer = live()
-        samples = score_samples(backend, renderer, _sampling(cfg), cfg.kuhn_rationale_samples, cfg.progress)
+        samples = score_samples(backend, renderer, cfg.sampling(), cfg.kuhn_rationale_samples, cfg.progress)
         save_shard(path, key, samples)
         _say(f"{done}/{total} {label} kuhn exact policy: 12 info sets x {len(samples['K'])} samples in "
              f"{time.perf_counter() - start:.1f} s")

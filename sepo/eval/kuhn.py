@@ -42,31 +42,43 @@ def infoset_messages(info: str) -> list[dict[str, str]]:
             {"role": "user", "content": game.observation(state, player)}]
 
 
+def choices() -> list[list[str]]:
+    """The legal actions at each info set, in `INFO_STATES` order."""
+    from envs.kuhn import INFO_STATES, actions_at
+
+    return [list(actions_at(info[1:])) for info in INFO_STATES]
+
+
+def reasoning_prompts(backend: Any, renderer: Any, sampling: Any, sample: int) -> list[Any]:
+    """Reasoning sample `sample` at every info set (one generation call): per info set, the prompt plus the
+    model's own text up to its answer line, ready for the legal actions to be scored as that line."""
+    from envs.kuhn import INFO_STATES
+    from sepo.backends.base import Prompt
+
+    prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for m in map(infoset_messages, INFO_STATES)]
+    seed = None if sampling.seed is None else sampling.seed * 1_000_003 + sample
+    scored = []
+    for prompt, turn in zip(prompts, backend.generate(prompts, replace(sampling, seed=seed))):
+        reasoning = renderer.strip_thinking(turn.text).strip().splitlines()[:-1]
+        prefix = "\n".join(reasoning) + "\n" if reasoning else ""
+        ids = prompt.ids + renderer.tokenizer.encode(prefix, add_special_tokens=False)
+        scored.append(Prompt(ids=ids, messages=prompt.messages, assistant_prefix=prefix))
+    return scored
+
+
 def score_samples(backend: Any, renderer: Any, sampling: Any, samples: int,
                   progress: bool = False) -> dict[str, list[dict[str, float]]]:
     """{info set: [P(action | info set, reasoning sample s) for each s]}: one generation and one scoring call
-    per sample round (all 12 info sets in each), with a progress bar over the rounds."""
-    from envs.kuhn import INFO_STATES, actions_at
-    from sepo.backends.base import Prompt
+    per sample (all 12 info sets in each; one sample when decoding is greedy), with a progress bar."""
+    from envs.kuhn import INFO_STATES
 
     n = 1 if sampling.greedy else samples
-    prompts = []
-    for info in INFO_STATES:
-        messages = infoset_messages(info)
-        prompts.append(Prompt(ids=renderer.prompt_ids(messages), messages=messages))
-    choices = [list(actions_at(info[1:])) for info in INFO_STATES]
+    legal = choices()
     out: dict[str, list[dict[str, float]]] = {info: [] for info in INFO_STATES}
     bar = progress_bar(progress, n, "kuhn exact (12 info sets per sample)", "sample")
     for s in range(n):
-        seed = None if sampling.seed is None else sampling.seed * 1_000_003 + s
-        turns = backend.generate(prompts, replace(sampling, seed=seed))
-        scored = []
-        for prompt, turn in zip(prompts, turns):
-            reasoning = renderer.strip_thinking(turn.text).strip().splitlines()[:-1]
-            prefix = "\n".join(reasoning) + "\n" if reasoning else ""
-            ids = prompt.ids + renderer.tokenizer.encode(prefix, add_special_tokens=False)
-            scored.append(Prompt(ids=ids, messages=prompt.messages, assistant_prefix=prefix))
-        for info, acts, probs in zip(INFO_STATES, choices, backend.score_choices(scored, choices)):
+        scored = reasoning_prompts(backend, renderer, sampling, s)
+        for info, acts, probs in zip(INFO_STATES, legal, backend.score_choices(scored, legal)):
             out[info].append(dict(zip(acts, probs)))
         if bar is not None:
             bar.update(1)
