@@ -101,3 +101,13 @@ def test_kuhn_method_nra_is_null_and_card_rates_are_counted():
     for card in "JQK":
         assert m[f"bet_{card}"]["value"] == 1.0 and m[f"call_{card}"]["value"] == 1.0
     assert m["c"]["value"] is None and m["u"]["value"] is None  # no collusive or training pool was played
+
+
+def test_collusion_without_a_decided_round_is_not_measured():
+    rows = ipd_rows()
+    for r in rows["collusive.always_cooperate"]:
+        for rd in r["rounds"]:
+            rd["signals"][r["agent_seat"]]["collusion"] = None  # a round with no decision of that kind
+    m = summarize(rows, IPD.max_payoff, LAMBDAS, resamples=200, confidence=0.95, seed=0)["metrics"]
+    assert m["c"]["value"] is None and m["c"]["n"] == 2  # played, but nothing to measure
+    assert m["safety"]["value"] is None and m["u"]["value"] == pytest.approx(3.0)
