@@ -72,7 +72,8 @@ def bench(threads: int = 1) -> dict[str, Any]:
     rollout_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    scored = [p.ids for s in range(cfg.kuhn_rationale_samples) for p in reasoning_prompts(backend, renderer, sampling, s)]
+    scored = [p.ids for s in range(cfg.kuhn_rationale_samples)
+              for p in reasoning_prompts(backend, renderer, sampling, s)]
     legal = choices() * cfg.kuhn_rationale_samples
     samples_s = time.perf_counter() - start
     eot, model, tok = renderer.end_of_turn_id, backend.model, backend.tokenizer

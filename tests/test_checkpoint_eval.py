@@ -1,5 +1,5 @@
-"""Per-checkpoint evaluation on a tiny model: the training callback evaluates both saved checkpoints, best/ is the
-best by evaluated J, and `sepo eval --checkpoints` on the run reproduces the callback's numbers."""
+"""Per-checkpoint evaluation on a tiny model: the training callback evaluates both saved checkpoints, best/ is
+the best by evaluated J, and `sepo eval --checkpoints` on the run reproduces the callback's numbers."""
 
 from __future__ import annotations
 
@@ -64,9 +64,10 @@ def test_eval_of_the_checkpoints_directory_reproduces_the_callback(trained, tmp_
     from sepo.eval.evaluate import main
 
     out = tmp_path / "offline"
-    assert main(["--checkpoints", trained.output_dir, "--games", "ipd", "--game_params", '{"ipd": {"num_rounds": 2}}',
-                 "--episodes_per_opponent", "2", "--max_turn_tokens", "4", "--seed", str(trained.seed + HELD_OUT_OFFSET),
-                 "--temperature", "0.8", "--top_p", "0.95", "--output_dir", str(out), "--progress", "false"]) == 0
+    assert main(["--checkpoints", trained.output_dir, "--games", "ipd",
+                 "--game_params", '{"ipd": {"num_rounds": 2}}', "--episodes_per_opponent", "2",
+                 "--max_turn_tokens", "4", "--seed", str(trained.seed + HELD_OUT_OFFSET), "--temperature", "0.8",
+                 "--top_p", "0.95", "--output_dir", str(out), "--progress", "false"]) == 0
     offline = json.loads((out / "checkpoints.json").read_text())
     callback = json.loads((Path(trained.output_dir) / "checkpoints.json").read_text())
     assert [r["step"] for r in offline["checkpoints"]] == [1, 2]

@@ -145,6 +145,7 @@ def test_cached_scoring_matches_unpadded_teacher_forcing_on_other_caches(arch):
                 for v in action_variants(tok, prompt, a):
                     seq = torch.tensor([prompt + v + [eot]])
                     lp = torch.log_softmax(model(seq).logits[0, :-1].float(), -1)
-                    total += float(lp[torch.arange(len(prompt) - 1, seq.shape[1] - 1), seq[0, len(prompt):]].sum().exp())
+                    steps = torch.arange(len(prompt) - 1, seq.shape[1] - 1)
+                    total += float(lp[steps, seq[0, len(prompt):]].sum().exp())
                 liks.append(total)
             assert row == pytest.approx([x / sum(liks) for x in liks], rel=1e-4)

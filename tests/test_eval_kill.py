@@ -19,8 +19,8 @@ import pytest
 def _command(model_dir: str, out: Path) -> list[str]:
     return [sys.executable, "-m", "sepo.cli", "eval", "--models", f"Tiny={model_dir}", "--games", "ipd",
             "--game_params", '{"ipd": {"num_rounds": 3}}', "--pools", "training", "exploit",
-            "--episodes_per_opponent", "2", "--batch_episodes", "2", "--max_turn_tokens", "8", "--bootstrap_resamples", "200",
-            "--progress", "false", "--output_dir", str(out)]
+            "--episodes_per_opponent", "2", "--batch_episodes", "2", "--max_turn_tokens", "8",
+            "--bootstrap_resamples", "200", "--progress", "false", "--output_dir", str(out)]
 
 
 def _env() -> dict[str, str]:

@@ -59,7 +59,8 @@ def test_eval_ipd_and_kuhn_files_match_hand_computed_values(tiny_model_dir, tmp_
     assert ipd["metrics"]["u"]["value"] == pytest.approx(ipd["metrics"]["payoff"]["value"])
     turns = [t for rows in units.values() for r in rows for t in r["turns"]]
     assert len(turns) == ipd["decisions"] == 7 * 2 * 3
-    assert ipd["metrics"]["fallback_rate"]["value"] == pytest.approx(sum(t["fallback"] for t in turns) / len(turns))
+    fallbacks = sum(t["fallback"] for t in turns)
+    assert ipd["metrics"]["fallback_rate"]["value"] == pytest.approx(fallbacks / len(turns))
     lo, hi = ipd["metrics"]["safety"]["ci"]
     assert lo <= ipd["metrics"]["safety"]["value"] <= hi
     # the markdown row shows the JSON's numbers with their intervals

@@ -1,5 +1,5 @@
-"""The study's evaluation on a tiny model: every arm's final and best checkpoints side by side with intervals, and
-the differences between arms with paired intervals, marked when they exclude zero."""
+"""The study's evaluation on a tiny model: every arm's final and best checkpoints side by side with intervals,
+and the differences between arms with paired intervals, marked when they exclude zero."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""EvalConfig: what `sepo eval` evaluates and how, checked when it is built (bad values name key, value, range)."""
+"""EvalConfig: what `sepo eval` evaluates and how, checked when it is built (an error names key, value, range)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ BACKENDS = ("hf", "vllm", "openai")
 def check_int(key: str, value: Any, low: int, high: int | None = None) -> None:
     """Raise a ValueError naming key, value and allowed range unless `value` is an int in [low, high]."""
     allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    too_high = high is not None and isinstance(value, int) and value > high
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or too_high:
         raise ValueError(f"{key}={value!r} is out of range: allowed {allowed}")
 
 
@@ -47,14 +48,14 @@ class EvalConfig:
         metadata={"help": "a training output_dir: evaluate every checkpoint-<step> in it (instead of --models) "
                           "and write checkpoints.json / checkpoints.png"},
     )
-    games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "game names (ipd,kuhn or ipd kuhn)"})
+    games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "games (ipd,kuhn or ipd kuhn)"})
     game_params: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "per-game parameters, e.g. {ipd: {num_rounds: 4}} (JSON on the CLI)"}
     )
     episodes_per_opponent: int = field(default=16, metadata={"help": "episodes per (pool, opponent), >= 1"})
     batch_episodes: int = field(
-        default=16, metadata={"help": "opponents are played in lock-step batches of at least this many episodes "
-                                      "(whole opponents; a batch is what a rerun resumes), >= 1"})
+        default=16, metadata={"help": "opponents are played in lock-step batches of at least this many "
+                                      "episodes (whole opponents; a batch is what a rerun resumes), >= 1"})
     pools: list[str] = field(default_factory=lambda: list(POOL_NAMES), metadata={"help": "pools to play"})
     temperature: float = field(default=0.8, metadata={"help": "sampling temperature, > 0"})
     top_p: float = field(default=0.95, metadata={"help": "nucleus sampling, in (0, 1]"})
@@ -63,17 +64,17 @@ class EvalConfig:
     seed: int = field(default=0, metadata={"help": "seeds every episode and every sampling call"})
     backend: str = field(default="hf", metadata={"help": "hf | vllm | openai"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (backend openai)"})
-    dtype: str | None = field(default=None, metadata={"help": "model dtype, e.g. bfloat16 (unset: the checkpoint's)"})
+    dtype: str | None = field(default=None, metadata={"help": "model dtype, e.g. bfloat16 (unset: as saved)"})
     pools_dir: str | None = field(default=None, metadata={"help": "extra pool members (an `fmsp export` dir)"})
     use_eval_lambdas: bool = field(default=True, metadata={"help": "the game's evaluation λ where it has them"})
     kuhn_exact: bool = field(default=True, metadata={"help": "measure the Kuhn policy and its exploitability"})
     kuhn_rationale_samples: int = field(default=4, metadata={"help": "sampled rationales per info set, >= 1"})
-    bootstrap_resamples: int = field(default=1000, metadata={"help": "bootstrap resamples per interval, >= 100"})
+    bootstrap_resamples: int = field(default=1000, metadata={"help": "bootstrap resamples per interval"})
     confidence: float = field(default=0.95, metadata={"help": "confidence level of every interval, in (0, 1)"})
-    save_transcripts: bool = field(default=False, metadata={"help": "write every episode to transcripts/*.jsonl"})
-    resume: bool = field(default=True, metadata={"help": "reuse opponents already played with the same settings"})
+    save_transcripts: bool = field(default=False, metadata={"help": "every episode to transcripts/*.jsonl"})
+    resume: bool = field(default=True, metadata={"help": "reuse opponents played before with these settings"})
     enable_thinking: bool = field(default=False, metadata={"help": "chat-template thinking for action turns"})
-    output_dir: str = field(default="runs/eval", metadata={"help": "results.json, results.md, plots, episodes/"})
+    output_dir: str = field(default="runs/eval", metadata={"help": "results, tables, plots, episodes/"})
     report_to: str = field(default="none", metadata={"help": "none | wandb"})
     wandb_project: str = field(default="sepo", metadata={"help": "wandb project (report_to wandb)"})
     progress: bool = field(default=True, metadata={"help": "progress bars with totals for every phase"})
@@ -124,6 +125,6 @@ class EvalConfig:
     def play_settings(self) -> dict[str, Any]:
         """The keys that decide what is played (not how it is reported): a rerun reuses an opponent's
         episodes only when these are unchanged."""
-        keys = ("episodes_per_opponent", "batch_episodes", "temperature", "top_p", "greedy", "max_turn_tokens", "seed", "backend",
-                "base_url", "dtype", "pools_dir", "enable_thinking")
+        keys = ("episodes_per_opponent", "batch_episodes", "temperature", "top_p", "greedy", "max_turn_tokens",
+                "seed", "backend", "base_url", "dtype", "pools_dir", "enable_thinking")
         return {k: getattr(self, k) for k in keys}

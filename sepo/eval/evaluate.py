@@ -101,7 +101,8 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
                                 cfg.sampling(), factories, progress=cfg.progress)
             for k, rows in stored.items():
                 save_shard(paths[k], stamps[k], rows)
-            _say(f"{where}: {len(batch) * cfg.episodes_per_opponent} episodes in {time.perf_counter() - start:.1f} s")
+            seconds = time.perf_counter() - start
+            _say(f"{where}: {len(batch) * cfg.episodes_per_opponent} episodes in {seconds:.1f} s")
         rows_by_unit.update(stored)
     result: dict[str, Any] = {
         "game": game_name, "model": model, "lambdas": asdict(lambdas),
@@ -177,13 +178,15 @@ def evaluate_models(cfg: EvalConfig, models: list[tuple[str, str]],
             done += per_game[game]
             if cfg.save_transcripts:
                 lines = [transcript_line(label, r) for rows in stored[(label, game)].values() for r in rows]
-                write_jsonl_atomic(Path(cfg.output_dir) / "transcripts" / f"{safe_name(label)}__{game}.jsonl", lines)
+                name = f"{safe_name(label)}__{game}.jsonl"
+                write_jsonl_atomic(Path(cfg.output_dir) / "transcripts" / name, lines)
             write_results(cfg, results, complete=False)
         live.cache_clear()  # free the model before the next one loads
     return results, stored
 
 
-def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Results, stored: Stored) -> list[Path]:
+def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Results,
+                  stored: Stored) -> list[Path]:
     """The final results.json, results.md, one PNG per game (+ checkpoints.json / .png for `checkpoints`),
     and the wandb run; returns the PNGs."""
     out_dir = Path(cfg.output_dir)
@@ -202,7 +205,7 @@ def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Resul
 
 
 def run_eval(cfg: EvalConfig) -> Results:
-    """Evaluate every model on every game (resuming stored opponents), write every output, return the results."""
+    """Evaluate every model on every game (resuming stored batches), write every output; return the results."""
     out_dir = Path(cfg.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output_dir={cfg.output_dir!r} is a file, not a directory")

@@ -91,7 +91,9 @@ def paired_difference(a: Strata, b: Strata, statistic: Statistic, resamples: int
                 if ra.get(name) is not None and rb.get(name) is not None:
                     values.setdefault(name, []).append(ra[name] - rb[name])
     intervals = _percentiles(values, point, confidence)
-    return {name: {"diff": point[name], "ci": None if intervals[name] is None else list(intervals[name]),
-                   "excludes_zero": intervals[name] is not None and (intervals[name][0] > 0 or intervals[name][1] < 0),
-                   "paired": paired}
-            for name in point}
+    out = {}
+    for name, ci in intervals.items():
+        excludes = ci is not None and (ci[0] > 0 or ci[1] < 0)
+        out[name] = {"diff": point[name], "ci": None if ci is None else list(ci), "excludes_zero": excludes,
+                     "paired": paired}
+    return out

@@ -9,7 +9,7 @@ from typing import Any
 from sepo.eval.episodes import terms_from_dict
 from sepo.files import write_text_atomic
 
-__all__ = ["RolloutRecorder", "read_batches", "terms_from_dict"]  # the study reads episodes through terms_from_dict
+__all__ = ["RolloutRecorder", "read_batches", "terms_from_dict"]  # terms_from_dict: how the study reads episodes
 
 
 class RolloutRecorder:

@@ -53,7 +53,8 @@ def _eval_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, dict[st
         rows.append((arm, "final", _fmt(ck["final_step"]), seconds, report["eval"][ck["labels"]["final"]]))
         if ck["best_step"] is not None:
             same = " (= final)" if ck["labels"]["best"] == ck["labels"]["final"] else ""
-            rows.append((arm, "best" + same, _fmt(ck["best_step"]), seconds, report["eval"][ck["labels"]["best"]]))
+            best = report["eval"][ck["labels"]["best"]]
+            rows.append((arm, "best" + same, _fmt(ck["best_step"]), seconds, best))
     return rows
 
 
@@ -63,7 +64,8 @@ def _differences(report: dict[str, Any]) -> list[str]:
         if not pairs:
             continue
         lines += ["", f"{kind.capitalize()} checkpoints:", "",
-                  "| A − B | " + " | ".join(f"Δ{'J' if m == 'safety' else m}" for m in DIFFERENCE_METRICS) + " |",
+                  "| A − B | " + " | ".join(f"Δ{'J' if m == 'safety' else m}" for m in DIFFERENCE_METRICS)
+                  + " |",
                   "|---" * (len(DIFFERENCE_METRICS) + 1) + "|"]
         for pair, d in pairs.items():
             cells = []
@@ -87,7 +89,8 @@ def report_markdown(report: dict[str, Any]) -> str:
              "## Evaluation: final and best checkpoint per arm (sepo eval; u, e scaled by s; J at the game's "
              "eval λ)", "",
              f"Each cell: value [95% interval] ({method}). Best = the checkpoint with the highest J in the "
-             "training callback's evaluation (its own held-out seeds), re-evaluated here on the study's seeds.", "",
+             "training callback's evaluation (its own held-out seeds), re-evaluated here on the study's seeds.",
+             "",
              "| Arm | Checkpoint | Step | " + " | ".join(h for h, _ in _COLUMNS) + " | Train s |",
              "|---" * (len(_COLUMNS) + 4) + "|"]
     for name, kind, step, seconds, row in _eval_rows(report):

@@ -65,7 +65,8 @@ def arm_checkpoints(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     state = out / "trainer_state.json"
     final = json.loads(state.read_text())["global_step"] if state.is_file() else None
     best = json.loads((out / BEST_FILE).read_text()) if (out / BEST_FILE).is_file() else None
-    curve = json.loads((out / CHECKPOINTS_FILE).read_text())["checkpoints"] if (out / CHECKPOINTS_FILE).is_file() else []
+    curve_file = out / CHECKPOINTS_FILE
+    curve = json.loads(curve_file.read_text())["checkpoints"] if curve_file.is_file() else []
     return {"final_step": final, "best_step": best["step"] if best else None, "best_dir": str(out / BEST_DIR),
             "curve": curve}
 
@@ -90,8 +91,8 @@ def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], checkpoints: dict[str, 
         models.append((labels["final"], str(arm_dir(cfg, arm))))
         if labels["best"] != labels["final"]:
             models.append((labels["best"], checkpoints[arm]["best_dir"]))
-    keys = {"games": list(cfg.train.get("games", ["ipd"])), "game_params": dict(cfg.train.get("game_params") or {}),
-            **cfg.eval, "models": [f"{label}={model}" for label, model in models],
+    keys = {"games": list(cfg.train.get("games", ["ipd"])),
+            "game_params": dict(cfg.train.get("game_params") or {}), **cfg.eval, "models": [f"{label}={model}" for label, model in models],
             "output_dir": str(Path(cfg.output_dir) / "eval")}  # the trained game unless `eval` says otherwise
     ecfg = EvalConfig(**keys)
     results, stored = evaluate_models(ecfg, models)
@@ -149,7 +150,7 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         _say(f"arm {arm} trained in {summaries[arm]['train_seconds']:.0f} s")
     game = list(cfg.train.get("games", ["ipd"]))[0]
     checkpoints = {arm: arm_checkpoints(cfg, arm) for arm in arms}
-    _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + arms) + " (final and best checkpoints)")
+    _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + arms) + " (final and best)")
     results, stored, ecfg = evaluate_arms(cfg, arms, checkpoints)
     _say("exact checks on the recorded rollouts")
     report = {
@@ -159,7 +160,7 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         "machine": machine(),
         "arms": summaries,
         "eval": {label: per[game] for label, per in results.items()},
-        "checkpoints": {arm: {**checkpoints[arm], "labels": eval_labels(arm, checkpoints[arm])} for arm in arms},
+        "checkpoints": {arm: {**ck, "labels": eval_labels(arm, ck)} for arm, ck in checkpoints.items()},
         "differences": arm_differences(arms, checkpoints, game, results, stored, ecfg),
         "intervals": {"method": METHOD, "confidence": ecfg.confidence, "resamples": ecfg.bootstrap_resamples},
         "checks": exact_checks(cfg, arms),
