@@ -98,3 +98,18 @@ def test_held_out_check_refuses_a_training_seed(tmp_path):
 def test_checkpoint_eval_episodes_is_validated(tmp_path):
     with pytest.raises(ValueError, match=r"checkpoint_eval_episodes=0 is out of range: allowed an integer >= 1"):
         _args(tmp_path, checkpoint_eval_episodes=0)
+
+
+def test_a_resumed_run_evaluates_the_checkpoint_whose_evaluation_was_cut(tmp_path, tiny_model_dir):
+    from pathlib import Path
+
+    from sepo.grpo.trainer import SEPOTrainer
+
+    args = _args(tmp_path, max_steps=1)
+    SEPOTrainer(model=tiny_model_dir, args=args).train()
+    run = Path(args.output_dir)
+    (run / "checkpoints.json").unlink()  # as if killed after saving checkpoint-1, before recording it
+    resumed = _args(tmp_path, max_steps=2)
+    SEPOTrainer(model=tiny_model_dir, args=resumed).train(resume_from_checkpoint=str(run / "checkpoint-1"))
+    data = json.loads((run / "checkpoints.json").read_text())
+    assert [r["step"] for r in data["checkpoints"]] == [1, 2]

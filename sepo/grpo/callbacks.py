@@ -57,42 +57,58 @@ def check_held_out(cfg: Any, training_seeds: set[int]) -> None:
 
 
 class CheckpointEvalCallback(TrainerCallback):
-    """At every save: evaluate the saved policy, append it to checkpoints.json, keep the best in best/."""
+    """At every save: evaluate the saved policy, append it to checkpoints.json, keep the best in best/. A run
+    resumed from a checkpoint whose evaluation a kill cut short evaluates it first (its weights are loaded)."""
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg  # the EvalConfig every checkpoint is evaluated with (fixed for the run)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                       train_dataloader: Any = None, **kwargs: Any) -> None:
+                       model: Any = None, processing_class: Any = None, train_dataloader: Any = None,
+                       **kwargs: Any) -> None:
         dataset = getattr(train_dataloader, "dataset", None)
         if dataset is not None and "seed" in getattr(dataset, "column_names", []):
             check_held_out(self.cfg, set(dataset["seed"]))
+        step = state.global_step
+        if state.is_world_process_zero and step and (Path(args.output_dir) / f"checkpoint-{step}").is_dir() \
+                and step not in {r["step"] for r in _records(Path(args.output_dir))}:
+            evaluate_checkpoint(self.cfg, args, step, model, processing_class)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None,
                 processing_class: Any = None, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
-            return
-        from sepo.backends.hf import HFBackend
-        from sepo.eval.checkpoints import CHECKPOINTS_FILE, checkpoint_record, write_checkpoints
-        from sepo.eval.evaluate import evaluate_models
-        from sepo.rollout.chat import ChatRenderer
+        if state.is_world_process_zero:
+            evaluate_checkpoint(self.cfg, args, state.global_step, model, processing_class)
 
-        out, step = Path(args.output_dir), state.global_step
-        checkpoint = out / f"checkpoint-{step}"
-        backend = HFBackend.from_trainer_model(model, processing_class)
-        renderer = ChatRenderer(processing_class, enable_thinking=self.cfg.enable_thinking)
-        label = f"step-{step}"
-        results, _ = evaluate_models(self.cfg, [(label, str(checkpoint))], lambda _: (backend, renderer))
-        path = out / CHECKPOINTS_FILE
-        records = json.loads(path.read_text())["checkpoints"] if path.is_file() else []
-        record = checkpoint_record(step, str(checkpoint), results[label])
-        records = [r for r in records if r["step"] != step] + [record]
-        data = write_checkpoints(path, records, self.cfg.confidence, self.cfg.bootstrap_resamples)
-        _log_wandb(args, record)
-        best = data["best"]
-        if best is not None and best["step"] == step and checkpoint.is_dir():
-            replace_dir_atomic(lambda tmp: shutil.copytree(checkpoint, tmp, dirs_exist_ok=True), out / BEST_DIR)
-            write_json_atomic(out / BEST_FILE, best)
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    """The checkpoints.json records of a run so far."""
+    from sepo.eval.checkpoints import CHECKPOINTS_FILE
+
+    path = out / CHECKPOINTS_FILE
+    return json.loads(path.read_text())["checkpoints"] if path.is_file() else []
+
+
+def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any, tokenizer: Any) -> None:
+    """Evaluate the live policy as checkpoint-<step>, record it in checkpoints.json (and wandb), and copy the
+    checkpoint to best/ when it has the best evaluated J so far."""
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.checkpoints import CHECKPOINTS_FILE, checkpoint_record, write_checkpoints
+    from sepo.eval.evaluate import evaluate_models
+    from sepo.rollout.chat import ChatRenderer
+
+    out = Path(args.output_dir)
+    checkpoint = out / f"checkpoint-{step}"
+    backend = HFBackend.from_trainer_model(model, tokenizer)
+    renderer = ChatRenderer(tokenizer, enable_thinking=cfg.enable_thinking)
+    label = f"step-{step}"
+    results, _ = evaluate_models(cfg, [(label, str(checkpoint))], lambda _: (backend, renderer))
+    record = checkpoint_record(step, str(checkpoint), results[label])
+    records = [r for r in _records(out) if r["step"] != step] + [record]
+    best = write_checkpoints(out / CHECKPOINTS_FILE, records, cfg.confidence, cfg.bootstrap_resamples)["best"]
+    _log_wandb(args, record)
+    if best is not None and best["step"] == step and checkpoint.is_dir():
+        replace_dir_atomic(lambda tmp: shutil.copytree(checkpoint, tmp, dirs_exist_ok=True), out / BEST_DIR)
+        write_json_atomic(out / BEST_FILE, best)
 
 
 def _log_wandb(args: TrainingArguments, record: dict[str, Any]) -> None:
