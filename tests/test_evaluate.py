@@ -138,6 +138,7 @@ def test_transcripts_and_wandb_table(tiny_model_dir, tmp_path):
     (["--bootstrap_resamples", "5"], ["bootstrap_resamples=5", "[100, 1000000]"]),
     (["--games", "chess"], ["unknown game 'chess'", "ipd"]),
     (["--pools", "friends"], ["unknown pool 'friends'", "training, exploit, collusive"]),
+    (["--checkpoints", "/nonexistent/run"], ["checkpoints='/nonexistent/run' is not a directory"]),
 ])
 def test_bad_values_are_clear_errors(tiny_model_dir, tmp_path, capsys, args, words):
     assert main(["--models", tiny_model_dir, "--output_dir", str(tmp_path), *args]) == 2
