@@ -106,7 +106,8 @@ def test_rerun_resumes_stored_batches_and_replays_missing_or_corrupt_ones(tiny_m
     second = run_eval(_cfg(tiny_model_dir, out, **kw))
     printed = capsys.readouterr().out
     assert printed.count("stored, reused") == 2 and printed.count("episodes in") == 2
-    assert "exploit/always_defect, exploit/alternating_defect: 4 episodes in" in printed  # the whole batch again
+    # the whole batch again, with the running total of opponents
+    assert "6/7 Tiny ipd exploit/always_defect, exploit/alternating_defect: 4 episodes in" in printed
     assert kept.stat().st_mtime_ns == stamps[kept] and partner.stat().st_mtime_ns != stamps[partner]
     assert second == first  # a replayed batch draws what it drew the first time
     # other play settings (here the batch grouping) are never mixed with stored episodes
