@@ -1,5 +1,4 @@
-"""`sepo eval`: checkpoints against the opponent pools, side by side, with bootstrap intervals and exact Kuhn
-exploitability.
+"""`sepo eval`: checkpoints against the opponent pools, side by side, with intervals and Kuhn exploitability.
 
 For every model and game, each opponent of each pool (training / exploit / collusive) is played
 `episodes_per_opponent` times (seats alternating, seeds fixed) through the batched lock-step rollout engine,
