@@ -114,7 +114,9 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
 
 def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
                 total: int) -> dict[str, Any]:
-    key = fingerprint(stamp, "kuhn_exact", cfg.kuhn_rationale_samples, cfg.play_settings())
+    decoding = {k: v for k, v in cfg.play_settings().items()  # what the exact phase depends on
+                if k not in ("episodes_per_opponent", "batch_episodes", "pools_dir")}
+    key = fingerprint(stamp, "kuhn_exact", cfg.kuhn_rationale_samples, decoding)
     path = shard_path(cfg.output_dir, label, "kuhn", "kuhn_exact")
     samples = load_shard(path, key) if cfg.resume else None
     if samples is not None:
