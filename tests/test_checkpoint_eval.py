@@ -48,6 +48,7 @@ def test_callback_evaluates_every_checkpoint_and_keeps_the_best(trained):
         assert (ipd["u"]["n"], ipd["e"]["n"], ipd["c"]["n"], ipd["safety"]["n"]) == (8, 4, 2, 14)
         assert ipd["safety"]["value"] == r["safety"] and ipd["safety"]["ci"][0] <= r["safety"]
         assert ipd["safety"]["ci"][1] >= r["safety"]
+    assert (run / "checkpoints.png").stat().st_size > 1000
     results = json.loads((run / "checkpoint_eval" / "results.json").read_text())
     assert results["results"]["step-2"]["ipd"]["lambdas"] == IPD_EVAL_LAMBDAS  # the game's eval λ
     assert results["config"]["seed"] == trained.seed + HELD_OUT_OFFSET

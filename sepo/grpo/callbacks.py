@@ -5,7 +5,7 @@ defection), so at every save the policy just saved is played against every oppon
 (`sepo.eval`): held-out seeds (eval episodes draw their seeds from their own namespace; the callback checks
 that none is a training group's seed), the game's evaluation λ, sampling at the run's temperature and top-p.
 The result goes to `output_dir/checkpoints.json` (J, u, e, c, x, NRA per step with bootstrap intervals,
-`sepo.eval.checkpoints`), to wandb when the run reports there (`checkpoint_eval/...` against
+`sepo.eval.checkpoints`) and `checkpoints.png` (each metric against the step), to wandb when the run reports there (`checkpoint_eval/...` against
 `train/global_step`), and the checkpoint with the best evaluated J is copied to `output_dir/best` (atomically)
 with its step and J in `best.json`. The evaluated episodes are stored under `output_dir/checkpoint_eval/`, so
 an evaluation interrupted by a kill resumes when training resumes.
@@ -92,7 +92,13 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     """Evaluate the live policy as checkpoint-<step>, record it in checkpoints.json (and wandb), and copy the
     checkpoint to best/ when it has the best evaluated J so far."""
     from sepo.backends.hf import HFBackend
-    from sepo.eval.checkpoints import CHECKPOINTS_FILE, checkpoint_record, write_checkpoints
+    from sepo.eval.checkpoints import (
+        CHECKPOINTS_FILE,
+        CHECKPOINTS_PLOT,
+        checkpoint_record,
+        plot_checkpoints,
+        write_checkpoints,
+    )
     from sepo.eval.evaluate import evaluate_models
     from sepo.rollout.chat import ChatRenderer
 
@@ -104,7 +110,9 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     results, _ = evaluate_models(cfg, [(label, str(checkpoint))], lambda _: (backend, renderer))
     record = checkpoint_record(step, str(checkpoint), results[label])
     records = [r for r in _records(out) if r["step"] != step] + [record]
-    best = write_checkpoints(out / CHECKPOINTS_FILE, records, cfg.confidence, cfg.bootstrap_resamples)["best"]
+    data = write_checkpoints(out / CHECKPOINTS_FILE, records, cfg.confidence, cfg.bootstrap_resamples)
+    plot_checkpoints(data["checkpoints"], out / CHECKPOINTS_PLOT)
+    best = data["best"]
     _log_wandb(args, record)
     if best is not None and best["step"] == step and checkpoint.is_dir():
         replace_dir_atomic(lambda tmp: shutil.copytree(checkpoint, tmp, dirs_exist_ok=True), out / BEST_DIR)
