@@ -5,9 +5,9 @@ defection), so at every save the policy just saved is played against every oppon
 (`sepo.eval`): held-out seeds (eval episodes draw their seeds from their own namespace; the callback checks
 that none is a training group's seed), the game's evaluation λ, sampling at the run's temperature and top-p.
 The result goes to `output_dir/checkpoints.json` (J, u, e, c, x, NRA per step with bootstrap intervals,
-`sepo.eval.checkpoints`) and `checkpoints.png` (each metric against the step), to wandb when the run reports there (`checkpoint_eval/...` against
-`train/global_step`), and the checkpoint with the best evaluated J is copied to `output_dir/best` (atomically)
-with its step and J in `best.json`. The evaluated episodes are stored under `output_dir/checkpoint_eval/`, so
+`sepo.eval.checkpoints`) and `checkpoints.png` (each metric against the step), to wandb when the run reports
+there (`checkpoint_eval/...` against `train/global_step`), and the checkpoint with the best evaluated J is
+copied to `output_dir/best` (atomically) with its step and J in `best.json`. The evaluated episodes are stored under `output_dir/checkpoint_eval/`, so
 an evaluation interrupted by a kill resumes when training resumes.
 
 Runs on the main process with the live model through the HF backend; DeepSpeed ZeRO-3 (sharded weights) is
