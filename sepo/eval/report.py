@@ -74,13 +74,15 @@ def markdown(results: Results, method: str) -> str:
     return "\n".join(lines)
 
 
-def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -> None:
-    """Grouped bars with error bars; a dot on every measured value, "n/a" where nothing was measured."""
+def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -> list[Any]:
+    """Grouped bars with error bars; a dot on every measured value, "n/a" where nothing was measured.
+    Returns the legend handles (one per model, whether or not anything of it was measured)."""
+    from matplotlib.patches import Patch
+
     labels = [label for label, per in results.items() if game in per]
     width = 0.8 / max(1, len(labels))
     for i, label in enumerate(labels):
         got = results[label][game]["metrics"]
-        ax.bar([], [], color=f"C{i}", label=label)  # the legend entry, whether or not anything was measured
         for m, (_, name) in enumerate(metrics):
             x = m + i * width
             e = got.get(name)
@@ -93,6 +95,7 @@ def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -
             ax.plot([x], [v], marker="o", markersize=3, color="black")
     ax.set_xticks([m + width * (len(labels) - 1) / 2 for m in range(len(metrics))], [h for h, _ in metrics])
     ax.axhline(0, color="black", linewidth=0.5)
+    return [Patch(color=f"C{i}", label=label) for i, label in enumerate(labels)]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
@@ -106,9 +109,9 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     for game in _games(results):
         kuhn = game == "kuhn"
         fig, axes = plt.subplots(1, 3 if kuhn else 2, figsize=(17 if kuhn else 12, 4.2))
-        bars(axes[0], results, game, SCORES)
+        handles = bars(axes[0], results, game, SCORES)
         axes[0].set_title(f"{game}: scores (raw payoff per round; J at the eval λ)")
-        axes[0].legend(fontsize=8)
+        axes[0].legend(handles=handles, fontsize=8)
         bars(axes[1], results, game, RATES)
         axes[1].set_ylim(0, 1.05)
         axes[1].set_title("rates")
@@ -124,7 +127,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
                             clip_on=False, zorder=5, label="Nash (α = 1/3)" if k == 0 else None)
             ax.set_ylim(0, 1.05)
             ax.set_title("Kuhn: card-conditioned rates (call Q Nash: 1/3 second, 2/3 first)")
-            ax.legend(fontsize=8)
+            ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{game}.png"
         fig.savefig(path, dpi=110)

@@ -151,9 +151,9 @@ def plot_report(report: dict[str, Any], path: Path) -> Path:
 
     fig, axes = plt.subplots(1, 4, figsize=(21, 4))
     per_label = {label: {"game": row} for label, row in report["eval"].items()}
-    bars(axes[0], per_label, "game", [("u", "u"), ("e", "e"), ("c", "c"), ("x", "x"), ("J", "safety")])
+    handles = bars(axes[0], per_label, "game", [("u", "u"), ("e", "e"), ("c", "c"), ("x", "x"), ("J", "safety")])
     axes[0].set_title("eval against the pools (final, @best)")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(handles=handles, fontsize=7)
     for k, (arm, ck) in enumerate(report.get("checkpoints", {}).items()):
         points = [(r["step"], g["safety"]) for r in ck["curve"] for g in r["games"].values()
                   if g["safety"]["value"] is not None]
