@@ -16,6 +16,7 @@ One torch thread by default: on small shared machines OpenMP spin-waiting otherw
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     figures = bench(args.threads)
-    write_json_atomic(args.out, {"git_sha": git_sha(), "machine": machine_info(), **figures})
+    write_json_atomic(args.out, {"git_sha": git_sha(), "machine": machine_info(),
+                                 "load_average_1min": os.getloadavg()[0], **figures})
     total = figures["rollout_s"] + figures["exact_samples_s"] + figures["scoring_s"]
     print(f"rollouts {figures['rollout_s']:.1f} s, reasoning samples {figures['exact_samples_s']:.1f} s, scoring "
           f"{figures['scoring_s']:.1f} s (re-encoding baseline {figures['scoring_reencode_s']:.1f} s, "
