@@ -135,6 +135,7 @@ def test_transcripts_and_wandb_table(tiny_model_dir, tmp_path):
     (["--episodes_per_opponent", "-2"], ["episodes_per_opponent=-2", "out of range", ">= 1"]),
     (["--max_turn_tokens", "0"], ["max_turn_tokens=0", ">= 1"]),
     (["--batch_episodes", "0"], ["batch_episodes=0", ">= 1"]),
+    (["--torch_threads", "0"], ["torch_threads=0", ">= 1"]),
     (["--top_p", "1.5"], ["top_p=1.5", "(0, 1]"]),
     (["--bootstrap_resamples", "5"], ["bootstrap_resamples=5", "[100, 1000000]"]),
     (["--games", "chess"], ["unknown game 'chess'", "ipd"]),

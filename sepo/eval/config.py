@@ -73,6 +73,9 @@ class EvalConfig:
     confidence: float = field(default=0.95, metadata={"help": "confidence level of every interval, in (0, 1)"})
     save_transcripts: bool = field(default=False, metadata={"help": "every episode to transcripts/*.jsonl"})
     resume: bool = field(default=True, metadata={"help": "reuse opponents played before with these settings"})
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op threads (unset: torch's default); 1 on a shared small "
+                                        "machine, where OpenMP spin-waiting slows every thread"})
     enable_thinking: bool = field(default=False, metadata={"help": "chat-template thinking for action turns"})
     output_dir: str = field(default="runs/eval", metadata={"help": "results, tables, plots, episodes/"})
     report_to: str = field(default="none", metadata={"help": "none | wandb"})
@@ -112,6 +115,8 @@ class EvalConfig:
         check_int("kuhn_rationale_samples", self.kuhn_rationale_samples, 1)
         check_int("bootstrap_resamples", self.bootstrap_resamples, 100, 1_000_000)
         check_int("seed", self.seed, 0)
+        if self.torch_threads is not None:
+            check_int("torch_threads", self.torch_threads, 1)
         check_float("confidence", self.confidence, 0.0, 1.0, True, True)
         check_float("top_p", self.top_p, 0.0, 1.0, True, False)
         if not self.greedy:

@@ -212,6 +212,10 @@ def run_eval(cfg: EvalConfig) -> Results:
         raise ValueError(f"output_dir={cfg.output_dir!r} is a file, not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     models = model_specs(cfg)
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     results, stored = evaluate_models(cfg, models)
     write_outputs(cfg, models, results, stored)
     return results
