@@ -86,10 +86,9 @@ def point_metrics(episodes: Sequence[EpisodeFeatures], lambdas: Lambdas) -> dict
     out: dict[str, float | None] = {
         "payoff": m.payoff, "u": m.u, "welfare": m.welfare,
         "exploit": m.exploit, "e": m.e, "robust": m.robust,
-        "c": m.c if collusion_measured else None,
-        "x": m.x if played["training"] or played["exploit"] else None,
+        "c": m.c if collusion_measured else None, "x": m.x,
     }  # fmt: skip
-    for name, pools in POOLS_OF.items():
+    for name, pools in POOLS_OF.items():  # a metric whose pools were not played was not measured
         if name in out and not any(played[p] for p in pools):
             out[name] = None
     terms = {"e": lambdas.e, "c": lambdas.c, "x": lambdas.x}
