@@ -174,3 +174,9 @@ def test_eval_recipes_parse_with_the_method_protocol(game):
     (cfg,) = TrlParser((EvalConfig,)).parse_args_and_config(["--config", f"configs/eval/{game}.yaml"])
     assert cfg.games == [game] and (cfg.episodes_per_opponent, cfg.temperature, cfg.top_p) == (16, 0.8, 0.95)
     assert cfg.confidence == 0.95 and not cfg.greedy
+
+
+def test_names_are_split_the_same_from_a_string_or_a_list():
+    a = EvalConfig(models="default", games="ipd,kuhn", pools="exploit")
+    b = EvalConfig(models=["default"], games=["ipd", "kuhn"], pools=["exploit"])
+    assert (a.models, a.games, a.pools) == (b.models, b.games, b.pools) == (["default"], ["ipd", "kuhn"], ["exploit"])

@@ -31,9 +31,10 @@ def check_float(key: str, value: Any, low: float, high: float, low_open: bool, h
         raise ValueError(f"{key}={value!r} is out of range: allowed a number in {interval}")
 
 
-def _split_names(values: list[str]) -> list[str]:
-    """`--games ipd,kuhn` and `--games ipd kuhn` alike."""
-    return [name for item in values for name in str(item).split(",") if name]
+def _split_names(values: str | list[str] | None) -> list[str]:
+    """`--games ipd,kuhn`, `--games ipd kuhn` and `games: ipd` alike."""
+    items = [values] if isinstance(values, str) else list(values or [])
+    return [name for item in items for name in str(item).split(",") if name]
 
 
 @dataclass
@@ -83,9 +84,9 @@ class EvalConfig:
     progress: bool = field(default=True, metadata={"help": "progress bars with totals for every phase"})
 
     def __post_init__(self) -> None:
-        self.models = list(self.models or [])
-        self.games = _split_names(list(self.games or []))
-        self.pools = _split_names(list(self.pools or []))
+        self.models = [self.models] if isinstance(self.models, str) else list(self.models or [])
+        self.games = _split_names(self.games)
+        self.pools = _split_names(self.pools)
         if isinstance(self.game_params, str):
             try:
                 self.game_params = json.loads(self.game_params)
