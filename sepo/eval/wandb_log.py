@@ -62,3 +62,4 @@ def log_run(cfg: Any, results: dict[str, Any], stored: dict[tuple[str, str], dic
                               for row in sample_episodes(label, rows)])
     run.log({"episodes": table, **{p.stem: wandb.Image(str(p)) for p in pngs}})
     run.finish()
+    wandb.teardown()  # drop wandb's process-wide settings (its dir), so a later run in this process reads its own
