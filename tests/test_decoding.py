@@ -104,6 +104,21 @@ def test_scores_are_a_distribution(actions, text):
         assert sum(row) == pytest.approx(1.0, abs=1e-9)
 
 
+@torch.no_grad()
+def unpadded_probabilities(model, tok, prompt: list[int], actions: list[str], eot: int) -> list[float]:
+    """The oracle: every tokenisation of every action appended to the prompt, one unpadded sequence at a time."""
+    liks = []
+    for a in actions:
+        total = 0.0
+        for v in action_variants(tok, prompt, a):
+            seq = torch.tensor([prompt + v + [eot]])
+            lp = torch.log_softmax(model(seq).logits[0, :-1].float(), -1)
+            steps = torch.arange(len(prompt) - 1, seq.shape[1] - 1)
+            total += float(lp[steps, seq[0, len(prompt) :]].sum().exp())
+        liks.append(total)
+    return [x / sum(liks) for x in liks]
+
+
 def test_scores_match_unpadded_teacher_forcing():
     prompts = [
         MTOK.encode("you are a player", add_special_tokens=False),
@@ -111,17 +126,19 @@ def test_scores_match_unpadded_teacher_forcing():
     ]
     actions = ["1", "2", "3"]
     got = score_actions(MODEL, MTOK, prompts, [actions, actions], EOT, batch_size=4)
-    with torch.no_grad():
-        for prompt, row in zip(prompts, got):
-            liks = []
-            for a in actions:
-                total = 0.0
-                for v in action_variants(MTOK, prompt, a):
-                    seq = torch.tensor([prompt + v + [EOT]])
-                    lp = torch.log_softmax(MODEL(seq).logits[0, :-1].float(), -1)
-                    total += float(
-                        lp[torch.arange(len(prompt) - 1, seq.shape[1] - 1), seq[0, len(prompt) :]].sum().exp()
-                    )
-                liks.append(total)
-            expected = [x / sum(liks) for x in liks]
-            assert row == pytest.approx(expected, rel=1e-4)
+    for prompt, row in zip(prompts, got):
+        assert row == pytest.approx(unpadded_probabilities(MODEL, MTOK, prompt, actions, EOT), rel=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5", "gemma4"])
+def test_cached_scoring_matches_unpadded_teacher_forcing_on_other_caches(arch):
+    """Linear-attention (Qwen 3.5) and sliding-window (Gemma 4) caches: each continuation scored on a copy of
+    the prompt cache equals scoring the whole sequence from scratch."""
+    model, tok = build_tiny_model(arch, seed=5)
+    eot = tok.convert_tokens_to_ids("<|im_end|>") if arch == "qwen3_5" else tok.eos_token_id
+    prompts = [tok.encode("you are a player in round two", add_special_tokens=False),
+               tok.encode("bid", add_special_tokens=False)]
+    actions = ["PASS", "BET"]
+    got = score_actions(model, tok, prompts, [actions, actions], eot, batch_size=2)
+    for prompt, row in zip(prompts, got):
+        assert row == pytest.approx(unpadded_probabilities(model, tok, prompt, actions, eot), rel=1e-4)

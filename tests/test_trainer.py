@@ -249,13 +249,13 @@ def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):
 
 def test_checkpoint_resume_continues_step_count(tmp_path, tiny_model_dir):
     args = dict(max_steps=2, save_strategy="steps", save_steps=1, per_device_train_batch_size=4,
-                pool_mix={"training": ["tit_for_tat"]})
-    first = _train_double(tmp_path, tiny_model_dir, **args)
+                pool_mix={"training": ["tit_for_tat"]}, checkpoint_eval_episodes=1)
+    _train_double(tmp_path, tiny_model_dir, **args)
     run = tmp_path / "run"
     assert (run / "checkpoint-2").is_dir() and (run / "best.json").is_file() and (run / "best").is_dir()
-    best = json.loads((run / "best.json").read_text())
-    logged = {h["step"]: h["sepo/safety"] for h in first.state.log_history if "sepo/safety" in h}
-    assert best["safety"] == pytest.approx(max(logged.values()))
+    best = json.loads((run / "best.json").read_text())  # the best by evaluated J (tests/test_checkpoint_eval.py)
+    evaluated = {r["step"]: r["safety"] for r in json.loads((run / "checkpoints.json").read_text())["checkpoints"]}
+    assert best["safety"] == pytest.approx(max(evaluated.values()))
     resumed = _Capture(model=tiny_model_dir, args=tiny_config(tmp_path, **{**args, "max_steps": 3}))
     resumed.train(resume_from_checkpoint=str(run / "checkpoint-2"))
     assert resumed.state.global_step == 3

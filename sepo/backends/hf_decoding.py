@@ -10,6 +10,7 @@ e.g. Kuhn exploitability).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -121,33 +122,57 @@ def score_actions(
 
     A choice's log-likelihood is the teacher-forced log-probability of its tokens plus end-of-turn, summed
     over its tokenisations (with/without leading space, in context); probabilities are normalised over the
-    choices of each prompt. Sequences are left-padded so only the continuation logits are computed.
+    choices of each prompt. Each prompt is encoded once (`batch_size` prompts per forward pass, left-padded)
+    and every continuation is scored on a copy of its key/value cache, so a prompt with k tokenisations of
+    its choices costs one prompt pass, not k (the Kuhn exact phase scores 6-8 continuations per prompt).
     """
-    rows: list[tuple[int, int, list[int], int]] = []  # (prompt, choice, ids, continuation length)
+    conts: list[list[tuple[int, list[int]]]] = []  # per prompt: (choice index, continuation ids + end-of-turn)
     for i, (prompt, acts) in enumerate(zip(prompts, choices, strict=True)):
         if not acts:
             raise ValueError(f"prompt {i} has no choices to score")
-        for j, action in enumerate(acts):
-            for variant in action_variants(tokenizer, prompt, action):
-                cont = [*variant, end_of_turn_id]
-                rows.append((i, j, [*prompt, *cont], len(cont)))
-    device = next(model.parameters()).device
+        conts.append([(j, [*variant, end_of_turn_id]) for j, action in enumerate(acts)
+                      for variant in action_variants(tokenizer, prompt, action)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id
-    seq_logps: list[float] = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        width = max(len(r[2]) for r in chunk)
-        keep = max(r[3] for r in chunk) + 1
-        ids = torch.tensor([[pad] * (width - len(r[2])) + r[2] for r in chunk], device=device)
-        attn = torch.tensor([[0] * (width - len(r[2])) + [1] * len(r[2]) for r in chunk], device=device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep).logits
-        logps = torch.log_softmax(logits[:, :-1].float(), -1)  # position k predicts token at width-keep+k+1
-        targets = ids[:, width - keep + 1 :]
-        tok_lp = logps.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        for b, (_, _, _, n) in enumerate(chunk):
-            seq_logps.append(float(tok_lp[b, -n:].sum()))
     out: list[list[float]] = [[float("-inf")] * len(acts) for acts in choices]
-    for (i, j, _, _), lp in zip(rows, seq_logps):
-        out[i][j] = float(torch.logaddexp(torch.tensor(out[i][j]), torch.tensor(lp)))
+    for start in range(0, len(prompts), batch_size):
+        chunk = range(start, min(start + batch_size, len(prompts)))
+        scored = _score_chunk(model, [list(prompts[i]) for i in chunk], [conts[i] for i in chunk], pad)
+        for b, j, lp in scored:
+            out[start + b][j] = float(torch.logaddexp(torch.tensor(out[start + b][j]), torch.tensor(lp)))
     return [torch.softmax(torch.tensor(row, dtype=torch.float64), 0).tolist() for row in out]
+
+
+def _score_chunk(model, prompts: list[list[int]], conts: list[list[tuple[int, list[int]]]],
+                 pad: int) -> list[tuple[int, int, float]]:
+    """(prompt, choice, log-likelihood) of every continuation: one pass over the left-padded prompts, then
+    for k = 0, 1, ... one pass feeding every prompt's k-th continuation (right-padded) on a copy of the
+    prompts' cache. The first continuation token is scored from the prompt pass's last logits."""
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    first = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+                  use_cache=True, logits_to_keep=1)
+    first_lp = torch.log_softmax(first.logits[:, -1].float(), -1)
+    lengths = attn.sum(1, keepdim=True)
+    scored = []
+    for k in range(max(len(c) for c in conts)):
+        rows = [(b, c[k]) for b, c in enumerate(conts) if k < len(c)]
+        fed = max(len(cont) for _, (_, cont) in rows) - 1  # the last token (end-of-turn) is only predicted
+        x = torch.full((len(prompts), fed), pad, device=device)
+        mask = torch.zeros((len(prompts), fed), dtype=attn.dtype, device=device)
+        for b, (_, cont) in rows:
+            x[b, : len(cont) - 1] = torch.tensor(cont[:-1], device=device)
+            mask[b, : len(cont) - 1] = 1
+        logps = None
+        if fed:
+            logits = model(input_ids=x, attention_mask=torch.cat([attn, mask], 1),
+                           position_ids=lengths + torch.arange(fed, device=device),
+                           past_key_values=copy.deepcopy(first.past_key_values)).logits
+            logps = torch.log_softmax(logits.float(), -1)
+        for b, (j, cont) in rows:
+            lp = first_lp[b, cont[0]]
+            for t in range(len(cont) - 1):
+                lp = lp + logps[b, t, cont[t + 1]]
+            scored.append((b, j, float(lp)))
+    return scored

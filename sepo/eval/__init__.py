@@ -1,5 +1,15 @@
 """Evaluation of checkpoints against the pools (`sepo eval`) and the four-arm credit study (`sepo study`).
 
-    evaluate.py  pools, metrics, exact Kuhn exploitability, tables and plots (the `sepo eval` entry point)
-    study/       the four-arm credit-assignment study (the `sepo study` entry point)
+    evaluate.py     the `sepo eval` command: every model x game, stored as it goes, then every output
+    config.py       EvalConfig, validated when it is built
+    episodes.py     what is played: one unit per (pool, opponent), batches of units, episode rows
+    metrics.py      every reported number from episode rows, with its interval and n (null when unmeasured)
+    stats.py        stratified percentile bootstrap over episodes, paired differences
+    kuhn.py         Kuhn's exact phase: the policy at the 12 info sets and its exploitability
+    store.py        per-batch storage with fingerprints, so a rerun resumes
+    report.py       results.md tables and the per-game plots
+    checkpoints.py  per-checkpoint evaluation: checkpoints.json, the best by evaluated J, the plot per step
+    wandb_log.py    metrics with intervals, plots and sample episodes to wandb
+    progress.py     progress bars with totals
+    study/          the four-arm credit-assignment study (the `sepo study` entry point)
 """

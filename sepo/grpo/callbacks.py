@@ -1,8 +1,17 @@
-"""Trainer callbacks for SEPO-GRPO runs: keep the checkpoint with the best safety score J.
+"""Trainer callbacks for SEPO-GRPO runs: evaluate every saved checkpoint and keep the best by evaluated J.
 
-The method picked its final checkpoint by safety score (late training can collapse toward defection),
-so every save compares the mean logged `sepo/safety` since the previous save with the best so far and
-copies a better checkpoint to `output_dir/best` (atomically), recording the choice in `best.json`.
+The method evaluated every checkpoint and kept the best by safety score (late training can collapse toward
+defection), so at every save the policy just saved is played against every opponent of every pool
+(`sepo.eval`): held-out seeds (eval episodes draw their seeds from their own namespace; the callback checks
+that none is a training group's seed), the game's evaluation λ, sampling at the run's temperature and top-p.
+The result goes to `output_dir/checkpoints.json` (J, u, e, c, x, NRA per step with bootstrap intervals,
+`sepo.eval.checkpoints`) and `checkpoints.png` (each metric against the step), to wandb when the run reports
+there (`checkpoint_eval/...` against `train/global_step`), and the checkpoint with the best evaluated J is
+copied to `output_dir/best` (atomically) with its step and J in `best.json`. The evaluated episodes are stored under `output_dir/checkpoint_eval/`, so
+an evaluation interrupted by a kill resumes when training resumes.
+
+Runs on the main process with the live model through the HF backend; DeepSpeed ZeRO-3 (sharded weights) is
+not supported here: set `keep_best_by_safety: false` and run `sepo eval --checkpoints output_dir` instead.
 """
 
 from __future__ import annotations
@@ -10,44 +19,120 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sepo.files import replace_dir_atomic, write_json_atomic
 
-SAFETY_KEY = "sepo/safety"
 BEST_DIR = "best"
 BEST_FILE = "best.json"
+EVAL_DIR = "checkpoint_eval"
+HELD_OUT_OFFSET = 1_000  # eval seed = training seed + offset: another stream of episode seeds
 
 
-def safety_since(log_history: list[dict], after_step: int, upto_step: int) -> float | None:
-    """Mean logged safety score over steps in (after_step, upto_step], None if none was logged."""
-    values = [h[SAFETY_KEY] for h in log_history if SAFETY_KEY in h and after_step < h.get("step", 0) <= upto_step]
-    return sum(values) / len(values) if values else None
+def eval_config(args: Any) -> Any:
+    """The EvalConfig of the per-checkpoint evaluation of a SEPOConfig run."""
+    from sepo.eval.config import EvalConfig
+
+    return EvalConfig(
+        models=[], games=list(args.games), game_params=dict(args.game_params),
+        episodes_per_opponent=args.checkpoint_eval_episodes, temperature=args.temperature, top_p=args.top_p,
+        max_turn_tokens=args.max_turn_tokens, seed=args.seed + HELD_OUT_OFFSET, pools_dir=args.pool_dir,
+        enable_thinking=args.enable_thinking, output_dir=str(Path(args.output_dir) / EVAL_DIR),
+        use_eval_lambdas=True, report_to="none", progress=False,
+    )
 
 
-class BestSafetyCallback(TrainerCallback):
-    """On every save, keep a copy of the checkpoint whose recent mean safety score J is the best so far."""
+def check_held_out(cfg: Any, training_seeds: set[int]) -> None:
+    """Raise if an evaluation episode would replay a training group's seed."""
+    from sepo.eval.episodes import episode_seed, units
+    from sepo.pools import load_pools
 
-    def __init__(self) -> None:
-        self.last_save_step = 0
+    for game in cfg.games:
+        for unit in units(game, load_pools(game, extra_dir=cfg.pools_dir), cfg.pools):
+            for i in range(cfg.episodes_per_opponent):
+                if episode_seed(cfg.seed, unit, i) in training_seeds:
+                    raise ValueError(f"evaluation seed of {unit} episode {i} is a training seed; change `seed`")
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
-        self.last_save_step = state.global_step  # a resumed run starts counting from its checkpoint
 
-    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+class CheckpointEvalCallback(TrainerCallback):
+    """At every save: evaluate the saved policy, append it to checkpoints.json, keep the best in best/. A run
+    resumed from a checkpoint whose evaluation a kill cut short evaluates it first (its weights are loaded)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg  # the EvalConfig every checkpoint is evaluated with (fixed for the run)
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: Any = None, processing_class: Any = None, train_dataloader: Any = None,
+                       **kwargs: Any) -> None:
+        dataset = getattr(train_dataloader, "dataset", None)
+        if dataset is not None and "seed" in getattr(dataset, "column_names", []):
+            check_held_out(self.cfg, set(dataset["seed"]))
         step = state.global_step
-        score = safety_since(state.log_history, self.last_save_step, step)
-        self.last_save_step = step
-        if score is None or not state.is_world_process_zero:
-            return
-        out = Path(args.output_dir)
-        best_file = out / BEST_FILE
-        best = json.loads(best_file.read_text()) if best_file.is_file() else None
-        if best is not None and best["safety"] >= score:
-            return
-        checkpoint = out / f"checkpoint-{step}"
-        if not checkpoint.is_dir():
-            return
+        if state.is_world_process_zero and step and (Path(args.output_dir) / f"checkpoint-{step}").is_dir() \
+                and step not in {r["step"] for r in _records(Path(args.output_dir))}:
+            evaluate_checkpoint(self.cfg, args, step, model, processing_class)
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None,
+                processing_class: Any = None, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            evaluate_checkpoint(self.cfg, args, state.global_step, model, processing_class)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    """The checkpoints.json records of a run so far."""
+    from sepo.eval.checkpoints import CHECKPOINTS_FILE
+
+    path = out / CHECKPOINTS_FILE
+    return json.loads(path.read_text())["checkpoints"] if path.is_file() else []
+
+
+def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any, tokenizer: Any) -> None:
+    """Evaluate the live policy as checkpoint-<step>, record it in checkpoints.json (and wandb), and copy the
+    checkpoint to best/ when it has the best evaluated J so far."""
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.checkpoints import (
+        CHECKPOINTS_FILE,
+        CHECKPOINTS_PLOT,
+        checkpoint_record,
+        plot_checkpoints,
+        write_checkpoints,
+    )
+    from sepo.eval.evaluate import evaluate_models
+    from sepo.rollout.chat import ChatRenderer
+
+    out = Path(args.output_dir)
+    checkpoint = out / f"checkpoint-{step}"
+    backend = HFBackend.from_trainer_model(model, tokenizer)
+    renderer = ChatRenderer(tokenizer, enable_thinking=cfg.enable_thinking)
+    label = f"step-{step}"
+    results, _ = evaluate_models(cfg, [(label, str(checkpoint))], lambda _: (backend, renderer))
+    record = checkpoint_record(step, str(checkpoint), results[label])
+    records = [r for r in _records(out) if r["step"] != step] + [record]
+    data = write_checkpoints(out / CHECKPOINTS_FILE, records, cfg.confidence, cfg.bootstrap_resamples)
+    plot_checkpoints(data["checkpoints"], out / CHECKPOINTS_PLOT)
+    best = data["best"]
+    _log_wandb(args, record)
+    if best is not None and best["step"] == step and checkpoint.is_dir():
         replace_dir_atomic(lambda tmp: shutil.copytree(checkpoint, tmp, dirs_exist_ok=True), out / BEST_DIR)
-        write_json_atomic(best_file, {"step": step, "safety": score, "checkpoint": str(checkpoint)})
+        write_json_atomic(out / BEST_FILE, best)
+
+
+def _log_wandb(args: TrainingArguments, record: dict[str, Any]) -> None:
+    """`checkpoint_eval/<game>/<metric>` (+ ci_low / ci_high) at the record's step, when the run reports to
+    wandb."""
+    if "wandb" not in (args.report_to or []):
+        return
+    import wandb
+
+    from sepo.eval.wandb_log import entry_logs
+
+    if wandb.run is None:
+        return
+    logs: dict[str, float] = {"train/global_step": record["step"]}
+    if record["safety"] is not None:
+        logs["checkpoint_eval/safety"] = record["safety"]
+    for game, metrics in record["games"].items():
+        logs.update(entry_logs(f"checkpoint_eval/{game}", metrics))
+    wandb.log(logs)

@@ -11,6 +11,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from sepo.eval.config import check_int
 from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES
 from sepo.objective import CREDIT_MODES, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
@@ -112,7 +113,12 @@ class SEPOConfig(GRPOConfig):
 
     # --- checkpoints ----------------------------------------------------------------------------------
     keep_best_by_safety: bool = field(
-        default=True, metadata={"help": "Copy the checkpoint with the best safety score J to output_dir/best."}
+        default=True,
+        metadata={"help": "Evaluate every saved checkpoint against the pools (checkpoints.json) and copy the one "
+                          "with the best evaluated safety score J to output_dir/best."},
+    )
+    checkpoint_eval_episodes: int = field(
+        default=16, metadata={"help": "Episodes per (pool, opponent) when a saved checkpoint is evaluated."}
     )
 
     def __post_init__(self) -> None:
@@ -146,6 +152,7 @@ class SEPOConfig(GRPOConfig):
                 "collusive pools are probes (shared and auxiliary play them per rollout and subtract their "
                 "penalty), never groups of their own. Remove them from pool_mix, or use credit: per_pool"
             )
+        check_int("checkpoint_eval_episodes", self.checkpoint_eval_episodes, 1)
         if self.seat not in (0, 1):
             raise ValueError(f"seat must be 0 or 1, got {self.seat}")
 

@@ -160,9 +160,9 @@ class SEPOTrainer(GRPOTrainer):
             train_dataset = build_group_dataset(args, self.pools)
         callbacks = list(callbacks or [])
         if args.keep_best_by_safety:
-            from sepo.grpo.callbacks import BestSafetyCallback
+            from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 
-            callbacks.append(BestSafetyCallback())
+            callbacks.append(CheckpointEvalCallback(eval_config(args)))
         self.rollout_hooks = list(rollout_hooks)
         super().__init__(model=model, reward_funcs=reward_funcs or [self.sepo_reward], args=args,
                          train_dataset=train_dataset, processing_class=processing_class,

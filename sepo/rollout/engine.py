@@ -304,7 +304,8 @@ def play_episodes(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=n_iter, desc="rollout decisions", unit="step")
+        upper = max((ep.game.max_decisions_per_seat for ep in episodes), default=0)  # at most; sequential
+        bar = tqdm(total=n_iter or upper, desc="rollout decisions", unit="step")  # games may end sooner
     iteration = 0
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: [ep.opponent.close() for ep in episodes])  # sandboxed opponents end with the rollout
@@ -340,6 +341,7 @@ def play_episodes(
             if bar is not None:
                 bar.update(1)
     if bar is not None:
+        bar.total = iteration  # the steps actually taken (Kuhn hands can end after one decision)
         bar.close()
     return [(_record(ep), ep.traj if trajectories else None) for ep in episodes]
 

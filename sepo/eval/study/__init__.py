@@ -12,8 +12,10 @@ gradient path (`sepo.objective`, `credit:`), then are evaluated side by side wit
   per_pool     every (pool, opponent) pair is a group and each episode carries the terms of its own pool
                (the method's fix), optionally pool weights.
 
-The report (report.md, report.json, study.png in the output dir) gives per arm u / e / c / x, J, NRA and
-the fallback rate from `sepo eval`, the per-round advantage statistics from the trainer's log history,
+The report (report.md, report.json, study.png in the output dir) gives per arm, for its final checkpoint and
+its best by evaluated J, u / e / c / x, J, NRA and the fallback rate from `sepo eval` with 95% bootstrap
+intervals, every pair of arms' differences with paired intervals (marked when they exclude zero), the
+evaluated J per checkpoint, the per-round advantage statistics from the trainer's log history,
 and two checks computed on the study's own recorded rollouts: (1) on identical batches the shared arm's
 advantages equal the reward-only arm's to 1e-6 while its rewards differ; (2) the probe part of the
 auxiliary penalty is uncorrelated with the credited episode's actions and own score (|r| within

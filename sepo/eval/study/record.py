@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sepo import objective
+from sepo.eval.episodes import terms_from_dict
 from sepo.files import write_text_atomic
-from sepo.objective import EpisodeTerms
+
+__all__ = ["RolloutRecorder", "read_batches", "terms_from_dict"]  # terms_from_dict: how the study reads episodes
 
 
 class RolloutRecorder:
@@ -31,21 +31,6 @@ class RolloutRecorder:
         with self.path.open("a") as f:
             f.write(json.dumps(line) + "\n")
         self.batches += 1
-
-
-def terms_from_dict(episode: Mapping[str, Any], max_payoff: float) -> EpisodeTerms:
-    """The objective's per-round signals of the agent seat, from an `EpisodeRecord.to_dict()`."""
-    seat, other = episode["agent_seat"], 1 - episode["agent_seat"]
-    rounds = episode["rounds"]
-    return EpisodeTerms(
-        pool=episode["spec"]["pool"],
-        opponent=episode["spec"]["opponent"],
-        scale=objective.scale(max_payoff),
-        payoffs=tuple(float(r["payoffs"][seat]) for r in rounds),
-        opp_payoffs=tuple(float(r["payoffs"][other]) for r in rounds),
-        collusion=tuple(r["signals"][seat]["collusion"] for r in rounds),
-        externality=tuple(float(r["signals"][seat]["externality"]) for r in rounds),
-    )
 
 
 def read_batches(path: Path) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sepo.eval.stats import METHOD
 from sepo.eval.study.checks import exact_checks
 from sepo.eval.study.config import (
     ARM_SUMMARY,
@@ -23,7 +24,7 @@ from sepo.eval.study.config import (
     finished_arm,
 )
 from sepo.eval.study.record import RolloutRecorder
-from sepo.eval.study.report import advantage_statistics, plot_report, report_markdown
+from sepo.eval.study.report import DIFFERENCE_METRICS, advantage_statistics, plot_report, report_markdown
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.provenance import machine
 
@@ -54,22 +55,71 @@ def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     return summary
 
 
-def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], reuse: bool = False) -> dict[str, Any]:
-    """`sepo eval` of the base model (optional) and every arm's trained adapter, side by side
-    (with `reuse`, an existing eval/results.json of the same models is read instead)."""
-    from sepo.eval.evaluate import EvalConfig, run_eval
+def arm_checkpoints(cfg: StudyConfig, arm: str) -> dict[str, Any]:
+    """An arm's final step, its best checkpoint by evaluated J (from the training callback's best.json, None
+    without one) and its per-checkpoint curve (checkpoints.json records)."""
+    from sepo.eval.checkpoints import CHECKPOINTS_FILE
+    from sepo.grpo.callbacks import BEST_DIR, BEST_FILE
 
-    models = [f"base={cfg.train['model_name_or_path']}"] if cfg.eval_base else []
-    models += [f"{arm}={arm_dir(cfg, arm)}" for arm in arms]
-    keys = {"games": list(cfg.train.get("games", ["ipd"])), "game_params": dict(cfg.train.get("game_params") or {}),
-            **cfg.eval, "models": models,  # eval plays the trained game (its game_params) unless `eval` says otherwise
-            "output_dir": str(Path(cfg.output_dir) / "eval")}
-    previous = Path(keys["output_dir"]) / "results.json"
-    if reuse and previous.is_file():
-        data = json.loads(previous.read_text())
-        if data["config"]["models"] == models:
-            return data["results"]
-    return run_eval(EvalConfig(**keys))
+    out = arm_dir(cfg, arm)
+    state = out / "trainer_state.json"
+    final = json.loads(state.read_text())["global_step"] if state.is_file() else None
+    best = json.loads((out / BEST_FILE).read_text()) if (out / BEST_FILE).is_file() else None
+    curve_file = out / CHECKPOINTS_FILE
+    curve = json.loads(curve_file.read_text())["checkpoints"] if curve_file.is_file() else []
+    return {"final_step": final, "best_step": best["step"] if best else None, "best_dir": str(out / BEST_DIR),
+            "curve": curve}
+
+
+def eval_labels(arm: str, checkpoints: dict[str, Any]) -> dict[str, str]:
+    """The eval labels of an arm's final and best checkpoints (the same label when best is the final one or
+    was not kept)."""
+    separate = checkpoints["best_step"] is not None and checkpoints["best_step"] != checkpoints["final_step"]
+    return {"final": arm, "best": f"{arm}@best" if separate else arm}
+
+
+def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], checkpoints: dict[str, dict[str, Any]]) -> tuple:
+    """`sepo eval` of the base model (optional) and every arm's final and best checkpoints, side by side on
+    the same seeds (stored opponents are resumed, so a rerun re-evaluates nothing already played). Returns
+    (results, stored episode rows, eval config)."""
+    from sepo.eval.config import EvalConfig
+    from sepo.eval.evaluate import evaluate_models, write_outputs
+
+    models = [("base", cfg.train["model_name_or_path"])] if cfg.eval_base else []
+    for arm in arms:
+        labels = eval_labels(arm, checkpoints[arm])
+        models.append((labels["final"], str(arm_dir(cfg, arm))))
+        if labels["best"] != labels["final"]:
+            models.append((labels["best"], checkpoints[arm]["best_dir"]))
+    keys = {"games": list(cfg.train.get("games", ["ipd"])),
+            "game_params": dict(cfg.train.get("game_params") or {}), **cfg.eval, "models": [f"{label}={model}" for label, model in models],
+            "output_dir": str(Path(cfg.output_dir) / "eval")}  # the trained game unless `eval` says otherwise
+    ecfg = EvalConfig(**keys)
+    results, stored = evaluate_models(ecfg, models)
+    write_outputs(ecfg, models, results, stored)
+    return results, stored, ecfg
+
+
+def arm_differences(arms: Sequence[str], checkpoints: dict[str, dict[str, Any]], game: str, results: dict,
+                    stored: dict, ecfg: Any) -> dict[str, dict[str, Any]]:
+    """For the best and for the final checkpoints: every pair of arms' differences in J, u, e, c, x with
+    paired bootstrap intervals (same eval seeds), and whether each interval excludes zero."""
+    from envs import make_game
+    from envs.base import Lambdas
+    from sepo.eval.metrics import compare
+
+    game_obj = make_game(game, **ecfg.game_params.get(game, {}))
+    out: dict[str, dict[str, Any]] = {}
+    for kind in ("best", "final"):
+        out[kind] = {}
+        for i, a in enumerate(arms):
+            for b in arms[i + 1 :]:
+                la, lb = eval_labels(a, checkpoints[a])[kind], eval_labels(b, checkpoints[b])[kind]
+                lambdas = Lambdas(**results[la][game]["lambdas"])
+                out[kind][f"{a} − {b}"] = compare(stored[(la, game)], stored[(lb, game)], game_obj.max_payoff,
+                                                  lambdas, DIFFERENCE_METRICS, ecfg.bootstrap_resamples,
+                                                  ecfg.confidence, ecfg.seed)
+    return out
 
 
 def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = None,
@@ -98,9 +148,10 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         _say(f"arm {i}/{len(arms)}: {arm} ({cfg.arms[arm]}) - training")
         summaries[arm] = train_arm(cfg, arm)
         _say(f"arm {arm} trained in {summaries[arm]['train_seconds']:.0f} s")
-    _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + arms))
-    results = evaluate_arms(cfg, arms, reuse=report_only)
     game = list(cfg.train.get("games", ["ipd"]))[0]
+    checkpoints = {arm: arm_checkpoints(cfg, arm) for arm in arms}
+    _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + arms) + " (final and best)")
+    results, stored, ecfg = evaluate_arms(cfg, arms, checkpoints)
     _say("exact checks on the recorded rollouts")
     report = {
         "config": config_name,
@@ -109,12 +160,15 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         "machine": machine(),
         "arms": summaries,
         "eval": {label: per[game] for label, per in results.items()},
+        "checkpoints": {arm: {**ck, "labels": eval_labels(arm, ck)} for arm, ck in checkpoints.items()},
+        "differences": arm_differences(arms, checkpoints, game, results, stored, ecfg),
+        "intervals": {"method": METHOD, "confidence": ecfg.confidence, "resamples": ecfg.bootstrap_resamples},
         "checks": exact_checks(cfg, arms),
         "wall_seconds": time.perf_counter() - start,
     }
     if report_only and (out / "report.json").is_file():
         report["wall_seconds"] = json.loads((out / "report.json").read_text()).get("wall_seconds", 0.0)
-    write_text_atomic(out / "report.json", json.dumps(report, indent=2, default=str))
+    write_json_atomic(out / "report.json", report)
     plot_report(report, out / "study.png")
     write_text_atomic(out / "report.md", report_markdown(report))
     _say(f"wrote {out}/report.md, report.json, study.png ({report['wall_seconds']:.0f} s)")
@@ -126,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="a study recipe, e.g. configs/study/ipd_default.yaml")
     parser.add_argument("--output_dir", help="override the recipe's output_dir")
     parser.add_argument("--arms", help="comma-separated subset of the recipe's arms (default: all)")
-    parser.add_argument("--report_only", action="store_true", help="report on already trained arms (reuses eval/results.json of the same models)")
+    parser.add_argument("--report_only", action="store_true",
+                        help="report on already trained arms (their stored eval episodes are reused)")
     parser.add_argument("--retrain", action="store_true", help="train every arm again, even those already trained with the same keys")
     ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
