@@ -155,6 +155,7 @@ def test_new_turns_match_whole_conversation_and_fall_back(arch, monkeypatch):
     for k in range(chat.TURN_CHECKS + 4):  # past the checks: the fast path alone answers
         messages.append({"role": "assistant", "content": f" reply {k}:\n  DEFECT  "})
         obs = f"Round {k + 2}. Scores: you {3 * k}, opponent {k}.\n\n  What now?"
+        obs = f" {obs}\n" if k % 2 else obs  # edge whitespace (trimmed by some templates) takes the Jinja path
         conv = [*messages, {"role": "user", "content": obs}]
         tok, eot = renderer.tokenizer, renderer.end_of_turn_id
         n_turns = tok.encode(renderer.render(messages), add_special_tokens=False).count(eot)

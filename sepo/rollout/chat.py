@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.parsing import strip_thinking as _strip_closed_thinking
+from sepo.rollout.fallback import cue_ids
 from sepo.rollout.tokens import PieceTokenizer
 
 Message = dict[str, str]
@@ -115,6 +116,7 @@ class ChatRenderer:
         self.glue = self._find_glue()
         self._checks_left = TURN_CHECKS  # -1: a check failed, every turn takes the straightforward path
         self._backend_decodes_exactly = self._backend_decode_matches()
+        self.cue_ids = cue_ids(tokenizer)  # the constrained fallback's cue, tokenised once
 
     # --- rendering -------------------------------------------------------------------------------
     def _apply(self, messages: list[Message], *, add_generation_prompt: bool, tokenize: bool) -> Any:

@@ -33,16 +33,18 @@ OpponentFactory = Callable[[], Strategy]
 
 class PhaseTimer:
     """Wall seconds per phase of `play_episodes` (for benchmarks): each `lap(phase)` charges the time since
-    the previous lap (or since construction) to `phase`. Phases: game (episode setup, observations, opponents,
+    the previous lap (or since construction) to `phase`, read from `clock` (wall time by default; a CPU clock
+    such as `time.process_time` leaves out other jobs' load). Phases: game (episode setup, observations, opponents,
     game steps), rendering, tokenisation (encoding and decoding), generation (backend calls), parsing,
     bookkeeping (trajectories, records, prompts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
+        self.clock = clock
+        self._last = clock()
 
     def lap(self, phase: str) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
         self._last = now
 
@@ -253,7 +255,8 @@ def _model_turns(
 
 def _fallback_prompt(ep: _InPlay, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
     context = ep.context[: len(ep.context) - len(ep.turn_ids)]
-    ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id)
+    ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id,
+                                   renderer.cue_ids)
     prefix = ep.prefill + ep.turn_text + FALLBACK_CUE
     return Prompt(ids=ids, messages=list(ep.messages), assistant_prefix=prefix), cue
 

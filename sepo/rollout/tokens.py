@@ -67,13 +67,14 @@ class PieceTokenizer:
         tokenizer is not covered by the proof)."""
         if not self.exact:
             return [text]
-        out, start, at = [], 0, text.find("\n", 1)
-        while at != -1:
-            if at + 1 < len(text) and not text[at - 1].isspace() and not text[at + 1].isspace():
-                out.append(text[start : at + 1])
-                start = at + 1
-            at = text.find("\n", at + 1)
-        out.append(text[start:])
+        parts = text.split("\n")
+        out, current = [], ""
+        for part, following in zip(parts, parts[1:]):
+            current += part + "\n"
+            if part and following and not part[-1].isspace() and not following[0].isspace():
+                out.append(current)
+                current = ""
+        out.append(current + parts[-1])
         return out
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
