@@ -163,10 +163,10 @@ def test_new_turns_match_whole_conversation_and_fall_back(arch, monkeypatch):
         ends = [i for i, t in enumerate(whole) if t == eot]
         assert renderer.env_turn_ids(messages, obs) == whole[ends[n_turns - 1] + 1 :]
         messages.append({"role": "user", "content": obs})
-    assert renderer._checks_left == 0
+    assert renderer._checks_left["env"] == 0 and not renderer.straightforward
 
     fresh = ChatRenderer(_tokenizer(arch))
     monkeypatch.setattr(fresh.pieces, "encode", lambda texts: [[0] for _ in texts])  # a tokenizer that disagrees
     expected = ChatRenderer(_tokenizer(arch)).env_turn_ids(messages[:3], OBSERVATIONS[1])
     assert fresh.env_turn_ids(messages[:3], OBSERVATIONS[1]) == expected
-    assert fresh._checks_left == -1
+    assert fresh.straightforward

@@ -9,9 +9,10 @@ The rollout asks for the new ids of all its episodes at once (`new_turn_ids`). R
 conversation with Jinja and tokenising it every turn would cost O(length) per turn per episode, so the
 renderer finds once, from probe conversations, the constant text the template writes around message
 contents (`TemplateGlue`), builds each new turn's text from it, and tokenises all new texts in one batched
-call that reuses the ids of lines seen before (`sepo.rollout.tokens`). The first `TURN_CHECKS` turns are
-also computed the straightforward way (whole conversation rendered and tokenised, cut after the last
-end-of-turn); on any difference the renderer switches to the straightforward way for good.
+call that reuses the ids of lines seen before (`sepo.rollout.tokens`). The first `TURN_CHECKS` turns of
+each kind (first prompts, environment turns) are also computed the straightforward way (whole conversation
+rendered and tokenised, cut after the last end-of-turn); on any difference the renderer switches to the
+straightforward way for good.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ Lap = Callable[[str], None]
 
 # A probe conversation used to locate template features (end-of-turn token, system-role support).
 _MARK = "Zq"
-# new_turn_ids: how many turns are also computed from the whole conversation and compared.
+# new_turn_ids: how many turns of each kind are also computed from the whole conversation and compared.
 TURN_CHECKS = 16
 # Probe conversations for TemplateGlue: system, then (user, assistant) rounds, then the new user content. Their
 # contents have no edge whitespace (templates may trim it; such contents take the straightforward path) and
@@ -114,7 +115,8 @@ class ChatRenderer:
             self._use_training_template()
         self.pieces = PieceTokenizer(tokenizer)
         self.glue = self._find_glue()
-        self._checks_left = TURN_CHECKS  # -1: a check failed, every turn takes the straightforward path
+        self._checks_left = {"first": TURN_CHECKS, "env": TURN_CHECKS}  # per kind of turn
+        self.straightforward = False  # set for good when a check fails: every turn then takes that path
         self._backend_decodes_exactly = self._backend_decode_matches()
         self.cue_ids = cue_ids(tokenizer)  # the constrained fallback's cue, tokenised once
 
@@ -165,9 +167,9 @@ class ChatRenderer:
             else:  # the text starts with the previous turn's end-of-turn token, which is already recorded
                 out.append(ids[1:] if ids and ids[0] == self.end_of_turn_id else None)
         lap("tokenisation")
-        if self._checks_left > 0:
+        if not self.straightforward and any(self._checks_left.values()):
             self._check(conversations, out)
-        result = [ids if ids is not None and self._checks_left >= 0 else self._reference_ids(conv)
+        result = [ids if ids is not None and not self.straightforward else self._reference_ids(conv)
                   for ids, conv in zip(out, conversations)]
         lap("rendering")
         return result
@@ -189,7 +191,7 @@ class ChatRenderer:
 
     def prefill(self, first_messages: list[Message]) -> str:
         """`assistant_prefill(first_messages)`, from the template glue while its checks hold."""
-        if self.glue is not None and self._checks_left >= 0:
+        if self.glue is not None and not self.straightforward:
             return self.glue.prefill
         return self.assistant_prefill(first_messages)
 
@@ -243,16 +245,20 @@ class ChatRenderer:
         return full_ids[ends[n_turns - 1] + 1 :]
 
     def _check(self, conversations: Sequence[list[Message]], ids: list[list[int] | None]) -> None:
-        """Compare the first turns with `_reference_ids` (and the glue's prefill with `assistant_prefill`);
-        any difference switches this renderer to the straightforward path for good."""
-        for conv, got in list(zip(conversations, ids))[: self._checks_left]:
+        """Compare the first TURN_CHECKS turns of each kind (first prompt, env turn) with `_reference_ids`
+        (and the glue's prefill with `assistant_prefill`); any difference makes this renderer take the
+        straightforward path for good."""
+        for conv, got in zip(conversations, ids):
+            kind = self._kind(conv)
+            if not self._checks_left[kind]:
+                continue
             same = got == self._reference_ids(conv)
-            if same and self.glue is not None and self._kind(conv) == "first":
+            if same and self.glue is not None and kind == "first":
                 same = self.glue.prefill == self.assistant_prefill(conv)
             if not same:
-                self._checks_left = -1
+                self.straightforward = True
                 return
-            self._checks_left -= 1
+            self._checks_left[kind] -= 1
 
     def assistant_prefill(self, messages: list[Message]) -> str:
         """Text the generation prompt adds inside the assistant turn (e.g. Qwen's empty `<think>` block with
