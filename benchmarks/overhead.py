@@ -101,7 +101,8 @@ def _overhead_trainer(quick: bool, gpu: bool, out_dir: str, watch: Stopwatch) ->
     groups = 3 if quick else 7  # quick: one opponent per pool; full: the whole IPD pool mix
     mix = {"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"} if quick else None
     args = SEPOConfig(
-        output_dir=out_dir, use_cpu=not gpu, bf16=gpu, report_to="none", max_steps=2 if quick else 4,
+        output_dir=out_dir, use_cpu=not gpu, bf16=gpu, gradient_checkpointing=gpu, report_to="none",
+        max_steps=2 if quick else 4,
         logging_steps=1, save_strategy="no", keep_best_by_safety=False, disable_tqdm=True, seed=0,
         games=["ipd"], game_params={"ipd": {"num_rounds": 3 if quick else 8}}, pool_mix=mix,
         num_generations=4, per_device_train_batch_size=groups * 4, gradient_accumulation_steps=1,

@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only a,b] [--out PATH] [--gpu]`: the performance suite, ratios against named baselines.
+"""`python -m benchmarks [--quick] [--only a,b] [--out PATH] [--gpu] [--merge PATH]`: the performance suite, ratios against named baselines.
 
 Parts (each a function returning a dict of figures):
   rollout   batched lock-step rollouts vs one-episode-at-a-time generation (benchmarks/rollout.py;
