@@ -57,7 +57,8 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if r := figures.get("rollout"):
         out.append((f"rollouts: {r['episodes']} IPD episodes, {r['model']} on {r['device']}",
                     f"{r['batched_s']:.2f} s batched lock-step", f"{r['one_at_a_time_s']:.2f} s one at a time (HF "
-                    "generate per episode)", f"{r['speedup']:.1f}x", "speedup >= 10x"))
+                    "generate per episode)", f"{r['speedup']:.1f}x",
+                    "speedup >= 10x" if r["device"] == "cpu" else "speedup >= 30x"))
         if "batched_no_reuse_s" in r:  # the two causes apart: batching alone, and reusing the KV cache
             out.append(("  of which batching (both re-encode each round)", f"{r['batched_no_reuse_s']:.2f} s batched",
                         f"{r['one_at_a_time_s']:.2f} s one at a time", f"{r['batching_speedup']:.1f}x", "-"))
