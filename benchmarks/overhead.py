@@ -1,20 +1,96 @@
 """SEPO's own share of a SEPO-GRPO step: games, opponents, parsing, chat rendering, rewards and advantages
-next to generation and the model's forward/backward/optimizer, read from the trainer's own timers."""
+next to generation and the model's logprob forwards, backward and optimizer step.
+
+Every part is timed on its own, none is a remainder: the trainer's timers (generation, rollout overhead,
+rewards, advantages), and here, around TRL's own calls, every logprob forward
+(`_get_per_token_logps_and_entropies`: old/reference log-probs and the loss forward), every
+`accelerator.backward`, gradient clipping and the optimizer step (`on_pre_optimizer_step` to
+`on_optimizer_step`). The step's wall time comes from `on_step_begin`/`on_step_end`. What the parts do not
+cover (`other_s`: TRL's tensor bookkeeping, the loss arithmetic, the scheduler) is reported, not assumed; the
+parts must add up to at most the step. On CUDA every timer synchronises first, so GPU work is charged to the
+part that launched it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
-def _overhead_trainer(quick: bool, gpu: bool, out_dir: str) -> Any:
-    """A SEPOTrainer on a random-weight model: tiny on CPU, 4B-shaped bf16 + LoRA on cuda."""
+class Stopwatch:
+    """Seconds and calls per named part."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        self.calls: defaultdict[str, int] = defaultdict(int)
+
+    def now(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        start = self.now()
+        try:
+            yield
+        finally:
+            self.seconds[name] += self.now() - start
+            self.calls[name] += 1
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.part(name):
+                return fn(*args, **kwargs)
+
+        return timed
+
+
+def _overhead_trainer(quick: bool, gpu: bool, out_dir: str, watch: Stopwatch) -> Any:
+    """A SEPOTrainer on a random-weight model (tiny on CPU, 4B-shaped bf16 + LoRA r16 on cuda), its model
+    compute timed by `watch`."""
     import torch
     from peft import LoraConfig
+    from transformers import TrainerCallback
 
     from sepo.grpo.config import SEPOConfig
     from sepo.grpo.trainer import SEPOTrainer
     from sepo.tiny_models import build_tiny_model
+
+    class TimedSEPOTrainer(SEPOTrainer):
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            with watch.part("logprob_forward"):
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
+        def _clip_grad_norm(self, model: Any) -> Any:
+            with watch.part("clip"):
+                return super()._clip_grad_norm(model)
+
+    class StepParts(TrainerCallback):
+        """Step wall time and the optimizer step; a snapshot of `watch` (seconds, calls) after every step."""
+
+        def __init__(self) -> None:
+            self.steps: list[dict[str, float]] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = watch.now()
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.optimizer_start = watch.now()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            watch.seconds["optimizer"] += watch.now() - self.optimizer_start
+            watch.calls["optimizer"] += 1
+
+        def on_step_end(self, args, state, control, **kwargs):
+            calls = {f"{name}_calls": float(n) for name, n in watch.calls.items()}
+            self.steps.append({"step": watch.now() - self.start, **watch.seconds, **calls})
 
     if gpu:
         with torch.device("cuda"):
@@ -25,7 +101,8 @@ def _overhead_trainer(quick: bool, gpu: bool, out_dir: str) -> Any:
     groups = 3 if quick else 7  # quick: one opponent per pool; full: the whole IPD pool mix
     mix = {"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"} if quick else None
     args = SEPOConfig(
-        output_dir=out_dir, use_cpu=not gpu, bf16=gpu, report_to="none", max_steps=2 if quick else 4,
+        output_dir=out_dir, use_cpu=not gpu, bf16=gpu, gradient_checkpointing=gpu, report_to="none",
+        max_steps=2 if quick else 4,
         logging_steps=1, save_strategy="no", keep_best_by_safety=False, disable_tqdm=True, seed=0,
         games=["ipd"], game_params={"ipd": {"num_rounds": 3 if quick else 8}}, pool_mix=mix,
         num_generations=4, per_device_train_batch_size=groups * 4, gradient_accumulation_steps=1,
@@ -33,61 +110,60 @@ def _overhead_trainer(quick: bool, gpu: bool, out_dir: str) -> Any:
     )
     lora = LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
                       task_type="CAUSAL_LM")
-    return SEPOTrainer(model=model, args=args, processing_class=tok, peft_config=lora)
+    trainer = TimedSEPOTrainer(model=model, args=args, processing_class=tok, peft_config=lora,
+                               callbacks=[StepParts()])
+    trainer.accelerator.backward = watch.wrap("backward", trainer.accelerator.backward)
+    return trainer
 
 
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
-    """Instrument SEPO-GRPO steps: the trainer's own timers (generation, rollout, rewards, advantages) and the
-    step's wall time from a callback; the first step is warm-up."""
+    """Instrumented SEPO-GRPO steps; the first step is warm-up and left out of every figure."""
     import tempfile
 
     import torch
-    from transformers import TrainerCallback
 
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.seconds: list[float] = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.seconds.append(time.perf_counter() - self.start)
-
+    watch = Stopwatch(cuda=gpu)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = _overhead_trainer(quick, gpu, tmp)
-        timer = StepTimer()
-        trainer.add_callback(timer)
+        trainer = _overhead_trainer(quick, gpu, tmp, watch)
+        if gpu:
+            torch.cuda.reset_peak_memory_stats()
         trainer.train()
         logs = [h for h in trainer.state.log_history if "sepo/time/generation_s" in h]
-    steps = slice(1, None) if len(timer.seconds) > 1 else slice(None)
+        steps = next(c for c in trainer.callback_handler.callbacks if hasattr(c, "steps")).steps
+    first = 1 if len(steps) > 1 else 0
+    base = steps[first - 1] if first else {}
 
-    def total(values: list[float]) -> float:
-        return sum(values[steps])
+    def measured(key: str) -> float:  # a watch total over the measured steps
+        return steps[-1].get(key, 0.0) - base.get(key, 0.0)
 
-    step_s = total(timer.seconds)
-    generation = total([h["sepo/time/generation_s"] for h in logs])
-    rollout_own = total([h["sepo/time/rollout_overhead_s"] for h in logs])
-    advantages = total([h["sepo/time/advantages_s"] for h in logs])
-    rewards = total([h["sepo/time/rewards_s"] for h in logs])
+    def logged(key: str) -> float:  # a trainer metric summed over the measured steps
+        return sum(h[key] for h in logs[first:])
+
+    step_s = sum(s["step"] for s in steps[first:])
+    generation = logged("sepo/time/generation_s")
+    rollout_own = logged("sepo/time/rollout_overhead_s")
+    rewards, advantages = logged("sepo/time/rewards_s"), logged("sepo/time/advantages_s")
+    forward, backward = measured("logprob_forward"), measured("backward")
+    optimizer = measured("optimizer") + measured("clip")
+    model_compute = forward + backward + optimizer
     sepo_own = rollout_own + rewards + advantages
-    if gpu:
-        peak = {"peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
-    else:
-        peak = {}
     return {
         "model": "llama-4b-bf16-random + LoRA r16" if gpu else "tiny llama (hidden 64)",
         "device": torch.cuda.get_device_name() if gpu else "cpu",
-        "measured_steps": len(timer.seconds[steps]),
+        "measured_steps": len(steps) - first,
         "episodes_per_step": trainer.args.per_device_train_batch_size,
         "step_s": step_s,
         "generation_s": generation,
-        "model_compute_s": step_s - generation - sepo_own,  # logprob forwards, backward, optimizer
         "sepo_rollout_s": rollout_own,  # games, opponents, parsing, chat rendering inside the rollout
         "sepo_rewards_s": rewards,
         "sepo_advantages_s": advantages,
+        "logprob_forward_s": forward,  # old/reference log-probs and the loss forward
+        "backward_s": backward,
+        "optimizer_s": optimizer,  # gradient clipping and the optimizer step
+        "model_compute_s": model_compute,
+        "other_s": step_s - generation - sepo_own - model_compute,  # not covered by any timer above
+        "backward_calls": int(measured("backward_calls")),
+        "optimizer_calls": int(measured("optimizer_calls")),
         "sepo_overhead_share": sepo_own / step_s if step_s else 0.0,
-        **peak,
+        **({"peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)} if gpu else {}),
     }
-
-

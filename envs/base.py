@@ -14,7 +14,9 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, ClassVar, NamedTuple
 
 
 class IllegalActionError(ValueError):
@@ -45,9 +47,8 @@ class Signals:
     externality: float
 
 
-@dataclass(frozen=True)
-class RoundResult:
-    """What one finished round produced."""
+class RoundResult(NamedTuple):
+    """What one finished round produced (a named tuple, like View: one is built every round)."""
 
     index: int  # 0-based round number
     payoffs: tuple[float, float]  # per seat
@@ -65,14 +66,19 @@ class GameState:
     done: bool = False
 
 
-@dataclass(frozen=True)
-class View:
+EMPTY: Mapping[str, Any] = MappingProxyType({})  # the shared read-only empty mapping of views
+
+
+class View(NamedTuple):
     """What one seat may see at a decision point: the input of every strategy.
 
     `history` has one dict per finished round *from this seat's point of view*; every game fills
     at least `my_payoff` and `opp_payoff`, and simultaneous-move games `my_action`/`opp_action`.
     `private` holds this seat's private information (cards, values); `current` holds public
     in-round information (e.g. Kuhn betting so far).
+
+    A named tuple: immutable, and cheap to build at every decision (a frozen dataclass costs several
+    times more, which dominates long scripted matches).
     """
 
     game: str
@@ -98,6 +104,12 @@ class View:
             "history": [dict(h) for h in self.history],
             "params": dict(self.params),
         }
+
+
+def new_view(fields: tuple[Any, ...]) -> View:
+    """A View from its nine fields in declaration order, without the named tuple's Python-level `__new__`
+    (a third of a view's cost; games build one per seat and decision)."""
+    return tuple.__new__(View, fields)
 
 
 class Game(ABC):
@@ -167,7 +179,12 @@ class Game(ABC):
     @property
     @abstractmethod
     def params(self) -> dict[str, Any]:
-        """The game's parameters, JSON-able (used in configs, manifests and View.params)."""
+        """The game's parameters, JSON-able (used in configs and manifests)."""
+
+    @cached_property
+    def frozen_params(self) -> Mapping[str, Any]:
+        """`params` as a read-only mapping built once (View.params; games do not change after construction)."""
+        return MappingProxyType(self.params)
 
     def make_view(
         self,
@@ -180,17 +197,17 @@ class Game(ABC):
         current: Mapping[str, Any] | None = None,
     ) -> View:
         """A View with the fields every game fills alike; `legal` defaults to `legal_actions(state, seat)`."""
-        return View(
-            game=self.name,
-            seat=seat,
-            round=state.round,
-            num_rounds=self.num_rounds,
-            legal_actions=tuple(self.legal_actions(state, seat) if legal is None else legal),
-            private=private or {},
-            current=current or {},
-            history=tuple(history),
-            params=self.params,
-        )
+        return new_view((
+            self.name,
+            seat,
+            state.round,
+            self.num_rounds,
+            tuple(self.legal_actions(state, seat) if legal is None else legal),
+            private or EMPTY,
+            current or EMPTY,
+            tuple(history),
+            self.frozen_params,
+        ))
 
 
 # --- helpers the games share ---------------------------------------------------------------
@@ -280,9 +297,10 @@ def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random)
     state = game.new_state(rng)
     for seat, strategy in enumerate(strategies):
         strategy.reset(game, seat, random.Random(rng.random()))
+    view = game.view  # bound once: this loop is the engines' hot path
     while not game.is_terminal(state):
         seats = game.current_players(state)
-        actions = dict(zip(seats, act_all([(strategies[s], game.view(state, s)) for s in seats])))
+        actions = dict(zip(seats, act_all([(strategies[s], view(state, s)) for s in seats])))
         game.step(state, actions)
     return MatchResult(
         game=game.name,

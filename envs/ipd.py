@@ -12,9 +12,21 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
-from envs.base import Game, GameState, Lambdas, RoundResult, Signals, View, check_simultaneous, record_round
+from envs.base import (
+    EMPTY,
+    Game,
+    GameState,
+    Lambdas,
+    RoundResult,
+    Signals,
+    View,
+    check_simultaneous,
+    new_view,
+    record_round,
+)
 from envs.parsing import match_action
 
 COOPERATE = "COOPERATE"
@@ -29,9 +41,11 @@ def format_points(x: float) -> str:
 
 @dataclass
 class IPDState(GameState):
-    """Episode state; `seat_history[s]` is seat s's view of the finished rounds (grown, never rebuilt)."""
+    """Episode state; `seat_history[s]` is seat s's view of the finished rounds (read-only entries shared by
+    all rounds with the same outcome) and `seat_lines[s]` their observation lines (both grown, never rebuilt)."""
 
-    seat_history: list[list[dict[str, Any]]] = field(default_factory=lambda: [[], []])
+    seat_history: list[list[Mapping[str, Any]]] = field(default_factory=lambda: [[], []])
+    seat_lines: list[list[str]] = field(default_factory=lambda: [[], []])
 
 
 class IteratedPrisonersDilemma(Game):
@@ -51,8 +65,9 @@ class IteratedPrisonersDilemma(Game):
         self.num_rounds = num_rounds
         self.R, self.S, self.T, self.P = float(R), float(S), float(T), float(P)
         self.max_payoff = self.R  # scale s = 3 / R, as in the method
-        # (payoffs, signals) per action pair: every round's outcome is looked up, never recomputed
-        self._outcomes: dict[tuple[str, str], tuple[tuple[float, float], tuple[Signals, Signals]]] = {}
+        # (payoffs, signals, each seat's read-only history entry) per action pair: every round's outcome is
+        # looked up, never recomputed
+        self._outcomes: dict[tuple[str, str], tuple[tuple[float, float], tuple[Signals, Signals], Any]] = {}
         table = {(COOPERATE, COOPERATE): (self.R, self.R), (COOPERATE, DEFECT): (self.S, self.T),
                  (DEFECT, COOPERATE): (self.T, self.S), (DEFECT, DEFECT): (self.P, self.P)}  # fmt: skip
         for (a0, a1), (p0, p1) in table.items():
@@ -61,7 +76,11 @@ class IteratedPrisonersDilemma(Game):
                 Signals(collusion=float(a0 == DEFECT), externality=externality),
                 Signals(collusion=float(a1 == DEFECT), externality=externality),
             )
-            self._outcomes[(a0, a1)] = ((p0, p1), signals)
+            entries = (
+                MappingProxyType({"my_action": a0, "opp_action": a1, "my_payoff": p0, "opp_payoff": p1}),
+                MappingProxyType({"my_action": a1, "opp_action": a0, "my_payoff": p1, "opp_payoff": p0}),
+            )
+            self._outcomes[(a0, a1)] = ((p0, p1), signals, entries)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -75,21 +94,21 @@ class IteratedPrisonersDilemma(Game):
         return [] if state.done else [0, 1]
 
     def legal_actions(self, state: GameState, seat: int) -> list[str]:
-        return [] if state.done else list(ACTIONS)
+        return [] if state.done else [COOPERATE, DEFECT]
 
     def payoffs(self, a0: str, a1: str) -> tuple[float, float]:
         """Per-seat payoffs of one round."""
         return self._outcomes[(a0, a1)][0]
 
     def step(self, state: IPDState, actions: Mapping[int, str]) -> RoundResult:
-        check_simultaneous(self, state, actions)
-        a0, a1 = actions[0], actions[1]
-        (p0, p1), signals = self._outcomes[(a0, a1)]
-        result = RoundResult(
-            index=state.round, payoffs=(p0, p1), signals=signals, record={"actions": [a0, a1]}
-        )
-        state.seat_history[0].append({"my_action": a0, "opp_action": a1, "my_payoff": p0, "opp_payoff": p1})
-        state.seat_history[1].append({"my_action": a1, "opp_action": a0, "my_payoff": p1, "opp_payoff": p0})
+        # one lookup validates a legal pair; anything else gets check_simultaneous's error
+        outcome = None if state.done or len(actions) != 2 else self._outcomes.get((actions.get(0), actions.get(1)))
+        if outcome is None:
+            check_simultaneous(self, state, actions)
+        payoffs, signals, (entry0, entry1) = outcome
+        result = RoundResult(state.round, payoffs, signals, {"actions": [actions[0], actions[1]]})
+        state.seat_history[0].append(entry0)
+        state.seat_history[1].append(entry1)
         return record_round(state, result, self.num_rounds)
 
     # --- text views ----------------------------------------------------------------------------
@@ -112,16 +131,17 @@ class IteratedPrisonersDilemma(Game):
 
     def observation(self, state: IPDState, seat: int) -> str:
         lines = [f"Round {state.round + 1} of {self.num_rounds}."]
-        past = state.seat_history[seat]
+        past, done = state.seat_history[seat], state.seat_lines[seat]
         if not past:
             lines.append("This is the first round. No history yet.")
         else:
-            lines.append("History:")
-            lines.extend(
+            done.extend(  # format only the rounds finished since the last observation
                 f"- Round {i}: you {h['my_action']}, opponent {h['opp_action']} "
                 f"(you {format_points(h['my_payoff'])}, opponent {format_points(h['opp_payoff'])})"
-                for i, h in enumerate(past, start=1)
+                for i, h in enumerate(past[len(done) :], start=len(done) + 1)
             )
+            lines.append("History:")
+            lines.extend(done)
         lines.append(
             f"Scores so far - you: {format_points(state.totals[seat])}, "
             f"opponent: {format_points(state.totals[1 - seat])}"
@@ -133,4 +153,6 @@ class IteratedPrisonersDilemma(Game):
         return match_action(text, ACTIONS)
 
     def view(self, state: IPDState, seat: int) -> View:
-        return self.make_view(state, seat, state.seat_history[seat], legal=ACTIONS if not state.done else ())
+        legal = () if state.done else ACTIONS
+        history = tuple(state.seat_history[seat])
+        return new_view((self.name, seat, state.round, self.num_rounds, legal, EMPTY, EMPTY, history, self.frozen_params))

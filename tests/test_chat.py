@@ -143,24 +143,30 @@ def _tokenizer(arch: str):
 
 
 @pytest.mark.parametrize("arch", [*ARCHS, "default"])
-def test_suffix_tokenisation_matches_whole_conversation_and_falls_back(arch, monkeypatch):
-    """env_turn_ids tokenises only the text after the last end-of-turn once its first SUFFIX_CHECKS calls
-    agreed with whole-conversation tokenisation; a disagreement switches the renderer to the slow path."""
+def test_new_turns_match_whole_conversation_and_fall_back(arch, monkeypatch):
+    """env_turn_ids (built from the template glue, tokenised piecewise) equals the whole conversation rendered
+    and tokenised, during the first TURN_CHECKS calls (checked) and after them (trusted); a disagreement
+    during the checks switches the renderer to the whole-conversation path for good."""
     from sepo.rollout import chat
 
     renderer = ChatRenderer(_tokenizer(arch))
+    assert renderer.glue is not None  # every template here places contents verbatim
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": OBSERVATIONS[0]}]
-    for k in range(chat.SUFFIX_CHECKS + 4):  # past the checks: the fast path alone answers
+    for k in range(chat.TURN_CHECKS + 4):  # past the checks: the fast path alone answers
         messages.append({"role": "assistant", "content": f" reply {k}:\n  DEFECT  "})
-        obs = f"Round {k + 2}. Scores: you {3 * k}, opponent {k}.  What now?"
-        prefix = renderer.render(messages)
-        full = renderer.render([*messages, {"role": "user", "content": obs}], add_generation_prompt=True)
-        assert renderer.env_turn_ids(messages, obs) == renderer._suffix_from_ids(prefix, full)
+        obs = f"Round {k + 2}. Scores: you {3 * k}, opponent {k}.\n\n  What now?"
+        obs = f" {obs}\n" if k % 2 else obs  # edge whitespace (trimmed by some templates) takes the Jinja path
+        conv = [*messages, {"role": "user", "content": obs}]
+        tok, eot = renderer.tokenizer, renderer.end_of_turn_id
+        n_turns = tok.encode(renderer.render(messages), add_special_tokens=False).count(eot)
+        whole = tok.encode(renderer.render(conv, add_generation_prompt=True), add_special_tokens=False)
+        ends = [i for i, t in enumerate(whole) if t == eot]
+        assert renderer.env_turn_ids(messages, obs) == whole[ends[n_turns - 1] + 1 :]
         messages.append({"role": "user", "content": obs})
-    assert renderer._suffix_checks_left == 0
+    assert renderer._checks_left["env"] == 0 and not renderer.straightforward
 
     fresh = ChatRenderer(_tokenizer(arch))
-    monkeypatch.setattr(fresh, "_suffix_from_text", lambda prefix, full: [0])  # a tokenizer that disagrees
+    monkeypatch.setattr(fresh.pieces, "encode", lambda texts: [[0] for _ in texts])  # a tokenizer that disagrees
     expected = ChatRenderer(_tokenizer(arch)).env_turn_ids(messages[:3], OBSERVATIONS[1])
     assert fresh.env_turn_ids(messages[:3], OBSERVATIONS[1]) == expected
-    assert fresh._suffix_checks_left == -1
+    assert fresh.straightforward

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -25,10 +26,28 @@ from typing import Any
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from envs.sandbox.strategy import act_all
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
-from sepo.rollout.chat import ChatRenderer
+from sepo.rollout.chat import ChatRenderer, Lap, no_lap
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 
 OpponentFactory = Callable[[], Strategy]
+
+
+class PhaseTimer:
+    """Wall seconds per phase of `play_episodes` (for benchmarks): each `lap(phase)` charges the time since
+    the previous lap (or since construction) to `phase`, read from `clock` (wall time by default; a CPU clock
+    such as `time.process_time` leaves out other jobs' load). Phases: game (episode setup, observations, opponents,
+    game steps), rendering, tokenisation (encoding and decoding), generation (backend calls), parsing,
+    bookkeeping (trajectories, records, prompts)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.seconds: dict[str, float] = {}
+        self.clock = clock
+        self._last = clock()
+
+    def lap(self, phase: str) -> None:
+        now = self.clock()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self._last = now
 
 
 @dataclass(frozen=True)
@@ -133,6 +152,7 @@ class _InPlay:
     n_parse_failures: int = 0
     # the current turn, between generation and the game step
     turn_ids: list[int] = field(default_factory=list)
+    turn_text: str = ""  # decode_turn(turn_ids)
     action: str | None = None
 
     @property
@@ -176,61 +196,73 @@ def _advance_opponents(episodes: Sequence[_InPlay]) -> None:
         _step(waiting, [None] * len(waiting))
 
 
-def _open_turn(ep: _InPlay, renderer: ChatRenderer) -> Prompt:
-    """Append the observation as a user turn (env tokens) and return the prompt for the model's turn."""
-    obs = ep.game.observation(ep.state, ep.spec.seat)
-    if ep.traj is None:
-        ep.messages = [
-            {"role": "system", "content": ep.game.system_prompt(ep.spec.seat)},
-            {"role": "user", "content": obs},
-        ]
-        ep.traj = Trajectory(prompt_ids=renderer.prompt_ids(ep.messages))
-        ep.prefill = renderer.assistant_prefill(ep.messages)
-    else:
-        env_ids = renderer.env_turn_ids(ep.messages, obs)
+def _open_turns(acting: list[_InPlay], renderer: ChatRenderer, lap: Lap) -> list[Prompt]:
+    """Append every acting episode's observation as a user turn (env tokens; for a new episode the system
+    rules and the first prompt) and return the prompts for the model's turns: one batched tokenizer call."""
+    observations = [ep.game.observation(ep.state, ep.spec.seat) for ep in acting]
+    systems = [ep.game.system_prompt(ep.spec.seat) if ep.traj is None else "" for ep in acting]
+    lap("game")
+    for ep, obs, system in zip(acting, observations, systems):
+        if ep.traj is None:
+            ep.messages.append({"role": "system", "content": system})
         ep.messages.append({"role": "user", "content": obs})
-        ep.traj.extend(env_ids, None, env=0, rnd=ep.state.round, forced=0)
-    return Prompt(ids=ep.context, messages=[dict(m) for m in ep.messages])
+    new_ids = renderer.new_turn_ids([ep.messages for ep in acting], lap)
+    for ep, ids in zip(acting, new_ids):
+        if ep.traj is None:
+            ep.traj = Trajectory(prompt_ids=ids)
+            ep.prefill = renderer.prefill(ep.messages)
+        else:
+            ep.traj.extend(ids, None, env=0, rnd=ep.state.round, forced=0)
+    prompts = [Prompt(ids=ep.context, messages=list(ep.messages)) for ep in acting]
+    lap("bookkeeping")
+    return prompts
 
 
-def _model_turn(ep: _InPlay, gen: Generation, renderer: ChatRenderer, keep_open: bool) -> bool:
-    """Record the model's tokens and try to parse them; returns True if the turn produced an action.
+def _model_turns(
+    acting: list[_InPlay], gens: list[Generation], renderer: ChatRenderer, keep_open: bool, lap: Lap
+) -> list[_InPlay]:
+    """Record the model's tokens and parse them; returns the episodes whose turn produced no action.
 
     A turn that did not end with end-of-turn (truncated, or stopped by another stop token, which is dropped)
     never parses. When the fallback will continue the turn (`keep_open`), the end-of-turn is left out.
     """
     eot = renderer.end_of_turn_id
-    ids, lps = list(gen.token_ids), list(gen.logprobs)
-    if ids and ids[-1] != eot and gen.finished:
-        ids, lps = ids[:-1], lps[:-1]
-    ended = bool(ids) and ids[-1] == eot
-    text = renderer.decode_turn(ids)
-    action = ep.game.parse_action(renderer.strip_thinking(text), ep.state, ep.spec.seat) if ended else None
-    if action is None and ended and keep_open:
-        ids, lps = ids[:-1], lps[:-1]
-    ep.traj.extend(ids, lps, env=1, rnd=ep.state.round, forced=0)
-    ep.turn_ids, ep.action = ids, action
-    ep.turns.append(
-        TurnRecord(
-            round=ep.state.round,
-            text=text,
-            action=action or "",
-            parsed=action is not None,
-            fallback=False,
-            n_model_tokens=len(ids),
-            n_forced_tokens=0,
-        )
-    )
-    if action is None:
-        ep.n_parse_failures += 1
-    return action is not None
+    turns = []
+    for gen in gens:
+        ids, lps = list(gen.token_ids), list(gen.logprobs)
+        if ids and ids[-1] != eot and gen.finished:
+            ids, lps = ids[:-1], lps[:-1]
+        turns.append((ids, lps))
+    lap("bookkeeping")
+    texts = renderer.decode_turns([ids for ids, _ in turns])
+    lap("tokenisation")
+    actions = [
+        ep.game.parse_action(renderer.strip_thinking(text), ep.state, ep.spec.seat) if ids and ids[-1] == eot
+        else None
+        for ep, text, (ids, _) in zip(acting, texts, turns)
+    ]
+    lap("parsing")
+    pending = []
+    for ep, text, (ids, lps), action in zip(acting, texts, turns, actions):
+        if action is None and ids and ids[-1] == eot and keep_open:
+            ids, lps = ids[:-1], lps[:-1]
+        ep.traj.extend(ids, lps, env=1, rnd=ep.state.round, forced=0)
+        ep.turn_ids, ep.turn_text, ep.action = ids, text, action
+        ep.turns.append(TurnRecord(round=ep.state.round, text=text, action=action or "", parsed=action is not None,
+                                   fallback=False, n_model_tokens=len(ids), n_forced_tokens=0))
+        if action is None:
+            ep.n_parse_failures += 1
+            pending.append(ep)
+    lap("bookkeeping")
+    return pending
 
 
 def _fallback_prompt(ep: _InPlay, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
     context = ep.context[: len(ep.context) - len(ep.turn_ids)]
-    ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id)
-    prefix = ep.prefill + renderer.decode_turn(ep.turn_ids) + FALLBACK_CUE
-    return Prompt(ids=ids, messages=[dict(m) for m in ep.messages], assistant_prefix=prefix), cue
+    ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id,
+                                   renderer.cue_ids)
+    prefix = ep.prefill + ep.turn_text + FALLBACK_CUE
+    return Prompt(ids=ids, messages=list(ep.messages), assistant_prefix=prefix), cue
 
 
 def _forced_turn(ep: _InPlay, cue: list[int], gen: Generation, legal: list[str], renderer: ChatRenderer):
@@ -244,6 +276,7 @@ def _forced_turn(ep: _InPlay, cue: list[int], gen: Generation, legal: list[str],
     ep.traj.extend(cue, None, env=0, rnd=ep.state.round, forced=0)
     ep.traj.extend(gen.token_ids, gen.logprobs, env=1, rnd=ep.state.round, forced=1)
     ep.turn_ids = [*ep.turn_ids, *cue, *gen.token_ids]
+    ep.turn_text = renderer.decode_turn(ep.turn_ids)
     ep.action = action
     ep.n_fallbacks += 1
     turn = ep.turns[-1]
@@ -279,6 +312,7 @@ def play_episodes(
     max_turn_tokens: int | None = None,
     collective: bool | int = False,
     reuse_prefix: bool = True,
+    timer: PhaseTimer | None = None,
 ) -> list[tuple[EpisodeRecord, Trajectory | None]]:
     """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
 
@@ -293,7 +327,9 @@ def play_episodes(
         iterations.
     reuse_prefix: let a backend that offers `prefix_session()` (HF) reuse each round's key/value cache in
         the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
+    timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
     """
+    lap = timer.lap if timer is not None else no_lap
     episodes = [_start(spec, opponents) for spec in specs]
     if isinstance(collective, bool):
         n_iter = max((ep.game.max_decisions_per_seat for ep in episodes), default=0) if collective else None
@@ -313,37 +349,42 @@ def play_episodes(
         while True:
             _advance_opponents(episodes)
             acting = [ep for ep in episodes if ep.agent_to_act()]
+            lap("game")
             if n_iter is None and not acting:
                 break
             if n_iter is not None and iteration >= n_iter:
                 if acting:
                     raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
                 break
-            gens = backend.generate(
-                [_open_turn(ep, renderer) for ep in acting], _seeded(turn_sampling, iteration, 0)
-            )
-            pending = [ep for ep, gen in zip(acting, gens) if not _model_turn(ep, gen, renderer, fallback)]
+            prompts = _open_turns(acting, renderer, lap)
+            gens = backend.generate(prompts, _seeded(turn_sampling, iteration, 0))
+            lap("generation")
+            pending = _model_turns(acting, gens, renderer, fallback, lap)
             if fallback and (pending or n_iter is not None):
                 prompts, cues = zip(*[_fallback_prompt(ep, renderer) for ep in pending]) if pending else ((), ())
                 legal = [ep.game.legal_actions(ep.state, ep.spec.seat) for ep in pending]
+                lap("bookkeeping")
                 forced = backend.generate_choice(list(prompts), legal, _seeded(sampling, iteration, 1))
+                lap("generation")
                 for ep, cue, gen, acts in zip(pending, cues, forced, legal):
                     _forced_turn(ep, cue, gen, acts, renderer)
             elif pending:
                 for ep in pending:
                     _close_unparsed(ep, renderer)
             for ep in acting:
-                ep.messages.append(
-                    {"role": "assistant", "content": ep.prefill + renderer.decode_turn(ep.turn_ids)}
-                )
+                ep.messages.append({"role": "assistant", "content": ep.prefill + ep.turn_text})
+            lap("bookkeeping")
             _step(acting, [ep.action for ep in acting])
+            lap("game")
             iteration += 1
             if bar is not None:
                 bar.update(1)
     if bar is not None:
         bar.total = iteration  # the steps actually taken (Kuhn hands can end after one decision)
         bar.close()
-    return [(_record(ep), ep.traj if trajectories else None) for ep in episodes]
+    results = [(_record(ep), ep.traj if trajectories else None) for ep in episodes]
+    lap("bookkeeping")
+    return results
 
 
 def _record(ep: _InPlay) -> EpisodeRecord:

@@ -18,12 +18,13 @@ def cue_ids(tokenizer) -> list[int]:
 
 
 def fallback_prompt_ids(
-    context_ids: Sequence[int], turn_ids: Sequence[int], tokenizer, end_of_turn_id: int
+    context_ids: Sequence[int], turn_ids: Sequence[int], tokenizer, end_of_turn_id: int,
+    cue: Sequence[int] | None = None,
 ) -> tuple[list[int], list[int]]:
     """The prompt for a constrained fallback decode: context, the model's own turn without its end-of-turn,
-    then the cue. Returns (prompt ids, cue ids)."""
+    then the cue (`cue_ids(tokenizer)` unless given). Returns (prompt ids, cue ids)."""
     turn = list(turn_ids)
     if turn and turn[-1] == end_of_turn_id:
         turn = turn[:-1]
-    cue = cue_ids(tokenizer)
+    cue = cue_ids(tokenizer) if cue is None else list(cue)
     return [*context_ids, *turn, *cue], cue
