@@ -1,0 +1,153 @@
+"""kill -9 anywhere, then the CLI's own resume, must end where an uninterrupted run of the same seed ends.
+
+Each test runs the real command line in subprocesses on a tiny model (or the scripted FM test double): one
+uninterrupted run, one run SIGKILLed at a random point (see `kill_resume`) and resumed with the same command.
+Both run with one torch thread on the same machine, so the comparison is exact: CPU kernels are deterministic
+for a fixed thread count, and everything random is seeded or restored from the checkpoint.
+
+Checked for each: the same final step; the same data order (what was played or trained on after the resume);
+the optimizer state and final weights bit for bit; files completed before the kill neither lost, changed nor
+rewritten by the resumed run (so it did resume rather than start over).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from kill_resume import fingerprint, kill_rng, run_and_kill, run_cli
+from safetensors.torch import load_file
+
+from sepo.files import last_complete_checkpoint, resolve_resume
+
+pytestmark = pytest.mark.slow  # several CLI processes each
+
+TIMING = ("time", "runtime", "per_second", "_s")  # wall-clock log keys, which differ between any two runs
+
+
+def _untimed(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if not any(t in k for t in TIMING)} for h in history]
+
+
+def _state(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "trainer_state.json").read_text())
+
+
+def _assert_same_tensors(a: dict, b: dict, what: str) -> None:
+    assert a.keys() == b.keys(), what
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{what}: {key} differs"
+
+
+def _assert_same_optimizer(a: Path, b: Path) -> None:
+    oa, ob = (torch.load(p / "optimizer.pt", weights_only=False) for p in (a, b))
+    assert oa["param_groups"] == ob["param_groups"]
+    assert oa["state"].keys() == ob["state"].keys() and oa["state"]
+    for i in oa["state"]:
+        _assert_same_tensors(oa["state"][i], ob["state"][i], f"optimizer state {i}")
+
+
+def _complete_checkpoints(run: Path) -> list[Path]:
+    """Checkpoints that were completely written (their trainer state parses)."""
+    out = []
+    for path in sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
+        try:
+            _state(path)
+        except (OSError, ValueError):
+            continue
+        out.append(path)
+    return out
+
+
+def _assert_nothing_lost(before: dict, after: dict, finished: list[str], why: str) -> None:
+    """Files of work finished before the kill are still there, byte for byte, and were not rewritten."""
+    for rel, value in before.items():
+        if any(rel.startswith(prefix) for prefix in finished):
+            assert after.get(rel) == value, f"{rel} was lost, changed or rewritten by the resumed run ({why})"
+
+
+# --- the resume-point resolver (the fix for a kill during a checkpoint save) ----------------------------------
+
+
+def test_resume_skips_a_checkpoint_torn_by_a_kill(tmp_path):
+    for step, state in ((1, "{}"), (2, '{"global_step": 2}'), (3, '{"global_st')):  # 3: killed mid-write
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    (tmp_path / "checkpoint-10").mkdir()  # killed before it wrote its trainer state
+    (tmp_path / "checkpoint-10" / "optimizer.pt").write_bytes(b"\0")
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert resolve_resume("true", tmp_path) == resolve_resume("auto", tmp_path) == str(tmp_path / "checkpoint-2")
+    assert resolve_resume(True, tmp_path) == str(tmp_path / "checkpoint-2")
+    assert resolve_resume("false", tmp_path) is None and resolve_resume(None, tmp_path) is None
+    assert resolve_resume("x/checkpoint-1", tmp_path) == "x/checkpoint-1"
+    assert resolve_resume("true", tmp_path / "missing") is None  # a fresh start
+
+
+# --- sepo train ------------------------------------------------------------------------------------------------
+
+TRAIN_STEPS = 8
+
+
+def _train_args(model_dir: str, out: Path) -> list[str]:
+    """`sepo train` on the IPD recipe, shrunk: 2 groups of G=2 per step over 2 micro-batches (so each step
+    generates once and accumulates twice), LoRA, KL to the reference, completions logged every step."""
+    return ["sepo.cli", "train", "--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", model_dir,
+            "--output_dir", str(out), "--max_steps", str(TRAIN_STEPS), "--save_steps", "1",
+            "--save_total_limit", "100", "--num_generations", "2", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "2",
+            "--pool_mix", '{"training": ["tit_for_tat", "mixed", "generous_tit_for_tat"], "exploit": ["always_defect"]}',
+            "--game_params", '{"ipd": {"num_rounds": 2}}', "--max_turn_tokens", "4", "--learning_rate", "1e-2",
+            "--log_completions", "true", "--resume_from_checkpoint", "true"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def train_uninterrupted(tmp_path_factory, tiny_model_dir) -> Path:
+    out = tmp_path_factory.mktemp("train") / "uninterrupted"
+    run_cli(_train_args(tiny_model_dir, out), out.parent / "uninterrupted.log")
+    return out
+
+
+def _completions(run: Path, step: int):
+    import pandas as pd
+
+    return pd.read_parquet(run / "completions" / f"completions_{step:05d}.parquet")
+
+
+@pytest.mark.parametrize("kill_point", ["random", "mid_save"])
+def test_sepo_train_sigkill_resume_matches_uninterrupted(kill_point, train_uninterrupted, tiny_model_dir, tmp_path):
+    full, out = train_uninterrupted, tmp_path / "killed"
+    rng, seed = kill_rng()
+    step = rng.randint(1, TRAIN_STEPS - 3)
+    if kill_point == "mid_save":  # as soon as the checkpoint directory appears: its files are being written
+        ready, delay = (lambda: (out / f"checkpoint-{step}").is_dir()), 0.0
+    else:  # anywhere in the next step or two, checkpoint saves included
+        ready, delay = (lambda: (out / f"checkpoint-{step}" / "trainer_state.json").is_file()), rng.uniform(0, 0.4)
+    why = f"KILL_SEED={seed}: killed {delay:.3f} s after checkpoint-{step} ({kill_point})"
+    run_and_kill(_train_args(tiny_model_dir, out), tmp_path / "killed.log", ready, delay)
+    before = fingerprint(out)
+    done = _complete_checkpoints(out)
+    resumed_from = int(done[-1].name.split("-")[1]) if done else 0
+    for checkpoint in done:  # what was completely written before the kill is what the uninterrupted run wrote
+        _assert_same_tensors(load_file(checkpoint / "adapter_model.safetensors"),
+                             load_file(full / checkpoint.name / "adapter_model.safetensors"), f"{checkpoint} ({why})")
+    assert json.loads((out / "sepo_config.json").read_text())["sepo"]["max_steps"] == TRAIN_STEPS, why
+
+    run_cli(_train_args(tiny_model_dir, out), tmp_path / "resumed.log")
+
+    final = out / f"checkpoint-{TRAIN_STEPS}"
+    assert _state(final)["global_step"] == _state(full / final.name)["global_step"] == TRAIN_STEPS, why
+    finished = [f"{c.name}/" for c in done] + [f"completions/completions_{s:05d}" for s in range(1, resumed_from + 1)]
+    _assert_nothing_lost(before, fingerprint(out), finished, why)
+    # the same groups in the same order, the same sampled completions and advantages, step by step
+    for s in range(1, TRAIN_STEPS + 1):
+        a, b = _completions(full, s), _completions(out, s)
+        assert list(b["prompt"]) == list(a["prompt"]), f"step {s}: other groups played ({why})"
+        assert list(b["completion"]) == list(a["completion"]), f"step {s}: other completions sampled ({why})"
+        assert list(b["advantage"]) == list(a["advantage"]), f"step {s} ({why})"
+    assert _untimed(_state(final)["log_history"]) == _untimed(_state(full / final.name)["log_history"]), why
+    _assert_same_optimizer(full / final.name, final)
+    _assert_same_tensors(load_file(full / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors"),
+                         f"final weights ({why})")
+    assert json.loads((out / "best.json").read_text())["safety"] == json.loads((full / "best.json").read_text())["safety"]
