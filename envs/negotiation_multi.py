@@ -32,10 +32,9 @@ from envs.base import (
 from envs.negotiation import demand_history
 from envs.parsing import match_action
 
-# ASCII digits only ("３" is not a demand); a separator is one comma/semicolon with optional spaces, or spaces
-# alone: written as `\s*[,;\s]\s*` the spaces could split three ways and a long line of numbers that fails to
-# match at its end backtracked exponentially (30 numbers: minutes).
-_VECTOR = re.compile(r"[\[({]?\s*([0-9]+(?:(?:\s*[,;]\s*|\s+)[0-9]+)*)\s*[\])}]?")
+# ASCII digits only: "３" (fullwidth) or "٣" (Arabic-Indic) is not a demand, as it is not a bid or demand in
+# the other games either (`\d` matched them).
+_VECTOR = re.compile(r"[\[({]?\s*([0-9]+(?:\s*[,;\s]\s*[0-9]+)*)\s*[\])}]?")
 
 
 def format_demand(demand: Sequence[int]) -> str:
