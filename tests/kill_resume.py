@@ -81,3 +81,10 @@ def fingerprint(root: Path) -> dict[str, tuple[str, int]]:
         if path.is_file():
             out[str(path.relative_to(root))] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
     return out
+
+
+def mean_interval(paths: list[Path]) -> float:
+    """Mean seconds between the modification times of files written one after another (e.g. each step's
+    checkpoint state in an uninterrupted run): the unit for drawing a kill delay on this machine today."""
+    times = sorted(p.stat().st_mtime for p in paths)
+    return (times[-1] - times[0]) / max(1, len(times) - 1)

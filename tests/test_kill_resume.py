@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kill_resume import fingerprint, kill_rng, run_and_kill, run_cli
+from kill_resume import fingerprint, kill_rng, mean_interval, run_and_kill, run_cli
 from safetensors.torch import load_file
 
 from sepo.files import last_complete_checkpoint, resolve_resume
@@ -119,11 +119,12 @@ def _completions(run: Path, step: int):
 def test_sepo_train_sigkill_resume_matches_uninterrupted(kill_point, train_uninterrupted, tiny_model_dir, tmp_path):
     full, out = train_uninterrupted, tmp_path / "killed"
     rng, seed = kill_rng()
-    step = rng.randint(1, TRAIN_STEPS - 3)
+    step = rng.randint(1, TRAIN_STEPS - 4)
     if kill_point == "mid_save":  # as soon as the checkpoint directory appears: its files are being written
         ready, delay = (lambda: (out / f"checkpoint-{step}").is_dir()), 0.0
-    else:  # anywhere in the next step or two, checkpoint saves included
-        ready, delay = (lambda: (out / f"checkpoint-{step}" / "trainer_state.json").is_file()), rng.uniform(0, 0.4)
+    else:  # anywhere in the next two steps, checkpoint saves included
+        ready = lambda: (out / f"checkpoint-{step}" / "trainer_state.json").is_file()  # noqa: E731
+        delay = rng.uniform(0, 2 * mean_interval(list(full.glob("checkpoint-*/trainer_state.json"))))
     why = f"KILL_SEED={seed}: killed {delay:.3f} s after checkpoint-{step} ({kill_point})"
     run_and_kill(_train_args(tiny_model_dir, out), tmp_path / "killed.log", ready, delay)
     before = fingerprint(out)
@@ -151,3 +152,115 @@ def test_sepo_train_sigkill_resume_matches_uninterrupted(kill_point, train_unint
     _assert_same_tensors(load_file(full / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors"),
                          f"final weights ({why})")
     assert json.loads((out / "best.json").read_text())["safety"] == json.loads((full / "best.json").read_text())["safety"]
+
+
+# --- sepo sft --------------------------------------------------------------------------------------------------
+
+SFT_STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def sft_data(tmp_path_factory) -> str:
+    from sepo.sft.data import main as data_main
+
+    out = tmp_path_factory.mktemp("sft_data")
+    assert data_main(["--games", "ipd", "--out", str(out), "--episodes-scale", "0.05", "--seed", "1"]) == 0
+    return str(out / "dataset")
+
+
+def _sft_args(model_dir: str, data: str, out: Path) -> list[str]:
+    """`sepo sft` with LoRA (dropout on: the RNG must be restored too), a checkpoint and a log line per step."""
+    return ["sepo.cli", "sft", "--model_name_or_path", model_dir, "--dataset_path", data, "--output_dir", str(out),
+            "--max_steps", str(SFT_STEPS), "--save_strategy", "steps", "--save_steps", "1", "--logging_steps", "1",
+            "--per_device_train_batch_size", "2", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0.1",
+            "--learning_rate", "5e-3", "--max_length", "512", "--report_to", "none", "--use_cpu", "true",
+            "--bf16", "false", "--gradient_checkpointing", "false", "--eval_strategy", "no", "--seed", "0",
+            "--resume_from_checkpoint", "true"]  # fmt: skip
+
+
+def test_sepo_sft_sigkill_resume_matches_uninterrupted(tiny_model_dir, sft_data, tmp_path):
+    full, out = tmp_path / "uninterrupted", tmp_path / "killed"
+    run_cli(_sft_args(tiny_model_dir, sft_data, full), tmp_path / "uninterrupted.log")
+    rng, seed = kill_rng()
+    step = rng.randint(1, SFT_STEPS - 5)
+    delay = rng.uniform(0, 2 * mean_interval(list(full.glob("checkpoint-*/trainer_state.json"))))
+    why = f"KILL_SEED={seed}: killed {delay:.3f} s after checkpoint-{step}"
+    ready = lambda: (out / f"checkpoint-{step}" / "trainer_state.json").is_file()  # noqa: E731
+    run_and_kill(_sft_args(tiny_model_dir, sft_data, out), tmp_path / "killed.log", ready, delay)
+    before, done = fingerprint(out), _complete_checkpoints(out)
+    for checkpoint in done:
+        _assert_same_tensors(load_file(checkpoint / "adapter_model.safetensors"),
+                             load_file(full / checkpoint.name / "adapter_model.safetensors"), f"{checkpoint} ({why})")
+
+    run_cli(_sft_args(tiny_model_dir, sft_data, out), tmp_path / "resumed.log")
+
+    final = out / f"checkpoint-{SFT_STEPS}"
+    assert _state(final)["global_step"] == _state(full / final.name)["global_step"] == SFT_STEPS, why
+    _assert_nothing_lost(before, fingerprint(out), [f"{c.name}/" for c in done], why)
+    # one log line per step: the loss of each step's batch, so another data order (or dropout mask) shows here
+    history = _untimed(_state(final)["log_history"])
+    assert len([h for h in history if "loss" in h]) == SFT_STEPS
+    assert history == _untimed(_state(full / final.name)["log_history"]), why
+    _assert_same_optimizer(full / final.name, final)
+    _assert_same_tensors(load_file(full / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors"),
+                         f"final adapter ({why})")
+    _assert_same_tensors(load_file(full / "merged" / "model.safetensors"), load_file(out / "merged" / "model.safetensors"),
+                         f"merged model ({why})")
+
+
+# --- fmsp run --------------------------------------------------------------------------------------------------
+
+FMSP_ITERATIONS = 6
+
+
+def _fmsp_args(out: Path) -> list[str]:
+    """QDSP on IPD with the scripted FM test double (configs/fmsp/ipd_qdsp_scripted.yaml), 2 episodes a match."""
+    return ["fmsp.cli", "run", "--config", "configs/fmsp/ipd_qdsp_scripted.yaml", "--output_dir", str(out),
+            "--iterations", str(FMSP_ITERATIONS), "--domain_config", "{n_episodes: 2, seed: 0}", "--progress", "false"]
+
+
+def _archive(run: Path) -> dict:
+    """Every entry of both archives without its wall-clock timings, and the embedding matrices."""
+    import numpy as np
+
+    out = {}
+    for side in sorted(p.name for p in (run / "archive").iterdir()):
+        lines = (run / "archive" / side / "entries.jsonl").read_text().splitlines()
+        out[side] = ([{k: v for k, v in json.loads(line).items() if k != "timings"} for line in lines],
+                     np.load(run / "archive" / side / "embeddings.npy").tolist())
+    return out
+
+
+def _records(run: Path) -> list[dict]:
+    drop = ("timings", "fm_s", "test_s", "wall_s", "cpu_s")  # wall-clock and CPU seconds
+    strip = lambda x: {k: strip(v) for k, v in x.items() if k not in drop} if isinstance(x, dict) else (  # noqa: E731
+        [strip(v) for v in x] if isinstance(x, list) else x)
+    return [strip(json.loads(line)) for line in (run / "iterations.jsonl").read_text().splitlines()]
+
+
+def test_fmsp_run_sigkill_resume_matches_uninterrupted(tmp_path):
+    full, out = tmp_path / "uninterrupted", tmp_path / "killed"
+    run_cli(_fmsp_args(full), tmp_path / "uninterrupted.log")
+    per_iteration = json.loads((full / "summary.json").read_text())["wall_s_this_session"] / FMSP_ITERATIONS
+    rng, seed = kill_rng()
+    after = rng.randint(1, FMSP_ITERATIONS - 3)
+    delay = rng.uniform(0, 1.5 * per_iteration)
+    why = f"KILL_SEED={seed}: killed {delay:.3f} s after iteration {after} completed"
+    ready = lambda: json.loads((out / "state.json").read_text())["completed_iteration"] >= after  # noqa: E731
+    run_and_kill(_fmsp_args(out), tmp_path / "killed.log", ready, delay)
+    completed = json.loads((out / "state.json").read_text())["completed_iteration"]
+    assert completed < FMSP_ITERATIONS and not (out / "summary.json").exists(), why
+    # what the killed run finished is what the uninterrupted run wrote, and the resume keeps it
+    finished = [r for r in _records(out) if r["iteration"] <= completed]
+    assert finished == _records(full)[:completed], why
+
+    run_cli(_fmsp_args(out), tmp_path / "resumed.log")
+
+    assert _records(out)[:completed] == finished, why
+    assert [r["iteration"] for r in _records(out)] == list(range(1, FMSP_ITERATIONS + 1))
+    # the same contexts, FM answers, judge verdicts, evaluations and decisions, iteration by iteration
+    assert _records(out) == _records(full), why
+    assert _archive(out) == _archive(full), why  # entries (lineage, scores, status) and embeddings, exactly
+    a, b = (json.loads((run / "summary.json").read_text()) for run in (full, out))
+    assert {k: v for k, v in b.items() if k not in ("run_dir", "wall_s_this_session")} == \
+        {k: v for k, v in a.items() if k not in ("run_dir", "wall_s_this_session")}, why
