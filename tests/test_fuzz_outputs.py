@@ -16,7 +16,7 @@ The reasoning lines before the final line are noise too: random unicode, control
 actions, closed `<think>` / Gemma thought blocks, and huge lines (up to 60,000 characters).
 
 Sizes: CI runs a few hundred outputs per game; the `slow` tests run 10,000 per game through parsing and
-10,000 per game through the rollout step (two hypothesis settings, `CI` and `FULL`).
+10,000 per game through the rollout step (the hypothesis settings in `SIZES`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ from sepo.rollout.engine import EpisodeSpec, play_episodes
 pytestmark = pytest.mark.timeout(600)  # a hang (e.g. regex backtracking on a long line) fails, not blocks CI
 _FUZZ = dict(deadline=None, derandomize=False, print_blob=True,
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])  # fmt: skip
-PARSE_CI, PARSE_FULL = settings(max_examples=300, **_FUZZ), settings(max_examples=10_000, **_FUZZ)
 BATCH = 50  # outputs per rollout batch (one play_episodes call)
-ROLLOUT_CI, ROLLOUT_FULL = settings(max_examples=4, **_FUZZ), settings(max_examples=10_000 // BATCH, **_FUZZ)
+# examples per game: CI runs in every pytest, FULL (10,000 outputs per game) in the slow tests
+SIZES = {"ci": {"parse": settings(max_examples=300, **_FUZZ), "rollout": settings(max_examples=4, **_FUZZ)},
+         "10k": {"parse": settings(max_examples=10_000, **_FUZZ), "rollout": settings(max_examples=10_000 // BATCH, **_FUZZ)}}
+SIZE_PARAMS = ["ci", pytest.param("10k", marks=pytest.mark.slow)]
 
 ALIASES = {"kuhn": {"PASS": ["CHECK"], "BET": ["RAISE"]}, "auction": {"1": ["LOW"], "2": ["MEDIUM"], "3": ["HIGH"]}}
 WORD_ACTIONS = ["COOPERATE", "DEFECT", "PASS", "BET", "CALL", "FOLD", "CHECK", "RAISE", "LOW", "MEDIUM", "HIGH"]
@@ -200,24 +202,16 @@ def parse_case(draw, game_name: str):
     return game, state, seat, legal, draw(model_output(game_name, legal, illegal_actions(game_name, legal, pool)))
 
 
-def _parse_fuzz(game_name: str, case) -> None:
-    game, state, seat, legal, (kind, text, expected) = case
-    check(game_name, kind, text, expected, game.parse_action(text, state, seat), legal)
-
-
+@pytest.mark.parametrize("size", SIZE_PARAMS)
 @pytest.mark.parametrize("game_name", list(GAMES))
-@PARSE_CI
-@given(data=st.data())
-def test_parse_fuzz(game_name, data):
-    _parse_fuzz(game_name, data.draw(parse_case(game_name)))
+def test_parse_fuzz(game_name, size):
+    @SIZES[size]["parse"]
+    @given(case=parse_case(game_name))
+    def fuzz(case):
+        game, state, seat, legal, (kind, text, expected) = case
+        check(game_name, kind, text, expected, game.parse_action(text, state, seat), legal)
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("game_name", list(GAMES))
-@PARSE_FULL
-@given(data=st.data())
-def test_parse_fuzz_10k(game_name, data):
-    _parse_fuzz(game_name, data.draw(parse_case(game_name)))
+    fuzz()
 
 
 # --- one rollout step: replayed outputs through the engine, its parse and its constrained fallback -----------
@@ -330,18 +324,12 @@ def test_first_decision_legal_sets_follow_the_rules():
                 assert bad not in game.legal_actions(state, 0)
 
 
+@pytest.mark.parametrize("size", SIZE_PARAMS)
 @pytest.mark.parametrize("game_name", list(GAMES))
-@ROLLOUT_CI
-@given(batch=st.data())
-def test_rollout_step_fuzz(game_name, renderer, batch):
-    cases, seed = batch.draw(rollout_batch(game_name))
-    _rollout_fuzz(game_name, renderer, cases, seed)
+def test_rollout_step_fuzz(game_name, size, renderer):
+    @SIZES[size]["rollout"]
+    @given(batch=rollout_batch(game_name))
+    def fuzz(batch):
+        _rollout_fuzz(game_name, renderer, *batch)
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("game_name", list(GAMES))
-@ROLLOUT_FULL
-@given(batch=st.data())
-def test_rollout_step_fuzz_10k(game_name, renderer, batch):
-    cases, seed = batch.draw(rollout_batch(game_name))
-    _rollout_fuzz(game_name, renderer, cases, seed)
+    fuzz()
