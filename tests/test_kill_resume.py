@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from sepo.files import last_complete_checkpoint, resolve_resume
 
-pytestmark = pytest.mark.slow  # several CLI processes each
+slow = pytest.mark.slow  # several CLI processes each
 
 TIMING = ("time", "runtime", "per_second", "_s")  # wall-clock log keys, which differ between any two runs
 
@@ -115,6 +115,7 @@ def _completions(run: Path, step: int):
     return pd.read_parquet(run / "completions" / f"completions_{step:05d}.parquet")
 
 
+@slow
 @pytest.mark.parametrize("kill_point", ["random", "mid_save"])
 def test_sepo_train_sigkill_resume_matches_uninterrupted(kill_point, train_uninterrupted, tiny_model_dir, tmp_path):
     full, out = train_uninterrupted, tmp_path / "killed"
@@ -178,6 +179,7 @@ def _sft_args(model_dir: str, data: str, out: Path) -> list[str]:
             "--resume_from_checkpoint", "true"]  # fmt: skip
 
 
+@slow
 def test_sepo_sft_sigkill_resume_matches_uninterrupted(tiny_model_dir, sft_data, tmp_path):
     full, out = tmp_path / "uninterrupted", tmp_path / "killed"
     run_cli(_sft_args(tiny_model_dir, sft_data, full), tmp_path / "uninterrupted.log")
@@ -238,6 +240,7 @@ def _records(run: Path) -> list[dict]:
     return [strip(json.loads(line)) for line in (run / "iterations.jsonl").read_text().splitlines()]
 
 
+@slow
 def test_fmsp_run_sigkill_resume_matches_uninterrupted(tmp_path):
     full, out = tmp_path / "uninterrupted", tmp_path / "killed"
     run_cli(_fmsp_args(full), tmp_path / "uninterrupted.log")
