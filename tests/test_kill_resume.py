@@ -85,6 +85,39 @@ def test_resume_skips_a_checkpoint_torn_by_a_kill(tmp_path):
     assert resolve_resume("true", tmp_path / "missing") is None  # a fresh start
 
 
+def test_best_checkpoint_choice_survives_a_kill_around_its_save(tmp_path):
+    """`best/` is judged right after each checkpoint save; a kill after the save but before the judgement (or
+    between the swap of `best/` and the copy of its record) must not change the choice on resume."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from sepo.grpo.callbacks import BestSafetyCallback
+
+    args = TrainingArguments(output_dir=str(tmp_path), save_strategy="steps", save_steps=1, report_to="none")
+    safety = {1: 1.0, 2: 0.5, 3: 3.0}
+    history = [{"step": s, "sepo/safety": v} for s, v in safety.items()]
+    for step in safety:
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "weights").write_text(f"weights of step {step}")
+
+    def state(step: int) -> TrainerState:
+        return TrainerState(global_step=step, log_history=[h for h in history if h["step"] <= step], save_steps=1)
+
+    callback = BestSafetyCallback()
+    callback.on_train_begin(args, state(0), TrainerControl())
+    for step in (1, 2):
+        callback.on_save(args, state(step), TrainerControl())
+    assert json.loads((tmp_path / "best.json").read_text())["step"] == 1  # 0.5 at step 2 is worse
+    # killed after checkpoint-3 was written, before the callback judged it: the resumed run judges it
+    BestSafetyCallback().on_train_begin(args, state(3), TrainerControl())
+    assert (tmp_path / "best" / "weights").read_text() == "weights of step 3"
+    assert json.loads((tmp_path / "best.json").read_text()) == json.loads((tmp_path / "best" / "best.json").read_text())
+    assert json.loads((tmp_path / "best.json").read_text())["safety"] == 3.0
+    # killed between the swap of best/ and the copy of its record: the copy is restored from the record
+    (tmp_path / "best.json").write_text(json.dumps({"step": 1, "safety": 1.0, "checkpoint": "stale"}))
+    BestSafetyCallback().on_train_begin(args, state(3), TrainerControl())
+    assert json.loads((tmp_path / "best.json").read_text())["step"] == 3
+
+
 # --- sepo train ------------------------------------------------------------------------------------------------
 
 TRAIN_STEPS = 8
