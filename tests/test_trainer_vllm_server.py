@@ -60,8 +60,9 @@ SCRIPT = textwrap.dedent('''
 
     args = SEPOConfig(output_dir=out + "/run", use_cpu=True, bf16=False, report_to="none", max_steps=1,
                       logging_steps=1, save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False,
-                      games=["kuhn"], game_params={"kuhn": {"num_hands": 1}}, num_generations=4,
-                      pool_mix={"training": ["nash"]}, per_device_train_batch_size=2,
+                      games=["negotiation_multi"], game_params={"negotiation_multi": {"num_rounds": 1}},
+                      pool_mix={"training": ["tit_for_tat", "concede"], "exploit": ["greedy"]},
+                      num_generations=2, per_device_train_batch_size=3,
                       gradient_accumulation_steps=1, max_turn_tokens=4, max_completion_length=256, seed=0,
                       use_vllm=True, vllm_mode="server", vllm_server_base_url=sys.argv[2], vllm_server_timeout=60)
     trainer = Dump(model=sys.argv[1], args=args)
@@ -91,17 +92,20 @@ def test_server_mode_generation_from_two_gloo_ranks(tmp_path):
     assert r0["global_step"] == r1["global_step"] == 1 and r0["world"] == 2
     # TRL's weight transfer stops exactly at the CUDA check of the NCCL engine, on rank 0 (the only client)
     assert "needs a CUDA device" in r0["init_communicator"] and r1["init_communicator"] is None
-    assert r0["skipped_syncs"] == r1["skipped_syncs"] == 1  # the one sync before the step's rollouts
+    assert r0["skipped_syncs"] == r1["skipped_syncs"] >= 1  # before the step's rollouts, on both ranks
+    # three groups of G = 2 over 2 x 3 rows: rank 0 holds A, A, B and rank 1 B, C, C, so group B spans the ranks
+    groups = [tuple(r) for r in r0["rows"] + r1["rows"]]
+    assert len(r0["rows"]) == len(r1["rows"]) == 3 and len(set(groups)) == 3
+    assert set(map(tuple, r0["rows"])) & set(map(tuple, r1["rows"])) == {groups[2]}
     # the collective call pattern: every rank calls generate equally often, with the same constraints, in order
-    assert len(r0["generate"]) == len(r1["generate"]) >= 2
+    # (each group's items pool gives its own list of legal demands, so the constrained calls differ)
+    assert len(r0["generate"]) == len(r1["generate"]) >= 3
     assert [c["choice"] for c in r0["generate"]] == [c["choice"] for c in r1["generate"]]
     assert [c["prompts"] for c in r0["generate"]] == [c["prompts"] for c in r1["generate"]]
+    assert len({tuple(c["choice"]) for c in r0["generate"] if c["choice"]}) >= 2
     # the server generated: every call answered every prompt of both ranks, with tokens
     assert all(n > 0 for c in r0["generate"] for n in c["completion_lengths"])
-    # one group of G = 4 split across the ranks: two episodes of the same (pool, opponent, seed) on each
-    assert len(r0["rows"]) == len(r1["rows"]) == 2 and len({tuple(r) for r in r0["rows"] + r1["rows"]}) == 1
     # random weights never answer in the format: every turn went to the server's structured `choice` decoding,
-    # which returned a legal action (the rollout checks it against the legal list)
+    # which returned a legal demand (the rollout checks it against the legal list)
     turns = r0["turns"] + r1["turns"]
-    assert turns and all(not parsed and fallback for parsed, fallback, _ in turns)
-    assert {action for _, _, action in turns} <= {"PASS", "BET", "CALL", "FOLD"}
+    assert len(turns) == 6 and all(not parsed and fallback for parsed, fallback, _ in turns)
