@@ -45,7 +45,7 @@ SIZE_PARAMS = ["ci", pytest.param("10k", marks=pytest.mark.slow)]
 ALIASES = {"kuhn": {"PASS": ["CHECK"], "BET": ["RAISE"]}, "auction": {"1": ["LOW"], "2": ["MEDIUM"], "3": ["HIGH"]}}
 WORD_ACTIONS = ["COOPERATE", "DEFECT", "PASS", "BET", "CALL", "FOLD", "CHECK", "RAISE", "LOW", "MEDIUM", "HIGH"]
 LABELS = ["", "Final action: ", "Action: ", "action - ", "Answer = ", "My final answer is: ", "The decision: ",
-          "FINAL MOVE:", "My bid: ", "Demand: ", "offer -", "choice is ", "**Final answer:** "]  # fmt: skip
+          "FINAL MOVE:", "My bid: ", "Demand: ", "offer - ", "choice is ", "**Final answer:** "]  # fmt: skip
 WRAPS = ["{}", "**{}**", "`{}`", "_{}_", "# {}", "> {}", '"{}"', "'{}'", "<{}>", "**`{}`**"]
 REASONS = ["because it pays more", "(that is my choice)", "Let me reconsider.", "- reasoning above", "…", "🙂",
            "I am not sure yet", "wait"]  # fmt: skip
