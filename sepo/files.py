@@ -72,29 +72,35 @@ def replace_dir_atomic(build: Callable[[Path], None], target: str | Path) -> Pat
 CHECKPOINT_STATE = "trainer_state.json"  # transformers' Trainer writes it last into a checkpoint directory
 
 
-def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest `checkpoint-<step>` directory of a transformers Trainer run that was completely written.
+def complete_checkpoints(output_dir: str | Path) -> list[Path]:
+    """The `checkpoint-<step>` directories of a transformers Trainer run that were completely written, by step.
 
     The Trainer writes a checkpoint's files in place (weights, optimizer, scheduler, RNG state, then
     `trainer_state.json` last), so a process killed while saving leaves a directory without a readable
-    trainer state; resuming from it fails ("Can't find a valid checkpoint"). Such directories are skipped.
-    None when `output_dir` holds no complete checkpoint (or does not exist).
+    trainer state; resuming from it fails ("Can't find a valid checkpoint"). Such directories are left out.
     """
     root = Path(output_dir)
     if not root.is_dir():
-        return None
+        return []
     steps = sorted(
         (int(p.name.split("-", 1)[1]), p)
         for p in root.iterdir()
         if p.is_dir() and p.name.startswith("checkpoint-") and p.name.split("-", 1)[1].isdigit()
     )
-    for _, path in reversed(steps):
+    complete = []
+    for _, path in steps:
         try:
             json.loads((path / CHECKPOINT_STATE).read_text())
         except (OSError, ValueError):
             continue
-        return str(path)
-    return None
+        complete.append(path)
+    return complete
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete checkpoint in `output_dir` (see `complete_checkpoints`), None when there is none."""
+    complete = complete_checkpoints(output_dir)
+    return str(complete[-1]) if complete else None
 
 
 def resolve_resume(value: str | bool | None, output_dir: str | Path) -> str | None:

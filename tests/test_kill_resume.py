@@ -20,15 +20,18 @@ import torch
 from kill_resume import fingerprint, kill_rng, mean_interval, run_and_kill, run_cli
 from safetensors.torch import load_file
 
-from sepo.files import last_complete_checkpoint, resolve_resume
+from sepo.files import complete_checkpoints, last_complete_checkpoint, resolve_resume
 
 slow = pytest.mark.slow  # several CLI processes each
 
-TIMING = ("time", "runtime", "per_second", "_s")  # wall-clock log keys, which differ between any two runs
+def _timing(key: str) -> bool:
+    """Wall-clock log keys (step_time, train_runtime, samples per second, sepo/time/*, ..._s), which differ
+    between any two runs."""
+    return key.endswith("_s") or "time" in key or "per_second" in key
 
 
 def _untimed(history: list[dict]) -> list[dict]:
-    return [{k: v for k, v in h.items() if not any(t in k for t in TIMING)} for h in history]
+    return [{k: v for k, v in h.items() if not _timing(k)} for h in history]
 
 
 def _state(checkpoint: Path) -> dict:
@@ -47,18 +50,6 @@ def _assert_same_optimizer(a: Path, b: Path) -> None:
     assert oa["state"].keys() == ob["state"].keys() and oa["state"]
     for i in oa["state"]:
         _assert_same_tensors(oa["state"][i], ob["state"][i], f"optimizer state {i}")
-
-
-def _complete_checkpoints(run: Path) -> list[Path]:
-    """Checkpoints that were completely written (their trainer state parses)."""
-    out = []
-    for path in sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
-        try:
-            _state(path)
-        except (OSError, ValueError):
-            continue
-        out.append(path)
-    return out
 
 
 def _assert_nothing_lost(before: dict, after: dict, finished: list[str], why: str) -> None:
@@ -162,7 +153,7 @@ def test_sepo_train_sigkill_resume_matches_uninterrupted(kill_point, train_unint
     why = f"KILL_SEED={seed}: killed {delay:.3f} s after checkpoint-{step} ({kill_point})"
     run_and_kill(_train_args(tiny_model_dir, out), tmp_path / "killed.log", ready, delay)
     before = fingerprint(out)
-    done = _complete_checkpoints(out)
+    done = complete_checkpoints(out)
     resumed_from = int(done[-1].name.split("-")[1]) if done else 0
     for checkpoint in done:  # what was completely written before the kill is what the uninterrupted run wrote
         _assert_same_tensors(load_file(checkpoint / "adapter_model.safetensors"),
@@ -222,7 +213,7 @@ def test_sepo_sft_sigkill_resume_matches_uninterrupted(tiny_model_dir, sft_data,
     why = f"KILL_SEED={seed}: killed {delay:.3f} s after checkpoint-{step}"
     ready = lambda: (out / f"checkpoint-{step}" / "trainer_state.json").is_file()  # noqa: E731
     run_and_kill(_sft_args(tiny_model_dir, sft_data, out), tmp_path / "killed.log", ready, delay)
-    before, done = fingerprint(out), _complete_checkpoints(out)
+    before, done = fingerprint(out), complete_checkpoints(out)
     for checkpoint in done:
         _assert_same_tensors(load_file(checkpoint / "adapter_model.safetensors"),
                              load_file(full / checkpoint.name / "adapter_model.safetensors"), f"{checkpoint} ({why})")
