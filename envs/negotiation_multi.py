@@ -32,7 +32,9 @@ from envs.base import (
 from envs.negotiation import demand_history
 from envs.parsing import match_action
 
-_VECTOR = re.compile(r"[\[({]?\s*(\d+(?:\s*[,;\s]\s*\d+)*)\s*[\])}]?")
+# ASCII digits only: "３" (fullwidth) or "٣" (Arabic-Indic) is not a demand, as it is not a bid or demand in
+# the other games either (`\d` matched them).
+_VECTOR = re.compile(r"[\[({]?\s*([0-9]+(?:\s*[,;\s]\s*[0-9]+)*)\s*[\])}]?")
 
 
 def format_demand(demand: Sequence[int]) -> str:

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable
 # Closed thinking blocks (Qwen-style <think>, Gemma 4's thought channel) are removed before parsing.
 _THINK_BLOCKS = re.compile(r"<think>.*?</think>|<\|channel>.*?<channel\|>", re.DOTALL)
 _OPEN_THINK = re.compile(r"<think>|<\|channel>")
-# A label the answer line may start with: "Final action:", "Action -", "My bid:", "Answer =" ...
+# A label the answer line may start with: "Final action:", "Action -", "My bid:", "Answer =" ... A dash right
+# before a digit is a minus sign, not a separator: "My bid is -1" states -1, not 1.
 _LABEL = re.compile(
-    r"^(?:(?:my|final|the)\s+)*(?:action|answer|move|choice|decision|bid|demand|offer)\s*(?:is)?\s*[:=\-]?\s*",
+    r"^(?:(?:my|final|the)\s+)*(?:action|answer|move|choice|decision|bid|demand|offer)\s*(?:is)?\s*(?:[:=]|-(?!\d))?\s*",
     re.IGNORECASE,
 )
 _MARKDOWN = str.maketrans("", "", "*`_#>")

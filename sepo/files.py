@@ -66,3 +66,49 @@ def replace_dir_atomic(build: Callable[[Path], None], target: str | Path) -> Pat
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+# --- reading back after a kill --------------------------------------------------------------------------------
+CHECKPOINT_STATE = "trainer_state.json"  # transformers' Trainer writes it last into a checkpoint directory
+
+
+def complete_checkpoints(output_dir: str | Path) -> list[Path]:
+    """The `checkpoint-<step>` directories of a transformers Trainer run that were completely written, by step.
+
+    The Trainer writes a checkpoint's files in place (weights, optimizer, scheduler, RNG state, then
+    `trainer_state.json` last), so a process killed while saving leaves a directory without a readable
+    trainer state; resuming from it fails ("Can't find a valid checkpoint"). Such directories are left out.
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    steps = sorted(
+        (int(p.name.split("-", 1)[1]), p)
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith("checkpoint-") and p.name.split("-", 1)[1].isdigit()
+    )
+    complete = []
+    for _, path in steps:
+        try:
+            json.loads((path / CHECKPOINT_STATE).read_text())
+        except (OSError, ValueError):
+            continue
+        complete.append(path)
+    return complete
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete checkpoint in `output_dir` (see `complete_checkpoints`), None when there is none."""
+    complete = complete_checkpoints(output_dir)
+    return str(complete[-1]) if complete else None
+
+
+def resolve_resume(value: str | bool | None, output_dir: str | Path) -> str | None:
+    """A `resume_from_checkpoint` setting as the training CLIs take it: `true`/`auto` -> the last complete
+    checkpoint in `output_dir` (None, i.e. a fresh start, when there is none); `false`/`none`/empty -> None;
+    anything else is a checkpoint path, returned as given."""
+    if value is None or value is False or str(value).lower() in ("false", "none", ""):
+        return None
+    if value is True or str(value).lower() in ("true", "auto"):
+        return last_complete_checkpoint(output_dir)
+    return str(value)

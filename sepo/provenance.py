@@ -44,3 +44,39 @@ def git_sha(cwd: str | Path | None = None) -> str:
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def load_average() -> float:
+    """The 1-minute load average (0.0 where the OS has none): recorded beside wall times, which are inflated
+    when the load exceeds the cores."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def write_record(out_dir: str | Path, *, title: str, command: str, wall_s: float, load_before: float,
+                 figures: dict[str, Any], markdown: str = "") -> Path:  # fmt: skip
+    """Record figures the README quotes: `out_dir/results.json` (the figures, the command that produced them,
+    when, where, at which git commit, the wall time and the load average) and `out_dir/RESULTS.md` (the same
+    header, then `markdown`). Both are replaced atomically; returns `out_dir`."""
+    from datetime import UTC, datetime
+
+    from sepo.files import write_json_atomic, write_text_atomic
+
+    out = Path(out_dir)
+    date, sha, info, load_after = datetime.now(UTC).isoformat(timespec="seconds"), git_sha(), machine_info(), load_average()
+    write_json_atomic(out / "results.json", {
+        "title": title, "command": command, "date": date, "git": sha, "machine": info, "wall_s": wall_s,
+        "load_average": {"start": load_before, "end": load_after}, "figures": figures,
+    })  # fmt: skip
+    header = (f"# {title}\n\nWritten by `{command}` on {date} at git `{sha}`.\n\n"
+              f"Machine: {info['cpu']}. Wall time {_duration(wall_s)}; 1-minute load average {load_before:.1f} at "
+              f"the start and {load_after:.1f} at the end ({info['cores']} cores: wall times are inflated when the "
+              "load exceeds the cores).\n")  # fmt: skip
+    write_text_atomic(out / "RESULTS.md", header + ("\n" + markdown.strip() + "\n" if markdown.strip() else ""))
+    return out
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"

@@ -5,17 +5,23 @@
     stage 3  Base vs SFT vs SEPO against every pool opponent        (sepo eval  --config configs/quickstart/eval.yaml)
 
 Each stage is the same command a user would type, run in-process with the recipe in configs/quickstart/.
-`--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/.
+`--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/. The table
+and the stage timings are recorded in benchmarks/quickstart/<scale>/ (RESULTS.md, results.json), the files the
+README quotes (`--record ''` skips that).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-RECIPES = Path(__file__).resolve().parent.parent / "configs" / "quickstart"
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "configs" / "quickstart"
+RECORDS = REPO / "benchmarks" / "quickstart"
 
 # Per-scale overrides of the committed recipes (full = the recipes as they are).
 SCALES: dict[str, dict[str, list[str]]] = {
@@ -45,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sepo quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="ci: a shortened run")
     parser.add_argument("--out", default="runs/quickstart", help="output root")
+    parser.add_argument("--record", default=None,
+                        help="where to record the table and timings (default benchmarks/quickstart/<scale>; '' = not)")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     out = Path(args.out)
@@ -52,30 +60,71 @@ def main(argv: list[str] | None = None) -> int:
     from sepo.eval import evaluate
     from sepo.grpo import train
     from sepo.models import resolve_model
+    from sepo.provenance import load_average
     from sepo.sft import train as sft
 
+    load_before, seconds = load_average(), {}
     t0 = time.perf_counter()
     print("preparing the embedded default model (SmolLM2-135M-Instruct; converted once, then cached)", flush=True)
     base = resolve_model("default")
+    seconds["prepare_model"] = time.perf_counter() - t0
 
     t = _stage(1, "SFT warm-start on IPD demonstrator transcripts")
     sft_dir = out / "sft"
     sft.main(["--config", _recipe("sft"), "--output_dir", str(sft_dir), *scale["sft"]])
     merged = sft_dir / "merged"
-    print(f"stage 1 done in {time.perf_counter() - t:.0f} s: {merged}", flush=True)
+    seconds["sft"] = time.perf_counter() - t
+    print(f"stage 1 done in {seconds['sft']:.0f} s: {merged}", flush=True)
 
     t = _stage(2, "SEPO-GRPO steps against the training / exploit / collusive pools")
     sepo_dir = out / "sepo"
     train.main(["--config", _recipe("sepo"), "--model_name_or_path", str(merged), "--output_dir", str(sepo_dir),
                 *scale["sepo"]])
-    print(f"stage 2 done in {time.perf_counter() - t:.0f} s: {sepo_dir}", flush=True)
+    seconds["sepo"] = time.perf_counter() - t
+    print(f"stage 2 done in {seconds['sepo']:.0f} s: {sepo_dir}", flush=True)
 
     t = _stage(3, "evaluation: Base vs SFT vs SEPO")
     code = evaluate.main(["--config", _recipe("eval"), "--output_dir", str(out / "eval"),
                           "--models", f"Base={base}", f"SFT={merged}", f"SEPO={sepo_dir}", *scale["eval"]])
-    print(f"stage 3 done in {time.perf_counter() - t:.0f} s", flush=True)
-    print(f"\nquick start finished in {(time.perf_counter() - t0) / 60:.1f} min; table and plots in {out / 'eval'}")
+    seconds["eval"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - t0
+    print(f"stage 3 done in {seconds['eval']:.0f} s", flush=True)
+    print(f"\nquick start finished in {seconds['total'] / 60:.1f} min; table and plots in {out / 'eval'}")
+    record = RECORDS / args.scale if args.record is None else (Path(args.record) if args.record else None)
+    if code == 0 and record is not None:
+        command = "sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "")
+        write_quickstart_record(record, command, out, seconds, load_before)
+        print(f"recorded in {record}/RESULTS.md and results.json")
     return code
+
+
+def _step_timings(sepo_dir: Path) -> list[dict[str, Any]]:
+    """Per-step timings from the GRPO run's trainer state (step time, SEPO's generation/rollout seconds)."""
+    from sepo.files import last_complete_checkpoint
+
+    checkpoint = last_complete_checkpoint(sepo_dir)
+    if checkpoint is None:
+        return []
+    history = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["log_history"]
+    return [{k: v for k, v in h.items() if k == "step" or k == "step_time" or k.startswith("sepo/time/")}
+            for h in history if "sepo/time/generation_s" in h]
+
+
+def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict[str, float],
+                            load_before: float) -> Path:  # fmt: skip
+    """Record the evaluation table (the eval stage's results.md and results.json) with the stage timings."""
+    from sepo.provenance import write_record
+
+    steps = _step_timings(out / "sepo")
+    lines = ["| stage | seconds |", "|---|---|"] + [f"| {k} | {v:.0f} |" for k, v in seconds.items()]
+    lines += ["", "GRPO steps (from the trainer log):", "", "| step | step s | generation s | rollout s |", "|---|---|---|---|"]
+    lines += [f"| {h['step']} | {h.get('step_time', float('nan')):.1f} | {h['sepo/time/generation_s']:.1f} | "
+              f"{h.get('sepo/time/rollout_s', float('nan')):.1f} |" for h in steps]  # fmt: skip
+    table = (out / "eval" / "results.md").read_text()
+    figures = {"stages_s": seconds, "grpo_steps": steps, "eval": json.loads((out / "eval" / "results.json").read_text())}
+    return write_record(record, title="Quick start: Base vs SFT vs SEPO on the embedded model", command=command,
+                        wall_s=seconds["total"], load_before=load_before, figures=figures,
+                        markdown="\n".join(lines) + "\n\n## Evaluation table (the eval stage's results.md)\n\n" + table)
 
 
 if __name__ == "__main__":

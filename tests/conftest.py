@@ -39,3 +39,11 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+pytest_plugins = ("timing_plugin",)  # `--record-timing DIR` (make test-timing)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-10k", action="store_true",
+                     help="fuzz 10,000 model outputs per game (tests/test_fuzz_outputs.py; make fuzz)")  # fmt: skip

@@ -70,6 +70,20 @@ def test_match_action_reads_only_the_final_answer(text, expected):
     assert match_action(text, IPD) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("My bid is -1", None),  # a minus sign, not a label separator (found by tests/test_fuzz_outputs.py)
+        ("choice is -1", None),
+        ("Bid - 1", "1"),
+        ("Bid: 2", "2"),
+        ("Answer -3", None),
+    ],
+)
+def test_a_dash_before_a_digit_is_a_sign(text, expected):
+    assert match_action(text, ["1", "2", "3"]) == expected
+
+
 def test_match_action_with_normalize():
     legal = ["[1, 2, 3]", "[0, 0, 0]"]
 

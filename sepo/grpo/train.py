@@ -2,7 +2,7 @@
 
 The recipe is a flat TRL-style YAML of SEPOConfig + trl.ModelConfig keys (plus an optional `env:` map);
 command-line flags override it. The resolved config is written to `<output_dir>/sepo_config.json` and a
-run resumes from the newest checkpoint in output_dir with `--resume_from_checkpoint true`.
+run resumes from the newest complete checkpoint in output_dir with `--resume_from_checkpoint true`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer
-from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from sepo.files import write_json_atomic
+from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
 from sepo.models import resolve_model
 
@@ -54,15 +53,6 @@ def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
     return path
 
 
-def _resume_checkpoint(args: SEPOConfig) -> str | None:
-    value = args.resume_from_checkpoint
-    if value is None or str(value).lower() in ("false", "none", ""):
-        return None
-    if str(value).lower() == "true":
-        return get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
-    return str(value)
-
-
 def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = ()):
     """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
     see every rollout batch (see `SEPOTrainer`)."""
@@ -87,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = build_trainer(args, model_args)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)
-    trainer.train(resume_from_checkpoint=_resume_checkpoint(args))
+    trainer.train(resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir))
     trainer.save_model(args.output_dir)
     if "wandb" in (args.report_to or []) and trainer.accelerator.is_main_process:
         import wandb

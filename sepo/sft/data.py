@@ -26,7 +26,7 @@ from typing import Any
 
 import envs
 from envs.base import View
-from sepo.files import write_jsonl_atomic
+from sepo.files import replace_dir_atomic, write_json_atomic, write_jsonl_atomic
 from sepo.sft.rationales import rationale
 
 
@@ -195,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for split, part in rows.items():
         write_jsonl_atomic(out / f"{split}.jsonl", part)
-    DatasetDict({k: Dataset.from_list(v) for k, v in rows.items() if v}).save_to_disk(str(out / "dataset"))
+    dataset = DatasetDict({k: Dataset.from_list(v) for k, v in rows.items() if v})
+    replace_dir_atomic(lambda tmp: dataset.save_to_disk(str(tmp)), out / "dataset")
     summary = {"games": games, "seed": args.seed, "episodes_scale": args.episodes_scale,
                "game_params": args.game_params or {}, **stats(rows)}
-    (out / "stats.json").write_text(json.dumps(summary, indent=2))
+    write_json_atomic(out / "stats.json", summary)
     if args.samples:
         sample_dir = Path("sft_data/samples")
         sample_dir.mkdir(parents=True, exist_ok=True)

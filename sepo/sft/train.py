@@ -20,7 +20,7 @@ from typing import Any
 
 from trl import SFTConfig
 
-from sepo.files import replace_dir_atomic
+from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
@@ -125,12 +125,6 @@ def _datasets(config: SEPOSFTConfig):
     return train, valid
 
 
-def _last_checkpoint(output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-
-
 def run_sft(config: SEPOSFTConfig) -> Path:
     """Train, merge and save; returns the merged checkpoint directory."""
     from peft import LoraConfig
@@ -160,12 +154,10 @@ def run_sft(config: SEPOSFTConfig) -> Path:
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    resume = config.resume_from_checkpoint
-    if resume in ("auto", "true", "True"):
-        resume = _last_checkpoint(config.output_dir)
-    trainer.train(resume_from_checkpoint=resume)
+    trainer.train(resume_from_checkpoint=resolve_resume(config.resume_from_checkpoint, config.output_dir))
     trainer.save_model(config.output_dir)  # the adapter (or full model) for the record
-    Path(config.output_dir, "sepo_sft_config.json").write_text(json.dumps(config.to_dict(), indent=2, default=str))
+    write_text_atomic(Path(config.output_dir, "sepo_sft_config.json"),
+                      json.dumps(config.to_dict(), indent=2, default=str))
     merged_dir = Path(config.merged_dir or Path(config.output_dir) / "merged")
     if trainer.accelerator.is_main_process:
         merge_and_save(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
