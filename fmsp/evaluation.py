@@ -428,6 +428,27 @@ def evaluate(
     return results
 
 
+def parser():
+    """The command line of `fmsp eval`."""
+    from sepo.recipes import CommandParser, mapping_type
+
+    cli = CommandParser(prog="fmsp eval", description=__doc__.split("\n")[0])
+    cli.add_argument("--run", action="append", required=True, metavar="[NAME=]DIR",
+                     help="a run directory, optionally labelled (repeat for several runs)")
+    cli.add_argument("--out", required=True, help="output directory for results.json and the plots")
+    cli.add_argument("--domain", help="domain name (default: from the first run's config.yaml)")
+    cli.add_argument("--domain-config", type=mapping_type(), default=None, metavar="MAPPING",
+                     help="the domain's parameters as JSON or YAML flow (default: the first run's)")
+    cli.add_argument("--top", type=int, default=3, help="best archive members per run and side in the population")
+    cli.add_argument("--random", type=int, default=15, dest="n_random",
+                     help="further archive members per run and side, drawn at random (seeded)")
+    cli.add_argument("--cells", type=int, default=10, help="QD grid: cells per axis of the shared PCA plane")
+    cli.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the Elo 95%% intervals")
+    cli.add_argument("--seed", type=int, default=0, help="seed of the random members and the bootstrap")
+    cli.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per sandbox job")
+    return cli
+
+
 def main(argv: list[str] | None = None) -> int:
     from fmsp.domains import DOMAINS, make_domain
     from fmsp.sandbox import Sandbox, SandboxLimits
@@ -440,23 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         check_choice,
         check_output_dir,
     )
-    from sepo.recipes import CommandParser, mapping_type
 
-    parser = CommandParser(prog="fmsp eval", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", action="append", required=True, metavar="[NAME=]DIR",
-                        help="a run directory, optionally labelled (repeat for several runs)")
-    parser.add_argument("--out", required=True, help="output directory for results.json and the plots")
-    parser.add_argument("--domain", help="domain name (default: from the first run's config.yaml)")
-    parser.add_argument("--domain-config", type=mapping_type(), default=None, metavar="MAPPING",
-                        help="the domain's parameters as JSON or YAML flow (default: the first run's)")
-    parser.add_argument("--top", type=int, default=3, help="best archive members per run and side in the population")
-    parser.add_argument("--random", type=int, default=15, dest="n_random",
-                        help="further archive members per run and side, drawn at random (seeded)")
-    parser.add_argument("--cells", type=int, default=10, help="QD grid: cells per axis of the shared PCA plane")
-    parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the Elo 95%% intervals")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random members and the bootstrap")
-    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per sandbox job")
-    args = parser.parse(argv)
+    args = parser().parse(argv)
     NON_NEGATIVE_INT.check("--top", args.top)
     NON_NEGATIVE_INT.check("--random", args.n_random)
     COUNT.check("--cells", args.cells)

@@ -118,22 +118,29 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
     return entries
 
 
+def parser():
+    """The command line of `fmsp export`."""
+    from sepo.pools import POOL_NAMES
+    from sepo.recipes import CommandParser
+
+    cli = CommandParser(prog="fmsp export", description=__doc__.split("\n")[0])
+    cli.add_argument("--run", required=True, help="FMSP run directory of a SEPO-game domain")
+    cli.add_argument("--select", default="top:3,diverse:2",
+                     help="which members: top:K (best quality) and/or diverse:K (farthest code embeddings)")
+    cli.add_argument("--pool", required=True, help=f"the SEPO pool they join: {', '.join(POOL_NAMES)}")
+    cli.add_argument("--game", "--games", required=True, help="the SEPO game (the run's domain)")
+    cli.add_argument("--out", required=True, help="pool directory (created; an existing manifest is merged)")
+    cli.add_argument("--side", default=None,
+                     help="archive side (default: exploiter for the exploit pool, else cooperator)")
+    cli.add_argument("--prefix", default="fmsp", help="prefix of the member names (e.g. fmsp_qdsp_ipd_007)")
+    return cli
+
+
 def main(argv: list[str] | None = None) -> int:
     from sepo.checks import UsageError, check_choice, check_output_dir
     from sepo.pools import POOL_NAMES, PoolError, load_pool_dir
-    from sepo.recipes import CommandParser
 
-    parser = CommandParser(prog="fmsp export", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", required=True, help="FMSP run directory of a SEPO-game domain")
-    parser.add_argument("--select", default="top:3,diverse:2",
-                        help="which members: top:K (best quality) and/or diverse:K (farthest code embeddings)")
-    parser.add_argument("--pool", required=True, help=f"the SEPO pool they join: {', '.join(POOL_NAMES)}")
-    parser.add_argument("--game", "--games", required=True, help="the SEPO game (the run's domain)")
-    parser.add_argument("--out", required=True, help="pool directory (created; an existing manifest is merged)")
-    parser.add_argument("--side", default=None,
-                        help="archive side (default: exploiter for the exploit pool, else cooperator)")
-    parser.add_argument("--prefix", default="fmsp", help="prefix of the member names (e.g. fmsp_qdsp_ipd_007)")
-    args = parser.parse(argv)
+    args = parser().parse(argv)
     check_choice("pool", args.pool, POOL_NAMES)
     check_output_dir("--out", args.out)
     try:

@@ -24,16 +24,17 @@ from sepo.files import write_json_atomic
 from sepo.recipes import CommandParser, split_commas
 
 
-def _parser() -> CommandParser:
-    parser = CommandParser(prog="sepo tournament", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--game", "--games", required=True, help=f"one of: {', '.join(GAMES)}")
-    parser.add_argument("--strategies", nargs="+", metavar="NAME",
-                        help="strategy names, space- or comma-separated (default: all of the game's)")
-    parser.add_argument("--rounds", type=int, help="rounds per episode (default: the game's own)")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes per ordered pair and seat")
-    parser.add_argument("--seed", type=int, default=0, help="base seed")
-    parser.add_argument("--json", type=Path, help="write the results as JSON to this file (default: none)")
-    return parser
+def parser() -> CommandParser:
+    """The command line of `sepo tournament`."""
+    cli = CommandParser(prog="sepo tournament", description=__doc__.split("\n\n")[0])
+    cli.add_argument("--game", "--games", required=True, help=f"one of: {', '.join(GAMES)}")
+    cli.add_argument("--strategies", nargs="+", metavar="NAME",
+                     help="strategy names, space- or comma-separated (default: all of the game's)")
+    cli.add_argument("--rounds", type=int, help="rounds per episode (default: the game's own)")
+    cli.add_argument("--episodes", type=int, default=10, help="episodes per ordered pair and seat")
+    cli.add_argument("--seed", type=int, default=0, help="base seed")
+    cli.add_argument("--json", type=Path, help="write the results as JSON to this file (default: none)")
+    return cli
 
 
 def _rounds_parameter(game: Game) -> str:
@@ -112,7 +113,7 @@ def _table(result: dict[str, Any], names: Sequence[str]) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse(argv)
+    args = parser().parse(argv)
     check_choice("game", args.game, GAMES)
     COUNT.check("--episodes", args.episodes)
     OPTIONAL_COUNT.check("--rounds", args.rounds)

@@ -351,13 +351,16 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl import TrlParser
+    from sepo.checks import check_output_dir
+    from sepo.models import check_model
+    from sepo.recipes import parse_config
 
-    parser = TrlParser((EvalConfig,), prog="sepo eval", description=__doc__.splitlines()[0])
-    (cfg,) = parser.parse_args_and_config(args=argv)
+    (cfg,) = parse_config((EvalConfig,), argv, prog="sepo eval", description=__doc__.split("\n\n")[0])
     cfg.games = [g for item in cfg.games for g in item.split(",") if g]
-    if isinstance(cfg.game_params, str):
-        cfg.game_params = json.loads(cfg.game_params)
+    for spec in cfg.models:
+        if cfg.backend != "openai":  # API model names are the server's business
+            check_model("models", _labelled(spec)[1])
+    check_output_dir("output_dir", cfg.output_dir)
     try:
         results = run_eval(cfg)
     except (envs.UnknownNameError, ValueError) as exc:

@@ -9,6 +9,7 @@ lock-step rounds, a SEPO reward function, and (after `super()._generate_and_scor
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -30,6 +31,8 @@ from sepo.grpo.config import SEPOConfig
 from sepo.grpo.rewards import SEPOReward
 from sepo.objective import resolve_lambdas
 from sepo.pools import POOL_NAMES, Pools, load_pools
+
+logger = logging.getLogger(__name__)
 
 RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
 """Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, auxiliary
@@ -312,6 +315,13 @@ class SEPOTrainer(GRPOTrainer):
         m = self._metrics[mode]
         exists = ~torch.isnan(rewards)
         m["sepo/frac_round_zero_std"].append(zero_std.float().mean().item())
+        # no learning signal: every (group, round) that happened has zero reward spread, so every advantage is 0
+        cells = exists.view(zero_std.size(0), -1, rewards.size(1)).any(dim=1)
+        no_signal = bool((zero_std == (cells if zero_std.dim() == 2 else cells.any(dim=1))).all())
+        m["sepo/no_learning_signal"].append(float(no_signal))
+        if no_signal and mode == "train":
+            logger.warning("step %d: every group's rewards are equal (zero spread), so every advantage is 0 and "
+                           "this step has no learning signal", self.state.global_step + 1)
         m["sepo/round_reward_mean"].append(torch.nanmean(rewards).item())
         for t in range(adv.size(1)):
             if exists[:, t].any():

@@ -173,22 +173,27 @@ def stats(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def parser() -> CommandParser:
+    """The command line of `sepo data`."""
+    cli = CommandParser(prog="sepo data", description=__doc__.split("\n\n")[0])
+    cli.add_argument("--games", nargs="+", default=list(DEMONSTRATIONS), metavar="GAME",
+                     help="games to generate (space- or comma-separated)")
+    cli.add_argument("--out", default="sft_data/generated", help="output directory")
+    cli.add_argument("--seed", type=int, default=0, help="seed of the demonstrator draws and the split")
+    cli.add_argument("--episodes-scale", type=float, default=1.0,
+                     help="multiplies the method's episode counts per opponent (REFERENCE.md)")
+    cli.add_argument("--validation-fraction", type=float, default=0.2,
+                     help="share of episodes in the validation split")
+    cli.add_argument("--samples", type=int, default=0, help="also write N sample rows per game (0: none)")
+    cli.add_argument("--samples-dir", default=None,
+                     help="where the samples go (default: <out>/samples; the committed ones: sft_data/samples)")
+    cli.add_argument("--game-params", type=mapping_type(), default=None, metavar="MAPPING",
+                     help='per-game parameters as JSON or YAML flow, e.g. \'{"ipd": {"num_rounds": 4}}\'')
+    return cli
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="sepo data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--games", nargs="+", default=list(DEMONSTRATIONS), metavar="GAME",
-                        help="games to generate (space- or comma-separated)")
-    parser.add_argument("--out", default="sft_data/generated", help="output directory")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the demonstrator draws and the split")
-    parser.add_argument("--episodes-scale", type=float, default=1.0,
-                        help="multiplies the method's episode counts per opponent (REFERENCE.md)")
-    parser.add_argument("--validation-fraction", type=float, default=0.2,
-                        help="share of episodes in the validation split")
-    parser.add_argument("--samples", type=int, default=0, help="also write N sample rows per game (0: none)")
-    parser.add_argument("--samples-dir", default=None,
-                        help="where the samples go (default: <out>/samples; the committed ones: sft_data/samples)")
-    parser.add_argument("--game-params", type=mapping_type(), default=None, metavar="MAPPING",
-                        help='per-game parameters as JSON or YAML flow, e.g. \'{"ipd": {"num_rounds": 4}}\'')
-    args = parser.parse(argv)
+    args = parser().parse(argv)
     games = split_commas(args.games)
     for game in games:
         check_choice("game", game, DEMONSTRATIONS)
