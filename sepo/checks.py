@@ -45,6 +45,17 @@ def check_choice(kind: str, value: Any, valid: Iterable[str]) -> None:
         raise unknown_name(kind, value, valid)
 
 
+def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[str]:
+    """A list option's names: split at commas too (`ipd,kuhn auction`), at least one, each one of `valid`;
+    duplicates dropped, order kept."""
+    valid = list(valid)
+    names = list(dict.fromkeys(v.strip() for item in values for v in str(item).split(",") if v.strip()))
+    require(bool(names), kind, list(values), f"at least one of: {', '.join(valid)}")
+    for name in names:
+        check_choice(kind, name, valid)
+    return names
+
+
 def require(ok: bool, key: str, value: Any, allowed: str) -> None:
     """Raise `<key> must be <allowed>, got <value>` unless `ok`."""
     if not ok:

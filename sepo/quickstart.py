@@ -10,10 +10,12 @@ Each stage is the same command a user would type, run in-process with the recipe
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
+
+from sepo.checks import check_output_dir
+from sepo.recipes import CommandParser
 
 RECIPES = Path(__file__).resolve().parent.parent / "configs" / "quickstart"
 
@@ -42,10 +44,11 @@ def _stage(number: int, title: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sepo quickstart", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="sepo quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="ci: a shortened run")
     parser.add_argument("--out", default="runs/quickstart", help="output root")
-    args = parser.parse_args(argv)
+    args = parser.parse(argv)
+    check_output_dir("--out", args.out)
     scale = SCALES[args.scale]
     out = Path(args.out)
 

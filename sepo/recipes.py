@@ -25,7 +25,7 @@ import dataclasses
 import os
 import types
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -444,8 +444,3 @@ def fall_back_to_fp32(args: Any) -> None:
                   "`use_cpu: true` in the recipe to silence this", UserWarning, stacklevel=3)
     args.bf16 = False
     args.bf16_full_eval = False
-
-
-def split_commas(values: Iterable[str]) -> list[str]:
-    """`["ipd,kuhn", "auction"]` -> `["ipd", "kuhn", "auction"]`: list options accept commas too."""
-    return [v.strip() for item in values for v in str(item).split(",") if v.strip()]

@@ -19,9 +19,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from envs import GAMES, Game, make_game, play_episode, strategy_registry
-from sepo.checks import COUNT, OPTIONAL_COUNT, UsageError, check_choice
+from sepo.checks import COUNT, OPTIONAL_COUNT, UsageError, check_choice, check_names
 from sepo.files import write_json_atomic
-from sepo.recipes import CommandParser, split_commas
+from sepo.recipes import CommandParser
 
 
 def parser() -> CommandParser:
@@ -120,11 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None and args.json.is_dir():
         raise UsageError(f"--json {str(args.json)!r} is a directory; give a file name")
     registry = strategy_registry(args.game)
-    names = list(registry) if args.strategies is None else list(dict.fromkeys(split_commas(args.strategies)))
-    if not names:
-        raise UsageError(f"--strategies names no strategy; choose from: {', '.join(sorted(registry))}")
-    for name in names:
-        check_choice(f"{args.game} strategy", name, sorted(registry))
+    names = list(registry) if args.strategies is None else check_names(f"{args.game} strategy", args.strategies,
+                                                                         sorted(registry))
     try:
         with Progress(console=Console(stderr=True), transient=True) as progress:
             result = round_robin(args.game, names, args.episodes, args.seed, args.rounds, progress)

@@ -19,6 +19,7 @@ from sepo.checks import (
     POSITIVE,
     TRAINER_RANGES,
     Range,
+    check_names,
     check_output_dir,
     check_ranges,
     require,
@@ -26,7 +27,7 @@ from sepo.checks import (
 from sepo.checks import check_choice as _check_choice
 from sepo.objective import CREDIT_MODES
 from sepo.pools import POOL_NAMES
-from sepo.recipes import fall_back_to_fp32, split_commas
+from sepo.recipes import fall_back_to_fp32
 
 ADVANTAGE_MODES = ("per_round", "episode")
 RETURN_MODES = ("reward_to_go", "per_round")
@@ -125,10 +126,7 @@ class SEPOConfig(GRPOConfig):
         super().__post_init__()
         from envs import GAMES
 
-        self.games = split_commas(self.games)
-        require(bool(self.games), "games", self.games, "at least one game name")
-        for game in self.games:
-            _check_choice("game", game, tuple(GAMES))
+        self.games = check_names("game", self.games, GAMES)
         _check_choice("credit mode", self.credit, CREDIT_MODES)
         _check_choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
         _check_choice("return_mode", self.return_mode, RETURN_MODES)

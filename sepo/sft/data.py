@@ -25,9 +25,9 @@ from typing import Any
 
 import envs
 from envs.base import View
-from sepo.checks import Range, check_choice, check_output_dir
+from sepo.checks import Range, check_names, check_output_dir
 from sepo.files import write_json_atomic, write_jsonl_atomic
-from sepo.recipes import CommandParser, mapping_type, split_commas
+from sepo.recipes import CommandParser, mapping_type
 from sepo.sft.rationales import rationale
 
 
@@ -194,9 +194,7 @@ def parser() -> CommandParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse(argv)
-    games = split_commas(args.games)
-    for game in games:
-        check_choice("game", game, DEMONSTRATIONS)
+    games = check_names("game", args.games, DEMONSTRATIONS)
     Range(0, low_open=True).check("--episodes-scale", args.episodes_scale)
     Range(0, 1, high_open=True).check("--validation-fraction", args.validation_fraction)
     Range(0, integer=True).check("--samples", args.samples)

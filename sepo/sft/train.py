@@ -26,13 +26,12 @@ from sepo.checks import (
     POSITIVE,
     TRAINER_RANGES,
     Range,
-    check_choice,
+    check_names,
     check_output_dir,
     check_ranges,
-    require,
 )
 from sepo.files import replace_dir_atomic, write_text_atomic
-from sepo.recipes import fall_back_to_fp32, parse_config, split_commas
+from sepo.recipes import fall_back_to_fp32, parse_config
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
@@ -84,10 +83,7 @@ class SEPOSFTConfig(SFTConfig):
         super().__post_init__()
         from sepo.sft.data import DEMONSTRATIONS
 
-        self.games = split_commas(self.games)
-        require(bool(self.games), "games", self.games, "at least one game name")
-        for game in self.games:
-            check_choice("game", game, DEMONSTRATIONS)
+        self.games = check_names("game", self.games, DEMONSTRATIONS)
         check_output_dir("output_dir", self.output_dir)
         if self.merged_dir is not None:
             check_output_dir("merged_dir", self.merged_dir)
