@@ -27,8 +27,11 @@ def debug_enabled() -> bool:
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
-    """' (did you mean 'x'?)' for the closest of `options`, or '' when none is close."""
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    """' (did you mean 'x'?)' for the shortest of `options` that `word` begins (abbreviations are not accepted),
+    else the closest by spelling; '' when none is close."""
+    options = list(options)
+    match = sorted((o for o in options if o.startswith(word) and o != word), key=len)[:1]
+    match = match or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 

@@ -126,7 +126,8 @@ class CommandParser(argparse.ArgumentParser):
                 raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; "
                                  f"`{self.prog} --help` lists the options")
             raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
-        vars(namespace).pop("_debug", None)  # read by the dispatcher (sepo.subcommands), which prints errors
+        if vars(namespace).pop("_debug", False):
+            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
         return namespace
 
 

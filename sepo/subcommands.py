@@ -42,7 +42,7 @@ def dispatch(prog: str, commands: Commands, argv: list[str] | None = None) -> in
     """Run `argv[0]`'s module with the remaining arguments. No command prints the usage and returns 2, as does
     an unknown one; a UsageError from the command is printed and returns 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or debug_enabled()
+    debug = bool(argv) and argv[0] == "--debug"
     while argv and argv[0] == "--debug":
         argv.pop(0)
     if not argv:
@@ -63,7 +63,7 @@ def dispatch(prog: str, commands: Commands, argv: list[str] | None = None) -> in
         module = importlib.import_module(commands[command][0])
         return int(module.main(rest) or 0)
     except UsageError as exc:
-        if debug:
+        if debug or debug_enabled():  # a command's own --debug flag sets SEPO_DEBUG while parsing
             raise
         print(f"{prog} {command}: error: {exc}", file=sys.stderr)
         return 2

@@ -47,9 +47,9 @@ def test_usage_error_has_no_traceback_unless_debug(tmp_path):
     plain = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.strip().splitlines()[-1].startswith("sepo tournament: error: unknown game 'chess'")
-    debug = subprocess.run([*cmd[:3], "--debug", *cmd[3:]], capture_output=True, text=True, cwd=tmp_path,
-                           timeout=120)
-    assert debug.returncode == 1 and "Traceback" in debug.stderr and "UsageError" in debug.stderr
+    for debug in ([*cmd[:3], "--debug", *cmd[3:]], [*cmd, "--debug"]):  # before or after the command
+        shown = subprocess.run(debug, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert shown.returncode == 1 and "Traceback" in shown.stderr and "UsageError" in shown.stderr
 
 
 # --- sepo train: every mistake before a model is loaded -------------------------------------------
@@ -122,7 +122,20 @@ def test_cpu_falls_back_from_bf16_to_fp32_with_a_warning(tmp_path):
         assert args.bf16 is False and args.use_cpu is False
 
 
-# --- sepo sft, data, tournament -------------------------------------------------------------------
+# --- sepo eval, sft, data, tournament -------------------------------------------------------------
+
+
+def test_eval_model_and_output_paths_are_checked(tmp_path, capsys):
+    out = tmp_path / "eval"
+    rc = sepo(["eval", "--models", "Base=default", "SFT=runs/nope/merged", "--output_dir", str(out)])
+    assert "models 'runs/nope/merged': no such directory, and not a hub id" in error_of(capsys, rc)
+    (tmp_path / "file").write_text("x")
+    rc = sepo(["eval", "--models", "default", "--output_dir", str(tmp_path / "file")])
+    assert f"output_dir '{tmp_path / 'file'}' is a file" in error_of(capsys, rc)
+    assert "unknown option --episodes (did you mean '--episodes_per_opponent'?)" in error_of(
+        capsys, sepo(["eval", "--models", "default", "--episodes", "2"]))
+    assert not out.exists()
+
 
 
 def test_sft_flags_are_checked(tmp_path, capsys):
