@@ -47,6 +47,8 @@ RECIPE_EPILOG = (
 # ------------------------------------------------------------------------------------------------
 # help
 
+_METAVARS = {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL"}  # `--key INT` in help
+
 
 def _show(value: Any) -> str:
     if isinstance(value, Enum):
@@ -73,8 +75,10 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        shown = action.nargs == 0 or action.default is argparse.SUPPRESS or not action.option_strings
-        if shown or "default" in text.lower():
+        if action.required:
+            return f"{text} (required)"
+        silent = action.nargs == 0 or action.default is argparse.SUPPRESS or not action.option_strings
+        if silent or "default" in text.lower():
             return text
         return f"{text} (default: {_show(action.default).replace('%', '%%')})"
 
@@ -104,13 +108,15 @@ class CommandParser(argparse.ArgumentParser):
                  **kwargs: Any) -> None:
         super().__init__(*args, prog=prog, description=description, epilog=epilog, formatter_class=HelpFormatter,
                          allow_abbrev=False, add_help=False, **kwargs)
-        self._optionals.title = "general options"
+        self._optionals.title = "options"
         self._optionals.add_argument("-h", "--help", action="help", help="show this help and exit")
         if "--debug" not in self._option_string_actions:  # TrainingArguments has a `debug` key of its own
             self._optionals.add_argument("--debug", action="store_true", dest="_debug",
                                          help="show the full traceback of an error (same as SEPO_DEBUG=1)")
 
     def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        if "metavar" not in kwargs and kwargs.get("type") in _METAVARS:
+            kwargs["metavar"] = _METAVARS[kwargs["type"]]
         return super().add_argument(*_spellings(names), **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -270,9 +276,6 @@ def _optional_type(base: Callable[[str], Any]) -> Callable[[str], Any]:
     return optional
 
 
-_METAVARS = {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL"}
-
-
 def _plain(hint: Any) -> tuple[Any, bool]:
     """(the non-None part of `hint`, whether None is allowed)."""
     if _is_union(hint):
@@ -307,6 +310,7 @@ class RecipeParser(CommandParser, HfArgumentParser):
         self._own_groups: list[argparse._ArgumentGroup] = []
         super().__init__(list(dataclass_types), prog=prog, description=description, epilog=RECIPE_EPILOG,
                          usage="%(prog)s [--config RECIPE.yaml] [--key value ...]")
+        self._optionals.title = "general options"
         self._optionals.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
                                      help="YAML recipe of flat keys; flags on the command line override it")
         self._action_groups.sort(key=self._group_rank)
