@@ -19,6 +19,13 @@ REPO = Path(__file__).resolve().parent.parent
 TRAIN_RECIPE = str(REPO / "configs" / "sepo" / "ipd_default.yaml")
 
 
+def not_a_model(tmp_path: Path) -> str:
+    """An existing empty directory: it passes the model-path check, and a command that got past its other
+    checks fails at once loading it (instead of loading a real model)."""
+    (tmp_path / "empty_model").mkdir(exist_ok=True)
+    return str(tmp_path / "empty_model")
+
+
 def error_of(capsys, rc: int) -> str:
     """The one error line a failed command printed (and that it failed with status 2, without a traceback)."""
     captured = capsys.readouterr()
@@ -78,8 +85,8 @@ def test_usage_error_has_no_traceback_unless_debug(tmp_path):
 )
 def test_train_flags_are_checked_at_parse_time(flags, message, tmp_path, capsys):
     out = tmp_path / "run"
-    rc = sepo(["train", "--config", TRAIN_RECIPE, "--model_name_or_path", "default", "--output_dir", str(out),
-               *flags])
+    rc = sepo(["train", "--config", TRAIN_RECIPE, "--model_name_or_path", not_a_model(tmp_path), "--output_dir",
+               str(out), *flags])
     err = error_of(capsys, rc)
     assert err.startswith("sepo train: error: ") and message in err
     assert not out.exists()  # nothing trained, nothing written
@@ -88,22 +95,23 @@ def test_train_flags_are_checked_at_parse_time(flags, message, tmp_path, capsys)
 def test_train_output_dir_that_is_a_file(tmp_path, capsys):
     (tmp_path / "taken").write_text("x")
     for path, words in ((tmp_path / "taken", "is a file"), (tmp_path / "taken" / "sub", "lies under")):
-        rc = sepo(["train", "--config", TRAIN_RECIPE, "--model_name_or_path", "default", "--output_dir", str(path)])
+        rc = sepo(["train", "--config", TRAIN_RECIPE, "--model_name_or_path", not_a_model(tmp_path), "--output_dir",
+                   str(path)])
         assert f"output_dir '{path}' {words}" in error_of(capsys, rc)
 
 
 def test_recipe_mistakes_name_file_line_and_key(tmp_path, capsys):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model_name_or_path: default\ngames: [ipd]\nlerning_rate: 1.0e-5\n")
+    recipe.write_text(f"model_name_or_path: {not_a_model(tmp_path)}\ngames: [ipd]\nlerning_rate: 1.0e-5\n")
     assert f"{recipe}, line 3: unknown key 'lerning_rate' (did you mean 'learning_rate'?)" in error_of(
         capsys, sepo(["train", "--config", str(recipe)]))
-    recipe.write_text("model_name_or_path: default\ngames: [ipd\nmax_steps: 2\n")
+    recipe.write_text("model_name_or_path: x\ngames: [ipd\nmax_steps: 2\n")
     err = error_of(capsys, sepo(["train", "--config", str(recipe)]))
     assert f"{recipe}, line 3, column 10: invalid YAML" in err
-    recipe.write_text("model_name_or_path: default\nmax_steps: [2]\n")
+    recipe.write_text(f"model_name_or_path: {not_a_model(tmp_path)}\nmax_steps: [2]\n")
     assert f"{recipe}, line 2: max_steps must be an integer, got [2]" in error_of(
         capsys, sepo(["train", "--config", str(recipe)]))
-    recipe.write_text("model_name_or_path: default\nsave_strategy: no\n")  # YAML 1.1 reads `no` as false
+    recipe.write_text(f"model_name_or_path: {not_a_model(tmp_path)}\nsave_strategy: no\n")  # YAML 1.1: `no` is false
     assert "quote the word" in error_of(capsys, sepo(["train", "--config", str(recipe)]))
     assert "recipe 'missing.yaml': no such file" in error_of(capsys, sepo(["train", "--config", "missing.yaml"]))
 
@@ -127,19 +135,21 @@ def test_cpu_falls_back_from_bf16_to_fp32_with_a_warning(tmp_path):
 
 def test_eval_model_and_output_paths_are_checked(tmp_path, capsys):
     out = tmp_path / "eval"
-    rc = sepo(["eval", "--models", "Base=default", "SFT=runs/nope/merged", "--output_dir", str(out)])
+    model = not_a_model(tmp_path)
+    rc = sepo(["eval", "--models", f"Base={model}", "SFT=runs/nope/merged", "--output_dir", str(out)])
     assert "models 'runs/nope/merged': no such directory, and not a hub id" in error_of(capsys, rc)
     (tmp_path / "file").write_text("x")
-    rc = sepo(["eval", "--models", "default", "--output_dir", str(tmp_path / "file")])
+    rc = sepo(["eval", "--models", model, "--output_dir", str(tmp_path / "file")])
     assert f"output_dir '{tmp_path / 'file'}' is a file" in error_of(capsys, rc)
     assert "unknown option --episodes (did you mean '--episodes_per_opponent'?)" in error_of(
-        capsys, sepo(["eval", "--models", "default", "--episodes", "2"]))
+        capsys, sepo(["eval", "--models", model, "--episodes", "2"]))
     assert not out.exists()
 
 
 
 def test_sft_flags_are_checked(tmp_path, capsys):
-    base = ["sft", "--config", str(REPO / "configs" / "sft" / "default.yaml"), "--output_dir", str(tmp_path / "o")]
+    base = ["sft", "--config", str(REPO / "configs" / "sft" / "default.yaml"), "--output_dir", str(tmp_path / "o"),
+            "--model_name_or_path", not_a_model(tmp_path)]
     assert "lora_r must be an integer >= 1, got 0" in error_of(capsys, sepo([*base, "--lora_r", "0"]))
     assert "episodes_scale must be a number > 0, got -1.0" in error_of(capsys, sepo([*base, "--episodes-scale", "-1"]))
     assert "unknown game 'chess'" in error_of(capsys, sepo([*base, "--game", "chess"]))
