@@ -36,6 +36,7 @@ from transformers.hf_argparser import HfArgumentParser, string_to_bool
 from sepo.checks import UsageError, did_you_mean
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
+UNDOCUMENTED = "(no description yet)"
 RECIPE_EPILOG = (
     "Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command line. "
     "--key_name and --key-name are the same flag; lists take several values (--games ipd kuhn); mappings "
@@ -349,6 +350,7 @@ class RecipeParser(CommandParser, HfArgumentParser):
     def _adapt(actions: list[argparse.Action], hint: Any, plain: Any, optional: bool) -> None:
         """Command-line types for mappings and nullable numbers; metavars; the `--no_*` flag's own text."""
         main = actions[0]
+        main.help = main.help or UNDOCUMENTED  # argparse prints no default for an option without help
         if _has_mapping(hint):
             or_string = _is_union(hint) and str in get_args(hint)
             main.type, main.metavar = mapping_type(optional, or_string), "MAPPING"
