@@ -204,6 +204,10 @@ def test_fmsp_run_mistakes(tmp_path, capsys):
         capsys, fmsp(["run", "--config", recipe, *out, "--iteratons", "3"]))
     (tmp_path / "file").write_text("x")
     assert "output_dir '" in error_of(capsys, fmsp(["run", "--config", recipe, "--output_dir", str(tmp_path / "file")]))
+    (tmp_path / "held" / "state.json").parent.mkdir()
+    (tmp_path / "held" / "state.json").write_text("{}")
+    assert f"output_dir '{tmp_path / 'held'}' already holds a run; pass --resume true" in error_of(
+        capsys, fmsp(["run", "--config", recipe, "--output_dir", str(tmp_path / "held"), "--resume", "false"]))
     bad = tmp_path / "bad.yaml"
     bad.write_text("domain: ipd\nvariant: [qdsp\n")
     assert f"{bad}, line 3, column 1: invalid YAML" in error_of(capsys, fmsp(["run", "--config", str(bad)]))
