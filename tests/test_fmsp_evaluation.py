@@ -163,6 +163,7 @@ def test_sandbox_runner_reports_failing_matches_as_none():
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
-    assert "not an FMSP run directory" in capsys.readouterr().err
+    from fmsp.cli import main as fmsp_main
+
+    assert fmsp_main(["eval", "--run", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "fmsp eval: error: --run " in (err := capsys.readouterr().err) and "not an FMSP run directory" in err
