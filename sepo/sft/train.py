@@ -89,7 +89,6 @@ class SEPOSFTConfig(SFTConfig):
             check_output_dir("merged_dir", self.merged_dir)
 
 
-
 def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tuple[Any, Any]:
     """Load a causal LM with the architecture class its checkpoint names (e.g. Gemma4ForConditionalGeneration),
     and its tokenizer (left padding for generation)."""
