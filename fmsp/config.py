@@ -1,7 +1,9 @@
 """`FMSPConfig`: one flat dataclass per FMSP run, loaded from a YAML recipe plus `--key value` overrides.
 
-Recipes use flat keys, the way TRL's scripts read theirs; a recipe plus the seed fully determines a run with
-a deterministic FM, and the resolved config is saved in the run directory.
+Recipes use flat keys, the way TRL's scripts read theirs, and are read by `sepo.recipes` (the same parser,
+help and errors as every `sepo` command); a recipe plus the seed fully determines a run with a deterministic
+FM, and the resolved config is saved in the run directory. `fm_policies_path` names files shipped with the
+recipe: a relative value in the recipe resolves against the recipe's directory.
 """
 
 from __future__ import annotations
@@ -14,73 +16,139 @@ from typing import Any
 import yaml
 
 from envs.sandbox import SandboxConfig
+from sepo.checks import COUNT, NON_NEGATIVE_INT, POSITIVE, Range, check_choice, check_output_dir, check_ranges
 
 VARIANTS = ("vfmsp", "nssp", "qdsp", "open_loop")  # open_loop: the paper's baseline (no context)
+REPORT_TO = ("none", "wandb")
+
+# counts, sizes and limits of a run
+FMSP_RANGES = {
+    "iterations": NON_NEGATIVE_INT,
+    "seed": NON_NEGATIVE_INT,
+    "fm_temperature": Range(0),
+    "fm_max_tokens": COUNT,
+    "fm_timeout_s": POSITIVE,
+    "fm_max_retries": NON_NEGATIVE_INT,
+    "fm_price_prompt_per_1k": Range(0),
+    "fm_price_completion_per_1k": Range(0),
+    "embedder_dimensions": Range(1, integer=True, optional=True),
+    "context_neighbors": NON_NEGATIVE_INT,
+    "judge_neighbors": NON_NEGATIVE_INT,
+    "max_repairs": NON_NEGATIVE_INT,
+    "eval_opponents": COUNT,
+    "max_code_chars": COUNT,
+    "sandbox_timeout_s": POSITIVE,
+    "sandbox_call_timeout_s": POSITIVE,
+    "sandbox_cpu_s": COUNT,
+    "sandbox_memory_mb": COUNT,
+}
 
 
 @dataclass
 class FMSPConfig:
     """Everything one FMSP search run needs."""
 
-    domain: str = "car_tag"
-    domain_config: dict[str, Any] = field(default_factory=dict)
-    variant: str = "qdsp"
-    iterations: int = 20
-    seed: int = 0
-    output_dir: str = "runs/fmsp"
-    resume: bool = True  # continue a run found in output_dir
+    _RECIPE_PATH_FIELDS = ("fm_policies_path",)  # shipped with the recipe: resolved against its directory
+
+    domain: str = field(default="car_tag", metadata={"help": "car_tag, gandalf, or a SEPO game (ipd, kuhn, ...)"})
+    domain_config: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "the domain's parameters, e.g. {n_games: 20, max_steps: 300}"}
+    )
+    variant: str = field(default="qdsp", metadata={"help": f"search variant: {', '.join(VARIANTS)}"})
+    iterations: int = field(default=20, metadata={"help": "search iterations (one new policy attempt each)"})
+    seed: int = field(default=0, metadata={"help": "seed of the search (sampling, opponents, FM double)"})
+    output_dir: str = field(default="runs/fmsp", metadata={"help": "run directory (state, archives, logs)"})
+    resume: bool = field(default=True, metadata={"help": "continue a run found in output_dir"})
 
     # foundation model (generation, repair and judge)
-    fm_provider: str = "openai"  # openai | local_transformers | scripted_test_double
-    fm_model: str = "gpt-4o"
-    fm_base_url: str | None = None
-    fm_api_key: str | None = None
-    fm_temperature: float = 0.8
-    fm_max_tokens: int = 2048
-    fm_timeout_s: float = 120.0
-    fm_max_retries: int = 4
-    fm_price_prompt_per_1k: float = 0.0
-    fm_price_completion_per_1k: float = 0.0
-    fm_device: str | None = None  # local_transformers: None = cuda when available, else cpu
-    fm_dtype: str | None = None  # local_transformers: None = bfloat16 on cuda, float32 on cpu
-    fm_policies_path: str | None = None  # scripted_test_double: directory of policy files
-    fm_judge_answers: list[str] = field(default_factory=lambda: ["Decision: Yes"])
+    fm_provider: str = field(
+        default="openai", metadata={"help": "openai | local_transformers | scripted_test_double"}
+    )
+    fm_model: str = field(default="gpt-4o", metadata={"help": "model name (API) or path / hub id (local)"})
+    fm_base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (openai provider)"})
+    fm_api_key: str | None = field(default=None, metadata={"help": "API key (default: OPENAI_API_KEY)"})
+    fm_temperature: float = field(default=0.8, metadata={"help": "FM sampling temperature"})
+    fm_max_tokens: int = field(default=2048, metadata={"help": "max tokens per FM answer"})
+    fm_timeout_s: float = field(default=120.0, metadata={"help": "seconds per FM request"})
+    fm_max_retries: int = field(default=4, metadata={"help": "retries of a failed FM request"})
+    fm_price_prompt_per_1k: float = field(default=0.0, metadata={"help": "USD per 1k prompt tokens (cost log)"})
+    fm_price_completion_per_1k: float = field(
+        default=0.0, metadata={"help": "USD per 1k completion tokens (cost log)"}
+    )
+    fm_device: str | None = field(
+        default=None, metadata={"help": "local_transformers: device; null: cuda when available, else cpu"}
+    )
+    fm_dtype: str | None = field(
+        default=None, metadata={"help": "local_transformers: dtype; null: bfloat16 on cuda, float32 on cpu"}
+    )
+    fm_policies_path: str | None = field(
+        default=None, metadata={"help": "scripted_test_double: directory of policy files it replays"}
+    )
+    fm_judge_answers: list[str] = field(
+        default_factory=lambda: ["Decision: Yes"],
+        metadata={"help": "scripted_test_double: the judge's answers, in turn"},
+    )
 
     # embeddings
-    embedder: str = "sentence_transformers"  # sentence_transformers | openai
-    embedder_model: str | None = None  # None: packaged all-MiniLM-L6-v2 / text-embedding-3-small
-    embedder_dimensions: int | None = 64  # openai only; null keeps the model's own size
-    embedder_base_url: str | None = None  # openai only; default OPENAI_BASE_URL / api.openai.com
-    embedder_api_key: str | None = None  # openai only; default OPENAI_API_KEY
+    embedder: str = field(default="sentence_transformers", metadata={"help": "sentence_transformers | openai"})
+    embedder_model: str | None = field(
+        default=None, metadata={"help": "model name; null: packaged all-MiniLM-L6-v2 / text-embedding-3-small"}
+    )
+    embedder_dimensions: int | None = field(
+        default=64, metadata={"help": "openai only: embedding size; null keeps the model's own"}
+    )
+    embedder_base_url: str | None = field(
+        default=None, metadata={"help": "openai only: endpoint; default OPENAI_BASE_URL / api.openai.com"}
+    )
+    embedder_api_key: str | None = field(default=None, metadata={"help": "openai only: default OPENAI_API_KEY"})
 
     # search
-    use_judge: bool | None = None  # None: True for nssp/qdsp, False for vfmsp and open_loop
-    search_sides: list[str] | None = None  # sides the FM writes for, in turn; None = both (e.g. [attacker])
-    context_neighbors: int = 3
-    judge_neighbors: int = 3
-    max_repairs: int = 3
-    eval_opponents: int = 5  # current opponents each candidate also plays (recorded; quality uses the baselines)
-    max_code_chars: int = 3000
+    use_judge: bool | None = field(
+        default=None, metadata={"help": "novelty judge; null: on for nssp and qdsp, off for vfmsp and open_loop"}
+    )
+    search_sides: list[str] | None = field(
+        default=None, metadata={"help": "sides the FM writes for, in turn; null: both (e.g. [attacker])"}
+    )
+    context_neighbors: int = field(default=3, metadata={"help": "archive neighbours shown to the FM"})
+    judge_neighbors: int = field(default=3, metadata={"help": "neighbours the judge compares against"})
+    max_repairs: int = field(default=3, metadata={"help": "repair attempts of code that fails to run"})
+    eval_opponents: int = field(
+        default=5, metadata={"help": "current opponents each candidate also plays (recorded; quality uses the "
+                                    "baselines)"}
+    )
+    max_code_chars: int = field(default=3000, metadata={"help": "longest policy code accepted"})
 
     # sandbox (every policy in its own contained process; see envs.sandbox)
-    sandbox_timeout_s: float = 120.0  # wall clock of one policy process: one match or one unit test
-    sandbox_call_timeout_s: float = 10.0  # wall clock of one request (a step of all games, one act)
-    sandbox_cpu_s: int = 120  # RLIMIT_CPU of a policy process
-    sandbox_memory_mb: int = 2048  # RLIMIT_AS of a policy process
-    unsafe_sandbox: bool = False  # run even where an isolation layer is missing (the present ones still apply)
+    sandbox_timeout_s: float = field(
+        default=120.0, metadata={"help": "wall-clock seconds of one policy process: one match or one unit test"}
+    )
+    sandbox_call_timeout_s: float = field(
+        default=10.0, metadata={"help": "wall-clock seconds of one request (a step of all games, one act)"}
+    )
+    sandbox_cpu_s: int = field(default=120, metadata={"help": "RLIMIT_CPU of a policy process (seconds)"})
+    sandbox_memory_mb: int = field(default=2048, metadata={"help": "RLIMIT_AS of a policy process (MB)"})
+    unsafe_sandbox: bool = field(
+        default=False,
+        metadata={"help": "run even where an isolation layer is missing (the present ones still apply)"},
+    )
 
     # logging
-    report_to: str = "none"  # none | wandb
-    wandb_project: str = "fmsp"
-    progress: bool = True
+    report_to: str = field(default="none", metadata={"help": "none | wandb"})
+    wandb_project: str = field(default="fmsp", metadata={"help": "wandb project"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
-        if self.report_to not in ("none", "wandb"):
-            raise ValueError(f"report_to must be 'none' or 'wandb', got {self.report_to!r}")
-        if self.iterations < 0 or self.max_repairs < 0:
-            raise ValueError("iterations and max_repairs must be >= 0")
+        from fmsp.domains import DOMAINS
+        from fmsp.embeddings import EMBEDDERS
+        from fmsp.fm import FM_PROVIDERS
+
+        check_ranges(self, FMSP_RANGES)
+        check_choice("domain", self.domain, DOMAINS)
+        check_choice("variant", self.variant, VARIANTS)
+        check_choice("fm_provider", self.fm_provider, FM_PROVIDERS)
+        check_choice("embedder", self.embedder, EMBEDDERS)
+        check_choice("report_to", self.report_to, REPORT_TO)
+        check_output_dir("output_dir", self.output_dir)
 
     @property
     def judge_enabled(self) -> bool:
@@ -96,41 +164,12 @@ class FMSPConfig:
                              unsafe=self.unsafe_sandbox)  # fmt: skip
 
 
-def _field_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(FMSPConfig)]
-
-
-def parse_overrides(argv: list[str]) -> dict[str, Any]:
-    """`--key value` / `--key=value` pairs; values are parsed as YAML scalars (so 3, true, null, [a, b] work).
-    A bare `--flag` (last, or followed by another `--key`) means true, e.g. `--unsafe-sandbox`."""
-    overrides: dict[str, Any] = {}
-    items = list(argv)
-    while items:
-        token = items.pop(0)
-        if not token.startswith("--"):
-            raise ValueError(f"expected --key value, got {token!r}")
-        key, eq, value = token[2:].partition("=")
-        if not eq:
-            value = "true" if not items or items[0].startswith("--") else items.pop(0)
-        overrides[key.replace("-", "_")] = yaml.safe_load(value)
-    return overrides
-
-
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> FMSPConfig:
-    """Read a flat-key YAML recipe, apply overrides, validate names (unknown keys list the valid ones)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a recipe is a mapping of flat keys")
-    data.update(overrides or {})
-    unknown = sorted(set(data) - set(_field_names()))
-    if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid: {', '.join(_field_names())}")
-    return FMSPConfig(**data)
+    """Read a flat-key YAML recipe and apply overrides, through the command line's checks (unknown keys get a
+    "did you mean", values are checked against their types and ranges)."""
+    from sepo.recipes import load_config as load
+
+    return load(FMSPConfig, path, overrides)
 
 
 def save_config(config: FMSPConfig, path: str | Path) -> None:

@@ -24,7 +24,6 @@ divides by the number of cells (the "mean of the map" form FMSP reports).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -490,49 +489,73 @@ def evaluate(
     return results
 
 
+def parser():
+    """The command line of `fmsp eval`."""
+    from sepo.recipes import CommandParser, mapping_type
+
+    cli = CommandParser(prog="fmsp eval", description=__doc__.split("\n")[0])
+    cli.add_argument("--run", action="append", required=True, metavar="[NAME=]DIR",
+                     help="a run directory, optionally labelled (repeat for several runs)")
+    cli.add_argument("--out", required=True, help="output directory for results.json and the plots")
+    cli.add_argument("--domain", help="domain name (default: from the first run's config.yaml)")
+    cli.add_argument("--domain-config", type=mapping_type(), default=None, metavar="MAPPING",
+                     help="the domain's parameters as JSON or YAML flow (default: the first run's)")
+    cli.add_argument("--top", type=int, default=3, help="best archive members per run and side in the population")
+    cli.add_argument("--random", type=int, default=15, dest="n_random",
+                     help="further archive members per run and side, drawn at random (seeded)")
+    cli.add_argument("--cells", type=int, default=10, help="QD grid: cells per axis of the shared PCA plane")
+    cli.add_argument("--projection", type=Path, default=None,
+                     help="projection.json of an earlier `fmsp eval` (the same QD grid across evaluations)")
+    cli.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the Elo 95%% intervals")
+    cli.add_argument("--seed", type=int, default=0, help="seed of the random members and the bootstrap")
+    cli.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process (one match)")
+    cli.add_argument("--unsafe-sandbox", action="store_true",
+                     help="run even where an isolation layer is missing (the present layers still apply)")
+    return cli
+
+
 def main(argv: list[str] | None = None) -> int:
     from envs.sandbox import SandboxConfig, SandboxUnavailable
-    from fmsp.domains import make_domain
-
-    parser = argparse.ArgumentParser(prog="fmsp eval", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--run", action="append", required=True, metavar="[NAME=]DIR", help="a run directory (repeat)"
+    from fmsp.domains import DOMAINS, make_domain
+    from sepo.checks import (
+        COUNT,
+        NON_NEGATIVE_INT,
+        POSITIVE,
+        Range,
+        UsageError,
+        check_choice,
+        check_output_dir,
     )
-    parser.add_argument("--out", required=True, help="output directory for results.json and the plots")
-    parser.add_argument("--domain", help="domain name (default: from the first run's config.yaml)")
-    parser.add_argument("--domain-config", default=None, help="JSON overrides of the domain config")
-    parser.add_argument("--top", type=int, default=3)
-    parser.add_argument("--random", type=int, default=15, dest="n_random")
-    parser.add_argument("--cells", type=int, default=10)
-    parser.add_argument("--projection", type=Path, help="projection.json of an earlier `fmsp eval` (fixed QD grid)")
-    parser.add_argument("--bootstrap", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process (one match)")
-    parser.add_argument("--unsafe-sandbox", action="store_true",
-                        help="run even where an isolation layer is missing (the present layers still apply)")
-    args = parser.parse_args(argv)
+
+    args = parser().parse(argv)
+    NON_NEGATIVE_INT.check("--top", args.top)
+    NON_NEGATIVE_INT.check("--random", args.n_random)
+    COUNT.check("--cells", args.cells)
+    Range(20, integer=True).check("--bootstrap", args.bootstrap)  # fewer resamples give no percentile interval
+    NON_NEGATIVE_INT.check("--seed", args.seed)
+    POSITIVE.check("--timeout", args.timeout)
+    check_output_dir("--out", args.out)
     runs = []
     for spec in args.run:
         name, _, path = spec.rpartition("=")
         try:
             runs.append(load_run(path, name or None))
         except (FileNotFoundError, ValueError) as exc:
-            parser.error(str(exc))
+            raise UsageError(f"--run {spec!r}: {exc}") from exc
     if args.projection is not None and not args.projection.is_file():
-        parser.error(f"--projection {args.projection} does not exist (it is the projection.json an earlier "
-                     f"`fmsp eval` wrote)")  # fmt: skip
+        raise UsageError(f"--projection {args.projection} does not exist (it is the projection.json an earlier "
+                         f"`fmsp eval` wrote)")  # fmt: skip
     domain_name = args.domain or runs[0].config.get("domain")
     if not domain_name:
-        parser.error("--domain is required when the run has no config.yaml")
-    domain_config = (
-        json.loads(args.domain_config) if args.domain_config else runs[0].config.get("domain_config", {})
-    )
+        raise UsageError("--domain is required when the run has no config.yaml")
+    check_choice("domain", domain_name, DOMAINS)
+    domain_config = args.domain_config if args.domain_config is not None else runs[0].config.get("domain_config", {})
     domain = make_domain(domain_name, **domain_config)
     sandbox = Sandbox(SandboxConfig(total_timeout_s=args.timeout, unsafe=args.unsafe_sandbox))
     try:
         print(sandbox.check(), file=sys.stderr)
     except SandboxUnavailable as exc:
-        parser.error(str(exc))
+        raise UsageError(str(exc)) from exc
     results = evaluate(domain, runs, sandbox_runner(domain, sandbox), Path(args.out), top=args.top,
                        n_random=args.n_random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed,
                        projections=load_projections(args.projection) if args.projection else None)  # fmt: skip

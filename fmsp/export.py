@@ -11,7 +11,6 @@ k times, the member farthest (cosine distance of code embeddings) from everythin
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import json
@@ -23,6 +22,7 @@ import numpy as np
 
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.evaluation import Run, generated_members, load_run
+from sepo.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.pools import MANIFEST_FILE, MANIFEST_FORMAT
 
@@ -30,13 +30,16 @@ POOL_SIDES = {"exploit": "exploiter", "collusive": "cooperator", "training": "co
 
 
 def parse_selection(spec: str) -> list[tuple[str, int]]:
-    """`top:3,diverse:2` -> [("top", 3), ("diverse", 2)]; a clear ValueError otherwise."""
+    """`top:3,diverse:2` -> [("top", 3), ("diverse", 2)]; a UsageError (a ValueError) naming the part
+    otherwise, and for a selection that chooses nothing."""
     out = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         kind, _, count = part.partition(":")
-        if kind not in ("top", "diverse") or not count.isdigit():
-            raise ValueError(f"bad selection {part!r}: use top:K and/or diverse:K, e.g. top:3,diverse:2")
+        if kind not in ("top", "diverse") or not count.isdigit() or int(count) < 1:
+            raise UsageError(f"--select {part!r}: use top:K and/or diverse:K with K >= 1, e.g. top:3,diverse:2")
         out.append((kind, int(count)))
+    if not out:
+        raise UsageError(f"--select {spec!r} chooses nothing; use top:K and/or diverse:K, e.g. top:3,diverse:2")
     return out
 
 
@@ -115,31 +118,40 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
     return entries
 
 
+def parser():
+    """The command line of `fmsp export`."""
+    from sepo.pools import POOL_NAMES
+    from sepo.recipes import CommandParser
+
+    cli = CommandParser(prog="fmsp export", description=__doc__.split("\n")[0])
+    cli.add_argument("--run", required=True, help="FMSP run directory of a SEPO-game domain")
+    cli.add_argument("--select", default="top:3,diverse:2",
+                     help="which members: top:K (best quality) and/or diverse:K (farthest code embeddings)")
+    cli.add_argument("--pool", required=True, help=f"the SEPO pool they join: {', '.join(POOL_NAMES)}")
+    cli.add_argument("--game", "--games", required=True, help="the SEPO game (the run's domain)")
+    cli.add_argument("--out", required=True, help="pool directory (created; an existing manifest is merged)")
+    cli.add_argument("--side", default=None,
+                     help="archive side (default: exploiter for the exploit pool, else cooperator)")
+    cli.add_argument("--prefix", default="fmsp", help="prefix of the member names (e.g. fmsp_qdsp_ipd_007)")
+    cli.add_argument("--unsafe-sandbox", action="store_true",
+                     help="smoke-test the members even where a sandbox isolation layer is missing")
+    return cli
+
+
 def main(argv: list[str] | None = None) -> int:
     from envs.sandbox import SandboxConfig, SandboxUnavailable
+    from sepo.checks import check_choice, check_output_dir
     from sepo.pools import POOL_NAMES, PoolError, load_pool_dir
 
-    parser = argparse.ArgumentParser(prog="fmsp export", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", required=True, help="FMSP run directory of a SEPO-game domain")
-    parser.add_argument("--select", default="top:3,diverse:2", help="e.g. top:3,diverse:2")
-    parser.add_argument("--pool", required=True, choices=POOL_NAMES)
-    parser.add_argument("--game", required=True)
-    parser.add_argument(
-        "--out", required=True, help="pool directory (created; an existing manifest is merged)"
-    )
-    parser.add_argument(
-        "--side", default=None, help="archive side (default: exploiter for exploit, else cooperator)"
-    )
-    parser.add_argument("--prefix", default="fmsp")
-    parser.add_argument("--unsafe-sandbox", action="store_true",
-                        help="smoke-test the members even where a sandbox isolation layer is missing")
-    args = parser.parse_args(argv)
+    args = parser().parse(argv)
+    check_choice("pool", args.pool, POOL_NAMES)
+    check_output_dir("--out", args.out)
     try:
-        entries = export(load_run(args.run), parse_selection(args.select), args.pool, args.game, Path(args.out),
-                         args.side, args.prefix)  # fmt: skip
+        selection = parse_selection(args.select)
+        entries = export(load_run(args.run), selection, args.pool, args.game, Path(args.out), args.side, args.prefix)
         loaded = load_pool_dir(args.out, args.game, SandboxConfig(unsafe=args.unsafe_sandbox))
     except (ValueError, FileNotFoundError, PoolError, SandboxUnavailable) as exc:
-        parser.exit(1, f"fmsp export: {exc}\n")
+        raise UsageError(str(exc)) from exc
     print(
         f"exported {len(entries)} policies to {args.out} ({len(loaded)} {args.game} members load and pass smoke tests)"
     )

@@ -12,7 +12,6 @@ vets a policy by hand, and how the red-team tests drive the sandbox.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,9 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     from fmsp.domain import PolicyCode
     from fmsp.domains import DOMAINS, make_domain
     from fmsp.sandbox import Sandbox
+    from sepo.checks import UsageError
     from sepo.files import write_json_atomic
+    from sepo.recipes import CommandParser
 
-    parser = argparse.ArgumentParser(prog="fmsp match", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="fmsp match", description=__doc__.split("\n")[0])
     parser.add_argument("--domain", required=True, choices=sorted(DOMAINS))
     parser.add_argument("--a", required=True, metavar="FILE", help="policy file of the first side")
     parser.add_argument("--b", required=True, metavar="FILE", help="policy file of the second side")
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--call-timeout", type=float, default=10.0, help="wall-clock seconds per request")
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run even where an isolation layer is missing (the present layers still apply)")
-    args = parser.parse_args(argv)
+    args = parser.parse(argv)
     try:
         overrides: dict[str, Any] = json.loads(args.domain_config)
         if args.games is not None:
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         layers = sandbox.check()
     except SandboxUnavailable as exc:
-        parser.exit(2, f"fmsp match: {exc}\n")
+        raise UsageError(str(exc)) from exc
     print(layers, file=sys.stderr)
     policies = [PolicyCode(Path(f).stem, "", code, side) for f, code, side in zip((args.a, args.b), codes, domain.sides)]
     record = sandbox.play(domain, *policies).to_dict()

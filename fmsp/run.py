@@ -19,19 +19,21 @@ from typing import Any
 
 from envs.sandbox import SandboxUnavailable
 from fmsp.archive import Archive
-from fmsp.config import FMSPConfig, load_config, parse_overrides, save_config
+from fmsp.config import FMSPConfig, save_config
 from fmsp.domain import Domain
 from fmsp.embeddings import Embedder, make_embedder
 from fmsp.fm import FoundationModel, make_fm
 from fmsp.sandbox import Sandbox
 from fmsp.search import Counters, FMSPSearch
+from sepo.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
 
 
 def build_fm(config: FMSPConfig) -> FoundationModel:
     if config.fm_provider == "scripted_test_double":
-        if not config.fm_policies_path:
-            raise ValueError("fm_provider scripted_test_double needs fm_policies_path (a directory of policy files)")
+        if not Path(config.fm_policies_path or "").is_dir():
+            raise UsageError(f"fm_policies_path {config.fm_policies_path!r}: no such directory (fm_provider "
+                             "scripted_test_double replays the policy files in it)")
         return make_fm("scripted_test_double", policies_path=config.fm_policies_path,
                        judge_answers=config.fm_judge_answers)  # fmt: skip
     if config.fm_provider == "local_transformers":
@@ -91,7 +93,8 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     run_dir = Path(config.output_dir)
     state_path = run_dir / "state.json"
     if state_path.exists() and not config.resume:
-        raise FileExistsError(f"{run_dir} already holds a run; pass --resume true or choose another output_dir")
+        raise UsageError(f"output_dir {str(run_dir)!r} already holds a run; pass --resume true or choose another "
+                         "output_dir")
     domain = domain or build_domain(config)
     fm = fm or build_fm(config)
     embedder = embedder or build_embedder(config)
@@ -181,18 +184,12 @@ def _wandb_row(record: Any, search: FMSPSearch) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """`fmsp run --config FILE [--key value ...]`."""
-    import argparse
+    from sepo.recipes import parse_config
 
-    parser = argparse.ArgumentParser(prog="fmsp run", description="run or resume an FMSP search")
-    parser.add_argument("--config", help="YAML recipe of flat keys (configs/fmsp/*.yaml)")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        config = load_config(args.config, parse_overrides(rest))
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
+    (config,) = parse_config((FMSPConfig,), argv, prog="fmsp run", description="run or resume an FMSP search")
     try:
         summary = run(config)
-    except SandboxUnavailable as exc:
-        parser.exit(2, f"fmsp run: {exc}\n")
+    except SandboxUnavailable as exc:  # a missing OS layer: the message says what to install
+        raise UsageError(str(exc)) from exc
     print(json.dumps(summary, indent=2))
     return 0

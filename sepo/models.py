@@ -10,11 +10,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
+from sepo.checks import UsageError
+
 DEFAULT_ALIASES = ("default", "smollm2-135m-instruct")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # `name` or `org/name`, as the hub allows
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_DIRNAME = "smollm2-135m-instruct"
 
@@ -83,9 +87,25 @@ def adapter_base_model(path: str | Path) -> str | None:
     return json.loads(config.read_text())["base_model_name_or_path"]
 
 
-def resolve_model(name_or_path: str) -> str:
+def check_model(key: str, name_or_path: str) -> None:
+    """A model name must be `default`, an existing checkpoint directory, or shaped like a hub id; otherwise a
+    UsageError says the directory is missing (instead of the hub's "Repo id must be in the form ...")."""
+    if name_or_path.lower() in DEFAULT_ALIASES or Path(name_or_path).is_dir():
+        return
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        raise UsageError(f"{key} {name_or_path!r} is a file; give a checkpoint directory, a hub id or `default`")
+    first = Path(name_or_path.split("/")[0])
+    if _HUB_ID.match(name_or_path) and not (len(path.parts) > 1 and first.is_dir()):
+        return  # the hub decides (and says so when it has no such model)
+    raise UsageError(f"{key} {name_or_path!r}: no such directory, and not a hub id (hub ids look like "
+                     f"'org/name'); give a checkpoint directory, a hub id, or `default` (the embedded model)")
+
+
+def resolve_model(name_or_path: str, key: str = "model") -> str:
     """Map a model name to something `from_pretrained` accepts: `default` -> the embedded checkpoint,
-    anything else (a local path or a hub id) unchanged."""
+    anything else (a local path or a hub id) unchanged once `check_model` accepts it."""
     if name_or_path.lower() in DEFAULT_ALIASES:
         return str(embedded_model_path())
+    check_model(key, name_or_path)
     return name_or_path

@@ -12,12 +12,14 @@ README quotes (`--record ''` skips that).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from sepo.checks import check_output_dir
+from sepo.recipes import CommandParser
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "configs" / "quickstart"
@@ -48,12 +50,13 @@ def _stage(number: int, title: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sepo quickstart", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="sepo quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="ci: a shortened run")
     parser.add_argument("--out", default="runs/quickstart", help="output root")
     parser.add_argument("--record", default=None,
                         help="where to record the table and timings (default benchmarks/quickstart/<scale>; '' = not)")
-    args = parser.parse_args(argv)
+    args = parser.parse(argv)
+    check_output_dir("--out", args.out)
     scale = SCALES[args.scale]
     out = Path(args.out)
 

@@ -7,7 +7,6 @@ them. With `--rounds 200` on IPD the deterministic pairs reproduce Axelrod's mat
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import random
 import sys
@@ -19,21 +18,23 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from envs import GAMES, Game, UnknownNameError, make_game, play_episode, strategy_registry
+from envs import GAMES, Game, make_game, play_episode, strategy_registry
+from sepo.checks import COUNT, OPTIONAL_COUNT, UsageError, check_choice, check_names
 from sepo.files import write_json_atomic
+from sepo.recipes import CommandParser
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sepo tournament", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--game", required=True, help=f"one of: {', '.join(GAMES)}")
-    parser.add_argument("--strategies", help="comma-separated strategy names (default: all of the game's)")
-    parser.add_argument("--rounds", type=int, help="rounds per episode (default: the game's default)")
-    parser.add_argument(
-        "--episodes", type=int, default=10, help="episodes per ordered pair and seat (default 10)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    parser.add_argument("--json", type=Path, help="write the results as JSON to this path")
-    return parser
+def parser() -> CommandParser:
+    """The command line of `sepo tournament`."""
+    cli = CommandParser(prog="sepo tournament", description=__doc__.split("\n\n")[0])
+    cli.add_argument("--game", "--games", required=True, help=f"one of: {', '.join(GAMES)}")
+    cli.add_argument("--strategies", nargs="+", metavar="NAME",
+                     help="strategy names, space- or comma-separated (default: all of the game's)")
+    cli.add_argument("--rounds", type=int, help="rounds per episode (default: the game's own)")
+    cli.add_argument("--episodes", type=int, default=10, help="episodes per ordered pair and seat")
+    cli.add_argument("--seed", type=int, default=0, help="base seed")
+    cli.add_argument("--json", type=Path, help="write the results as JSON to this file (default: none)")
+    return cli
 
 
 def _rounds_parameter(game: Game) -> str:
@@ -111,42 +112,21 @@ def _table(result: dict[str, Any], names: Sequence[str]) -> Table:
     return table
 
 
-def _fail(message: str) -> None:
-    print(f"sepo tournament: {message}", file=sys.stderr)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.game not in GAMES:
-        _fail(f"unknown game {args.game!r}; choose one of: {', '.join(GAMES)}")
-        return 2
-    try:
-        registry = strategy_registry(args.game)
-    except (ImportError, UnknownNameError) as exc:
-        _fail(f"no strategies for game {args.game!r}: {exc}")
-        return 2
-    names = (
-        list(registry)
-        if args.strategies is None
-        else [n.strip() for n in args.strategies.split(",") if n.strip()]
-    )
-    unknown = [n for n in names if n not in registry]
-    if unknown or not names:
-        _fail(
-            f"unknown strategy {', '.join(map(repr, unknown)) or '(none given)'} for game "
-            f"{args.game!r}; choose from: {', '.join(sorted(registry))}"
-        )
-        return 2
-    names = list(dict.fromkeys(names))
-    if args.episodes < 1 or (args.rounds is not None and args.rounds < 1):
-        _fail("--episodes and --rounds must be positive integers")
-        return 2
+    args = parser().parse(argv)
+    check_choice("game", args.game, GAMES)
+    COUNT.check("--episodes", args.episodes)
+    OPTIONAL_COUNT.check("--rounds", args.rounds)
+    if args.json is not None and args.json.is_dir():
+        raise UsageError(f"--json {str(args.json)!r} is a directory; give a file name")
+    registry = strategy_registry(args.game)
+    names = list(registry) if args.strategies is None else check_names(f"{args.game} strategy", args.strategies,
+                                                                         sorted(registry))
     try:
         with Progress(console=Console(stderr=True), transient=True) as progress:
             result = round_robin(args.game, names, args.episodes, args.seed, args.rounds, progress)
-    except ValueError as exc:  # bad game parameters (e.g. --rounds the game rejects)
-        _fail(f"{exc}")
-        return 2
+    except ValueError as exc:  # game parameters the game rejects (e.g. --rounds)
+        raise UsageError(str(exc)) from exc
     # wide enough that no cell is cut (rich falls back to 80 columns when stdout is not a terminal)
     width = max(len(n) for n in names) + 4 + sum(max(len(n), 7) + 3 for n in names)
     Console(width=max(Console().width, width)).print(_table(result, names))

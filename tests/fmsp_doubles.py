@@ -16,6 +16,7 @@ from typing import Any
 
 from envs.sandbox import SandboxedPolicy, act_all
 from fmsp.domain import PolicyCode, PolicyInterface
+from fmsp.domains import DOMAINS
 from fmsp.fm import ScriptedFM
 
 TASK = (
@@ -155,3 +156,7 @@ def assert_honest_failed_iteration(run_dir: Path, summary: dict, calls: list, ma
     assert usage["calls"] == 2 and rec["fm_usage"] == usage
     assert 0 < usage["completion_tokens"] <= 2 * max_tokens and usage["prompt_tokens"] > 0
     assert summary["archive_sizes"] == {"high": 1, "low": 1}  # the baselines only
+
+
+# The toy domain is a name FMSPConfig accepts in the tests (runs are given the NumberDuel object itself).
+DOMAINS.setdefault("number_duel", ("fmsp_doubles", "NumberDuel"))

@@ -97,7 +97,7 @@ def test_held_out_check_refuses_a_training_seed(tmp_path):
 
 
 def test_checkpoint_eval_episodes_is_validated(tmp_path):
-    with pytest.raises(ValueError, match=r"checkpoint_eval_episodes=0 is out of range: allowed an integer >= 1"):
+    with pytest.raises(ValueError, match=r"checkpoint_eval_episodes must be an integer >= 1, got 0"):
         _args(tmp_path, checkpoint_eval_episodes=0)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from envs.kuhn import INFO_STATES
 from envs.kuhn_exact import exploitability
+from sepo.cli import main as sepo_main
 from sepo.eval.config import EvalConfig
 from sepo.eval.evaluate import main, run_eval
 from sepo.eval.report import DASH
@@ -132,18 +133,18 @@ def test_transcripts_and_wandb_table(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--episodes_per_opponent", "-2"], ["episodes_per_opponent=-2", "out of range", ">= 1"]),
-    (["--max_turn_tokens", "0"], ["max_turn_tokens=0", ">= 1"]),
-    (["--batch_episodes", "0"], ["batch_episodes=0", ">= 1"]),
-    (["--torch_threads", "0"], ["torch_threads=0", ">= 1"]),
-    (["--top_p", "1.5"], ["top_p=1.5", "(0, 1]"]),
-    (["--bootstrap_resamples", "5"], ["bootstrap_resamples=5", "[100, 1000000]"]),
+    (["--episodes_per_opponent", "-2"], ["episodes_per_opponent must be an integer >= 1, got -2"]),
+    (["--max_turn_tokens", "0"], ["max_turn_tokens must be an integer >= 1, got 0"]),
+    (["--batch_episodes", "0"], ["batch_episodes must be an integer >= 1"]),
+    (["--torch_threads", "0"], ["torch_threads must be an integer >= 1"]),
+    (["--top_p", "1.5"], ["top_p must be a number in (0, 1], got 1.5"]),
+    (["--bootstrap_resamples", "5"], ["bootstrap_resamples must be an integer in [100, 1000000]"]),
     (["--games", "chess"], ["unknown game 'chess'", "ipd"]),
     (["--pools", "friends"], ["unknown pool 'friends'", "training, exploit, collusive"]),
     (["--checkpoints", "/nonexistent/run"], ["checkpoints='/nonexistent/run' is not a directory"]),
 ])
 def test_bad_values_are_clear_errors(tiny_model_dir, tmp_path, capsys, args, words):
-    assert main(["--models", tiny_model_dir, "--output_dir", str(tmp_path), *args]) == 2
+    assert sepo_main(["eval", "--models", tiny_model_dir, "--output_dir", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err
     for w in words:
         assert w in err
@@ -152,8 +153,8 @@ def test_bad_values_are_clear_errors(tiny_model_dir, tmp_path, capsys, args, wor
 def test_output_dir_that_is_a_file_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
     path = tmp_path / "taken"
     path.write_text("x")
-    assert main(["--models", tiny_model_dir, "--output_dir", str(path)]) == 2
-    assert "is a file, not a directory" in capsys.readouterr().err
+    assert sepo_main(["eval", "--models", tiny_model_dir, "--output_dir", str(path)]) == 2
+    assert "is a file; give a directory" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fmsp.archive import Archive, ArchiveEntry
-from fmsp.config import load_config, parse_overrides
+from fmsp.config import load_config
 from fmsp.prompts import AnswerFormatError, parse_policy_answer, parse_verdict
 from fmsp.search import apply, decide
 
@@ -153,10 +153,10 @@ def test_parse_policy_answer_reads_unfenced_or_unterminated_code():
 def test_config_overrides_and_errors(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("domain: car_tag\nvariant: nssp\niterations: 4\n")
-    config = load_config(path, parse_overrides(["--iterations", "7", "--fm_judge_answers=[\"Decision: No\"]"]))
+    config = load_config(path, {"iterations": 7, "fm_judge_answers": ["Decision: No"]})
     assert (config.variant, config.iterations, config.fm_judge_answers) == ("nssp", 7, ["Decision: No"])
     assert config.judge_enabled and not load_config(None, {"variant": "vfmsp"}).judge_enabled
-    with pytest.raises(ValueError, match="valid: .*iterations"):
+    with pytest.raises(ValueError, match="unknown key 'iteratons' \\(did you mean 'iterations'\\?\\)"):
         load_config(path, {"iteratons": 3})
     with pytest.raises(ValueError, match="vfmsp, nssp, qdsp"):
         load_config(path, {"variant": "map_elites"})

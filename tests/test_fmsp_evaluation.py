@@ -27,6 +27,7 @@ from fmsp.evaluation import (
     win_share,
 )
 from fmsp.sandbox import Sandbox
+from sepo.checks import UsageError
 
 
 def test_elo_recovers_known_ratings_from_synthetic_matches():
@@ -207,7 +208,7 @@ def test_fit_projection_box_and_checks(tmp_path):
     domain = make_domain("car_tag", n_games=2, max_steps=10)
     with pytest.raises(ValueError, match="another-model"):
         qd_scores(domain, [load_run(tmp_path / "run")], sandboxed_play(domain), 3, {"pursuer": other})
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="--projection .* does not exist"):
         main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--projection", str(tmp_path / "none")])
 
 
@@ -234,9 +235,10 @@ def test_a_failing_policy_is_named_unrated_and_leaves_the_others_unchanged():
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
-    assert "not an FMSP run directory" in capsys.readouterr().err
+    from fmsp.cli import main as fmsp_main
+
+    assert fmsp_main(["eval", "--run", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "fmsp eval: error: --run " in (err := capsys.readouterr().err) and "not an FMSP run directory" in err
 
 
 def test_a_policy_that_fails_only_some_matches_has_all_its_matches_left_out():

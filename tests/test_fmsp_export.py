@@ -93,35 +93,19 @@ def test_export_round_trip_through_load_pool_dir(tmp_path, capsys):
 
 
 def test_export_errors_are_clear(tmp_path, capsys):
+    from fmsp.cli import main as fmsp_main
+
     make_ipd_run(tmp_path / "run")
-    with pytest.raises(SystemExit):
-        main(
-            [
-                "--run",
-                str(tmp_path / "run"),
-                "--pool",
-                "exploit",
-                "--game",
-                "kuhn",
-                "--out",
-                str(tmp_path / "o"),
-            ]
-        )
-    assert "not the game 'kuhn'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(
-            [
-                "--run",
-                str(tmp_path / "run"),
-                "--pool",
-                "collusive",
-                "--game",
-                "ipd",
-                "--out",
-                str(tmp_path / "o"),
-            ]
-        )
+    common = ["export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "o")]
+    assert fmsp_main([*common, "--pool", "exploit", "--game", "kuhn"]) == 2
+    assert "fmsp export: error: run " in (err := capsys.readouterr().err) and "not the game 'kuhn'" in err
+    assert fmsp_main([*common, "--pool", "collusive", "--game", "ipd"]) == 2
     assert "no archive for side 'cooperator'" in capsys.readouterr().err
+    assert fmsp_main([*common, "--pool", "exploit", "--game", "ipd", "--select", "top:0"]) == 2
+    assert "--select 'top:0': use top:K and/or diverse:K with K >= 1" in capsys.readouterr().err
+    assert fmsp_main([*common, "--pool", "exploits", "--game", "ipd"]) == 2
+    assert "unknown pool 'exploits' (did you mean 'exploit'?)" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing written, no empty manifest
 
 
 def test_cli_ipd_scripted_run_export_then_load_pools(tmp_path, monkeypatch, capsys):
@@ -133,9 +117,10 @@ def test_cli_ipd_scripted_run_export_then_load_pools(tmp_path, monkeypatch, caps
     from fmsp.domains.sepo_games import _strategy as fmsp_strategy
     from fmsp.sandbox import Sandbox
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # recipes name repo-relative paths
+    recipe = Path(__file__).resolve().parent.parent / "configs" / "fmsp" / "ipd_qdsp_scripted.yaml"
+    monkeypatch.chdir(tmp_path)  # another directory: the recipe's fm_policies_path resolves against the recipe's
     run, out = tmp_path / "run", tmp_path / "pools"
-    assert fmsp_main(["run", "--config", "configs/fmsp/ipd_qdsp_scripted.yaml", "--output_dir", str(run),
+    assert fmsp_main(["run", "--config", str(recipe), "--output_dir", str(run),
                       "--iterations", "5", "--progress", "false"]) == 0  # fmt: skip
     recs = [json.loads(line) for line in (run / "iterations.jsonl").read_text().splitlines()]
     # iteration 3 is the exploiter's buggy draft (a lower-case action): the unit test fails, the repair passes

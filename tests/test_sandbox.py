@@ -76,16 +76,19 @@ def test_a_missing_layer_refuses_unless_unsafe(monkeypatch, tmp_path, capsys):
     files = [str(tmp_path / f) for f in ("p.py", "e.py")]
     for path in files:
         open(path, "w").write("class Still:\n    def __call__(self, obs):\n        return 0.0\n")
-    with pytest.raises(SystemExit) as stop:
-        main(["--domain", "car_tag", "--a", files[0], "--b", files[1], "--json", str(tmp_path / "o.json")])
-    assert stop.value.code == 2 and "bubblewrap" in capsys.readouterr().err
+    from fmsp.cli import main as fmsp_main
+
+    assert fmsp_main(["match", "--domain", "car_tag", "--a", files[0], "--b", files[1], "--json",
+                      str(tmp_path / "o.json")]) == 2  # fmt: skip
+    assert "fmsp match: error:" in (err := capsys.readouterr().err) and "bubblewrap" in err
     assert main(["--domain", "car_tag", "--games", "2", "--a", files[0], "--b", files[1], "--json",
                  str(tmp_path / "o.json"), "--unsafe-sandbox"]) == 0  # fmt: skip
     assert "MISSING: bubblewrap" in json.loads((tmp_path / "o.json").read_text())["sandbox"]
     # `fmsp run ... --unsafe-sandbox` (a bare flag) is the recipe key unsafe_sandbox: true
-    from fmsp.config import load_config, parse_overrides
+    from fmsp.config import FMSPConfig
+    from sepo.recipes import parse_config
 
-    config = load_config(None, parse_overrides(["--unsafe-sandbox", "--iterations", "3"]))
+    (config,) = parse_config((FMSPConfig,), ["--unsafe-sandbox", "--iterations", "3"], prog="fmsp run")
     assert config.unsafe_sandbox and config.iterations == 3 and config.sandbox_config().unsafe
 
 

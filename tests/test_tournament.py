@@ -73,9 +73,10 @@ def test_bad_input_exits_2_with_clear_message(tmp_path, capsys):
     assert "unknown game 'chess'; choose one of: ipd, auction" in capsys.readouterr().err
     rc, data = run(tmp_path, "--game", "ipd", "--strategies", "tit_for_tat,tft")
     err = capsys.readouterr().err
-    assert rc == 2 and "unknown strategy 'tft'" in err and "always_defect" in err and "tit_for_tat" in err
+    assert rc == 2 and "unknown ipd strategy 'tft'" in err and "always_defect" in err and "tit_for_tat" in err
     rc, _ = run(tmp_path, "--game", "ipd", "--rounds", "0")
-    assert rc == 2 and "positive" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as info:
-        sepo_main(["tournament", "--rounds", "5"])
-    assert info.value.code == 2
+    assert rc == 2 and "--rounds must be an integer >= 1 (or null), got 0" in capsys.readouterr().err
+    rc, _ = run(tmp_path, "--game", "ipd", "--episodes", "-3")
+    assert rc == 2 and "--episodes must be an integer >= 1, got -3" in capsys.readouterr().err
+    assert sepo_main(["tournament", "--rounds", "5"]) == 2
+    assert "the following arguments are required: --game" in capsys.readouterr().err

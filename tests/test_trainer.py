@@ -38,6 +38,10 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
     """Plays the real game with a random LLM-seat policy and fabricates the token trajectory of each episode:
     per round 2 model tokens (+1 forced token in round 1 of odd episodes), then 3 env tokens."""
 
+    @staticmethod
+    def choose(rng: random.Random, legal: list[str]) -> str:  # the LLM seat's action
+        return rng.choice(legal)
+
     @contextmanager
     def generation_backend(self):
         yield None
@@ -60,7 +64,7 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
         traj, turns = Trajectory(prompt_ids=[1, 2, 3]), []
         while not game.is_terminal(state):
             t = state.round
-            mine = rng.choice(game.legal_actions(state, 0))
+            mine = self.choose(rng, game.legal_actions(state, 0))
             game.step(state, {0: mine, 1: opp.act(game.view(state, 1))})
             n_forced = 1 if (i % 2 and t == 1) else 0
             turns.append(TurnRecord(t, mine, mine, not n_forced, bool(n_forced), 2, n_forced))
@@ -141,6 +145,7 @@ def test_advantage_plumbing_with_test_double(tmp_path, tiny_model_dir):
     assert forced.any() and (adv[forced] == 0).all() and (mask[forced] == 0).all()
     assert (adv[out["tool_mask"] == 0] == 0).all()
     assert (adv != 0).any()
+    assert all(h["sepo/no_learning_signal"] == 0.0 for h in trainer.state.log_history if "loss" in h)
     logged = {k for h in trainer.state.log_history for k in h}
     assert {"sepo/ipd/J", "sepo/ipd/exploit/e", "sepo/frac_round_zero_std", "sepo/adv/round_0/abs_mean",
             "sepo/fallback_rate", "sepo/time/rollout_s", "sepo/ipd/action/COOPERATE"} <= logged
@@ -234,6 +239,36 @@ def test_recipes_take_the_whole_pool_mix_in_each_step(tmp_path):
         block = group_specs(args, {g: load_pools(g) for g in args.games})
         rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
         assert rows == len(block) * args.num_generations, path.name
+
+
+class _SameActionEveryEpisode(_Capture):
+    @staticmethod
+    def choose(rng: random.Random, legal: list[str]) -> str:
+        return legal[0]
+
+
+def test_no_learning_signal_is_logged_and_warned(tmp_path, tiny_model_dir, caplog):
+    """Deterministic opponents and one fixed LLM action: every group's episodes are identical, so every
+    (group, round) has zero reward spread and every advantage is 0 — a step without learning signal."""
+    args = tiny_config(tmp_path, pool_mix={"training": ["tit_for_tat"], "exploit": ["always_defect"]},
+                       per_device_train_batch_size=8, max_steps=1)
+    trainer = _SameActionEveryEpisode(model=tiny_model_dir, args=args)
+    with caplog.at_level("WARNING", logger="sepo.grpo.trainer"):
+        trainer.train()
+    assert (trainer.captured[0][1]["advantages"] == 0).all()
+    assert [h["sepo/no_learning_signal"] for h in trainer.state.log_history if "loss" in h] == [1.0]
+    assert "step 1: every group's rewards are equal (zero spread)" in caplog.text
+    assert "no learning signal" in caplog.text
+
+
+def test_model_card_names_a_local_base_model(tmp_path, tiny_model_dir):
+    """TRL writes the card at every checkpoint; the callback replaces its `[None]` with the local base."""
+    from sepo.model_card import ModelCardCallback
+
+    args = tiny_config(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
+    _Capture(model=tiny_model_dir, args=args, callbacks=[ModelCardCallback(tiny_model_dir)]).train()
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert f"fine-tuned version of the local checkpoint `{tiny_model_dir}`" in card and "[None]" not in card
 
 
 def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):

@@ -3,38 +3,37 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import envs
 from sepo.backends.base import SamplingSpec
+from sepo.checks import (
+    COUNT,
+    NON_NEGATIVE_INT,
+    OPTIONAL_COUNT,
+    Range,
+    UsageError,
+    check_choice,
+    check_names,
+    check_ranges,
+    require,
+)
 from sepo.pools import POOL_NAMES
 
 BACKENDS = ("hf", "vllm", "openai")
+EVAL_RANGES = {
+    "episodes_per_opponent": COUNT, "batch_episodes": COUNT, "max_turn_tokens": COUNT,
+    "kuhn_rationale_samples": COUNT, "bootstrap_resamples": Range(100, 1_000_000, integer=True),
+    "seed": NON_NEGATIVE_INT, "torch_threads": OPTIONAL_COUNT,
+    "confidence": Range(0, 1, low_open=True, high_open=True), "top_p": Range(0, 1, low_open=True),
+}  # fmt: skip
+TEMPERATURE = Range(0, 100, low_open=True)  # checked only when sampling
 
 
-def check_int(key: str, value: Any, low: int, high: int | None = None) -> None:
-    """Raise a ValueError naming key, value and allowed range unless `value` is an int in [low, high]."""
-    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    too_high = high is not None and isinstance(value, int) and value > high
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or too_high:
-        raise ValueError(f"{key}={value!r} is out of range: allowed {allowed}")
-
-
-def check_float(key: str, value: Any, low: float, high: float, low_open: bool, high_open: bool) -> None:
-    """Raise a ValueError naming key, value and allowed interval unless `value` is a finite number in it."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"{key}={value!r} is out of range: allowed a number in {interval}")
-
-
-def _split_names(values: str | list[str] | None) -> list[str]:
-    """`--games ipd,kuhn`, `--games ipd kuhn` and `games: ipd` alike."""
-    items = [values] if isinstance(values, str) else list(values or [])
-    return [name for item in items for name in str(item).split(",") if name]
+def _as_list(values: str | list[str] | None) -> list[str]:
+    """`games: ipd` (one name, or `ipd,kuhn`) and `games: [ipd, kuhn]` alike (names are split by `check_names`)."""
+    return [values] if isinstance(values, str) else list(values or [])
 
 
 @dataclass
@@ -65,7 +64,7 @@ class EvalConfig:
     seed: int = field(default=0, metadata={"help": "seeds every episode and every sampling call"})
     backend: str = field(default="hf", metadata={"help": "hf | vllm | openai"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (backend openai)"})
-    dtype: str | None = field(default=None, metadata={"help": "model dtype, e.g. bfloat16 (unset: as saved)"})
+    dtype: str | None = field(default=None, metadata={"help": "model dtype, e.g. bfloat16 (default: as saved)"})
     pools_dir: str | None = field(default=None, metadata={"help": "extra pool members (an `fmsp export` dir)"})
     unsafe_sandbox: bool = field(default=False, metadata={"help": "play pools_dir members even where a sandbox "
                                                                   "isolation layer is missing"})
@@ -86,44 +85,22 @@ class EvalConfig:
     progress: bool = field(default=True, metadata={"help": "progress bars with totals for every phase"})
 
     def __post_init__(self) -> None:
-        self.models = [self.models] if isinstance(self.models, str) else list(self.models or [])
-        self.games = _split_names(self.games)
-        self.pools = _split_names(self.pools)
+        self.models = _as_list(self.models)
+        self.games = check_names("game", _as_list(self.games), envs.GAMES)
+        self.pools = check_names("pool", _as_list(self.pools), POOL_NAMES)
         if isinstance(self.game_params, str):
             try:
                 self.game_params = json.loads(self.game_params)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"game_params={self.game_params!r} is not JSON: {exc}") from None
+                raise UsageError(f"game_params={self.game_params!r} is not JSON: {exc}") from None
         self.game_params = dict(self.game_params or {})
-        if not self.games:
-            raise ValueError("games is empty: name at least one of " + ", ".join(envs.GAMES))
-        for game in self.games:
-            if game not in envs.GAMES:
-                raise envs.UnknownNameError(f"unknown game {game!r}; choose one of: {', '.join(envs.GAMES)}")
         for game in self.game_params:
-            if game not in self.games:
-                raise ValueError(f"game_params names game {game!r}, which is not in games {self.games}")
-        if not self.pools:
-            raise ValueError("pools is empty: name at least one of " + ", ".join(POOL_NAMES))
-        for pool in self.pools:
-            if pool not in POOL_NAMES:
-                raise envs.UnknownNameError(f"unknown pool {pool!r}; choose one of: {', '.join(POOL_NAMES)}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r} is unknown; choose one of: {', '.join(BACKENDS)}")
-        if self.report_to not in ("none", "wandb"):
-            raise ValueError(f"report_to={self.report_to!r} is unknown; choose one of: none, wandb")
-        check_int("episodes_per_opponent", self.episodes_per_opponent, 1)
-        check_int("batch_episodes", self.batch_episodes, 1)
-        check_int("max_turn_tokens", self.max_turn_tokens, 1)
-        check_int("kuhn_rationale_samples", self.kuhn_rationale_samples, 1)
-        check_int("bootstrap_resamples", self.bootstrap_resamples, 100, 1_000_000)
-        check_int("seed", self.seed, 0)
-        if self.torch_threads is not None:
-            check_int("torch_threads", self.torch_threads, 1)
-        check_float("confidence", self.confidence, 0.0, 1.0, True, True)
-        check_float("top_p", self.top_p, 0.0, 1.0, True, False)
+            require(game in self.games, "game_params", game, f"a game of games {self.games}")
+        check_choice("backend", self.backend, BACKENDS)
+        check_choice("report_to", self.report_to, ("none", "wandb"))
+        check_ranges(self, EVAL_RANGES)
         if not self.greedy:
-            check_float("temperature", self.temperature, 0.0, 100.0, True, False)
+            TEMPERATURE.check("temperature", self.temperature)
 
     def sampling(self) -> SamplingSpec:
         """The decoding settings of every model turn (each call's seed is derived from `seed`)."""

@@ -228,11 +228,16 @@ def run_eval(cfg: EvalConfig) -> Results:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl import TrlParser
+    from sepo.checks import check_output_dir
+    from sepo.models import check_model
+    from sepo.recipes import parse_config
 
+    (cfg,) = parse_config((EvalConfig,), argv, prog="sepo eval", description=__doc__.split("\n\n")[0])
+    for spec in cfg.models:
+        if cfg.backend != "openai":  # API model names are the server's business
+            check_model("models", labelled(spec)[1])
+    check_output_dir("output_dir", cfg.output_dir)
     try:
-        parser = TrlParser((EvalConfig,), prog="sepo eval", description=__doc__.splitlines()[0])
-        (cfg,) = parser.parse_args_and_config(args=argv)
         results = run_eval(cfg)
     except (envs.UnknownNameError, ValueError) as exc:
         print(f"sepo eval: {exc}", file=sys.stderr)

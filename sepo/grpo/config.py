@@ -1,7 +1,8 @@
 """SEPOConfig: TRL's GRPOConfig plus what SEPO-GRPO needs (games, pool mix, credit, normalisation, fallback).
 
-Recipes are flat YAML files read by `trl.TrlParser`; dict-valued fields also accept JSON strings on the
-command line (`--pool_weights '{"exploit": 0.5}'`), exactly like GRPOConfig's own dict fields.
+Recipes are flat YAML files read by `sepo.recipes` (TRL's TrlParser conventions); dict-valued fields also accept
+JSON or YAML flow on the command line (`--pool_weights '{"exploit": 0.5}'`), like GRPOConfig's own dict fields.
+Every count, size and step number is checked here, before TRL derives batch sizes from them.
 """
 
 from __future__ import annotations
@@ -11,17 +12,34 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from sepo.eval.config import check_int
+from sepo.checks import (
+    COUNT,
+    NON_NEGATIVE,
+    OPTIONAL_COUNT,
+    TRAINER_RANGES,
+    Range,
+    check_names,
+    check_output_dir,
+    check_ranges,
+    require,
+)
+from sepo.checks import check_choice as _check_choice
 from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES
 from sepo.objective import CREDIT_MODES, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
+from sepo.recipes import fall_back_to_fp32
 
 ADVANTAGE_MODES = ("per_round", "episode")
-
-
-def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(valid)}")
+# SEPO's own counts and sizes, checked with TRL's before TRL derives batch sizes from them
+SEPO_RANGES = {
+    **TRAINER_RANGES,
+    "seat": Range(0, 1, integer=True),
+    "num_groups": OPTIONAL_COUNT,
+    "max_turn_tokens": COUNT,
+    "advantage_epsilon": Range(0, low_open=True, optional=True),  # None: the return mode's default
+    "fallback_penalty": NON_NEGATIVE,
+    "checkpoint_eval_episodes": COUNT,
+}
 
 
 @dataclass
@@ -122,11 +140,12 @@ class SEPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        check_ranges(self, SEPO_RANGES)
+        fall_back_to_fp32(self)
         super().__post_init__()
         from envs import GAMES
 
-        for game in self.games:
-            _check_choice("game", game, tuple(GAMES))
+        self.games = check_names("game", self.games, GAMES)
         _check_choice("credit mode", self.credit, CREDIT_MODES)
         _check_choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
         _check_choice("return_mode", self.return_mode, RETURN_MODES)
@@ -136,6 +155,8 @@ class SEPOConfig(GRPOConfig):
             self.advantage_epsilon = PAPER_EPSILON if self.return_mode == "paper" else 1e-4
         group_pools = ("training",) if self.credit in TRAINING_ONLY_CREDITS else POOL_NAMES
         self.pool_mix = dict(self.pool_mix or dict.fromkeys(group_pools, "all"))
+        for pool, weight in (self.pool_weights or {}).items():
+            NON_NEGATIVE.check(f"pool_weights[{pool!r}]", weight)
         self.pool_weights = {pool: float(w) for pool, w in (self.pool_weights or {}).items()}
         for mapping, what in ((self.game_params, "game_params"), (self.lambdas, "lambdas")):
             for game in mapping:
@@ -144,6 +165,10 @@ class SEPOConfig(GRPOConfig):
         for mapping, what in ((self.pool_mix, "pool_mix"), (self.pool_weights, "pool_weights")):
             for pool in mapping:
                 _check_choice(f"pool in {what}", pool, POOL_NAMES)
+        for pool, choice in self.pool_mix.items():
+            require(choice == "all" or NON_NEGATIVE.admits(choice) and float(choice).is_integer()
+                    or isinstance(choice, list) and all(isinstance(n, str) for n in choice),
+                    f"pool_mix[{pool!r}]", choice, "'all', a number of groups >= 0, or a list of opponent names")
         probes = [pool for pool, choice in self.pool_mix.items() if pool != "training" and choice not in (0, [])]
         if self.credit in TRAINING_ONLY_CREDITS and probes:
             raise ValueError(
@@ -152,9 +177,7 @@ class SEPOConfig(GRPOConfig):
                 "collusive pools are probes (shared and auxiliary play them per rollout and subtract their "
                 "penalty), never groups of their own. Remove them from pool_mix, or use credit: per_pool"
             )
-        check_int("checkpoint_eval_episodes", self.checkpoint_eval_episodes, 1)
-        if self.seat not in (0, 1):
-            raise ValueError(f"seat must be 0 or 1, got {self.seat}")
+        check_output_dir("output_dir", self.output_dir)
 
     def pool_weight(self, pool: str) -> float:
         """The post-normalisation weight of `pool` (1.0 unless set)."""

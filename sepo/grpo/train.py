@@ -15,21 +15,34 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig
 
+from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
-from sepo.models import resolve_model
+from sepo.models import check_model, resolve_model
+from sepo.recipes import parse_config
 
 
 def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
-    """Parse `--config` YAML plus overrides into (SEPOConfig, ModelConfig)."""
-    parser = TrlParser((SEPOConfig, ModelConfig), prog="sepo train", description=__doc__.splitlines()[0])
-    args, model_args = parser.parse_args_and_config(args=argv)
+    """Parse `--config` YAML plus overrides into (SEPOConfig, ModelConfig); mistakes are UsageErrors."""
+    args, model_args = parse_config((SEPOConfig, ModelConfig), argv, prog="sepo train",
+                                    description=__doc__.split("\n\n")[0])
     if not model_args.model_name_or_path:
-        raise SystemExit("sepo train: set model_name_or_path (a checkpoint dir, hub id, or `default`)")
+        raise UsageError("set model_name_or_path (a checkpoint directory, a hub id, or `default`)")
+    check_model("model_name_or_path", model_args.model_name_or_path)
+    check_pool_mix(args)
     return args, model_args
+
+
+def check_pool_mix(args: SEPOConfig) -> None:
+    """The opponents `pool_mix` and `pool_dir` name exist in their pools (before any model is loaded)."""
+    from sepo.grpo.trainer import group_specs, run_pools
+
+    try:
+        group_specs(args, run_pools(args))
+    except ValueError as exc:  # PoolError included: a name, pool or pool_dir the pools reject
+        raise UsageError(f"pool_mix / pool_dir: {exc}") from exc
 
 
 def _jsonable(value: Any) -> Any:
@@ -56,7 +69,11 @@ def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
 def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = ()):
     """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
     see every rollout batch (see `SEPOTrainer`)."""
+    from transformers import AutoTokenizer
+    from trl import get_peft_config
+
     from sepo.grpo.trainer import SEPOTrainer
+    from sepo.model_card import ModelCardCallback
 
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and "dtype" not in model_init_kwargs:
@@ -64,11 +81,11 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
     if model_args.attn_implementation:
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
-    path = resolve_model(model_args.model_name_or_path)
+    path = resolve_model(model_args.model_name_or_path, key="model_name_or_path")
     # A text tokenizer (not the multimodal processor of Gemma 4 / Qwen 3.5) keeps TRL on its text-only path.
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     return SEPOTrainer(model=path, args=args, processing_class=tokenizer, peft_config=get_peft_config(model_args),
-                       rollout_hooks=rollout_hooks)
+                       callbacks=[ModelCardCallback(model_args.model_name_or_path)], rollout_hooks=rollout_hooks)
 
 
 def main(argv: list[str] | None = None) -> int:

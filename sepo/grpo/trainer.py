@@ -9,6 +9,7 @@ lock-step rounds, a SEPO reward function, and (after `super()._generate_and_scor
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -32,9 +33,18 @@ from sepo.grpo.rewards import SEPOReward
 from sepo.objective import PROBE_CREDITS, resolve_lambdas
 from sepo.pools import POOL_NAMES, Pools, load_pools
 
+logger = logging.getLogger(__name__)
+
 RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
 """Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, probe
 records) per rollout, in the batch's order (e.g. the study records them)."""
+
+
+def run_pools(args: SEPOConfig) -> dict[str, Pools]:
+    """The pools of every game of a run: defaults plus `pool_dir` members (played in the sandbox), split by
+    role as `strict_pools` asks."""
+    sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
+    return {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools) for g in args.games}
 
 
 def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
@@ -146,9 +156,7 @@ class SEPOTrainer(GRPOTrainer):
         if not isinstance(args, SEPOConfig):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
-        sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
-        self.pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools)
-                      for g in args.games}
+        self.pools = run_pools(args)
         self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
         # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
@@ -327,6 +335,13 @@ class SEPOTrainer(GRPOTrainer):
         m = self._metrics[mode]
         exists = ~torch.isnan(rewards)
         m["sepo/frac_round_zero_std"].append(zero_std.float().mean().item())
+        # no learning signal: every (group, round) that happened has zero reward spread, so every advantage is 0
+        cells = exists.view(zero_std.size(0), -1, rewards.size(1)).any(dim=1)
+        no_signal = bool((zero_std == (cells if zero_std.dim() == 2 else cells.any(dim=1))).all())
+        m["sepo/no_learning_signal"].append(float(no_signal))
+        if no_signal and mode == "train":
+            logger.warning("step %d: every group's rewards are equal (zero spread), so every advantage is 0 and "
+                           "this step has no learning signal", self.state.global_step + 1)
         m["sepo/round_reward_mean"].append(torch.nanmean(rewards).item())
         for t in range(adv.size(1)):
             if exists[:, t].any():

@@ -9,12 +9,11 @@ alone on the last line — which the game's own `parse_action` must read back (t
 
 Deterministic given the seed; the train/validation split is by episode, so no episode leaks across it.
 
-    sepo data --games ipd,kuhn --out sft_data/generated [--seed 0] [--episodes-scale 1.0]
+    sepo data --games ipd kuhn --out sft_data/generated [--seed 0] [--episodes-scale 1.0] [--samples 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -26,7 +25,9 @@ from typing import Any
 
 import envs
 from envs.base import View
+from sepo.checks import Range, check_names, check_output_dir
 from sepo.files import replace_dir_atomic, write_json_atomic, write_jsonl_atomic
+from sepo.recipes import CommandParser, mapping_type
 from sepo.sft.rationales import rationale
 
 
@@ -172,23 +173,36 @@ def stats(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def parser() -> CommandParser:
+    """The command line of `sepo data`."""
+    cli = CommandParser(prog="sepo data", description=__doc__.split("\n\n")[0])
+    cli.add_argument("--games", nargs="+", default=list(DEMONSTRATIONS), metavar="GAME",
+                     help="games to generate (space- or comma-separated)")
+    cli.add_argument("--out", default="sft_data/generated", help="output directory")
+    cli.add_argument("--seed", type=int, default=0, help="seed of the demonstrator draws and the split")
+    cli.add_argument("--episodes-scale", type=float, default=1.0,
+                     help="multiplies the method's episode counts per opponent (REFERENCE.md)")
+    cli.add_argument("--validation-fraction", type=float, default=0.2,
+                     help="share of episodes in the validation split")
+    cli.add_argument("--samples", type=int, default=0, help="also write N sample rows per game (0: none)")
+    cli.add_argument("--samples-dir", default=None,
+                     help="where the samples go (default: <out>/samples; the committed ones: sft_data/samples)")
+    cli.add_argument("--game-params", type=mapping_type(), default=None, metavar="MAPPING",
+                     help='per-game parameters as JSON or YAML flow, e.g. \'{"ipd": {"num_rounds": 4}}\'')
+    return cli
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sepo data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--games", default=",".join(DEMONSTRATIONS), help="comma-separated game names")
-    parser.add_argument("--out", default="sft_data/generated", help="output directory")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--episodes-scale", type=float, default=1.0, help="multiplies REFERENCE episode counts")
-    parser.add_argument("--validation-fraction", type=float, default=0.2)
-    parser.add_argument("--samples", type=int, default=0, help="also write N sample rows per game to sft_data/samples")
-    parser.add_argument("--game-params", type=json.loads, default=None,
-                        help='per-game parameters as JSON, e.g. \'{"ipd": {"num_rounds": 4}}\'')
-    args = parser.parse_args(argv)
-    games = [g.strip() for g in args.games.split(",") if g.strip()]
-    try:
-        rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction, args.game_params)
-    except (ValueError, KeyError) as exc:
-        print(f"sepo data: {exc}", file=sys.stderr)
-        return 2
+    args = parser().parse(argv)
+    games = check_names("game", args.games, DEMONSTRATIONS)
+    Range(0, low_open=True).check("--episodes-scale", args.episodes_scale)
+    Range(0, 1, high_open=True).check("--validation-fraction", args.validation_fraction)
+    Range(0, integer=True).check("--samples", args.samples)
+    Range(0, integer=True).check("--seed", args.seed)
+    samples_dir = Path(args.samples_dir or Path(args.out) / "samples")
+    check_output_dir("--out", args.out)
+    check_output_dir("--samples-dir", samples_dir)
+    rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction, args.game_params)
     from datasets import Dataset, DatasetDict
 
     out = Path(args.out)
@@ -200,14 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"games": games, "seed": args.seed, "episodes_scale": args.episodes_scale,
                "game_params": args.game_params or {}, **stats(rows)}
     write_json_atomic(out / "stats.json", summary)
-    if args.samples:
-        sample_dir = Path("sft_data/samples")
-        sample_dir.mkdir(parents=True, exist_ok=True)
-        for game in games:
-            picked = [r for r in rows["train"] if r["game"] == game][: args.samples]
-            write_jsonl_atomic(sample_dir / f"{game}.jsonl", picked)
+    for game in games if args.samples else ():
+        picked = [r for r in rows["train"] if r["game"] == game][: args.samples]
+        write_jsonl_atomic(samples_dir / f"{game}.jsonl", picked)
     print(json.dumps(summary["train"], indent=2))
-    print(f"wrote {out}/train.jsonl, validation.jsonl, dataset/ and stats.json")
+    print(f"wrote {out}/train.jsonl, validation.jsonl, dataset/ and stats.json"
+          + (f"; samples in {samples_dir}" if args.samples else ""))
     return 0
 
 

@@ -20,11 +20,34 @@ from typing import Any
 
 from trl import SFTConfig
 
+from sepo.checks import (
+    COUNT,
+    OPTIONAL_COUNT,
+    POSITIVE,
+    TRAINER_RANGES,
+    Range,
+    check_names,
+    check_output_dir,
+    check_ranges,
+)
 from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
+from sepo.recipes import fall_back_to_fp32, parse_config
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
 LANGUAGE_MODEL_ATTENTION = r"^(?!.*(?:vision|audio|visual|multi_modal|embed_vision|embed_audio)).*\.(?:q_proj|k_proj|v_proj|o_proj)$"
+
+
+# the warm-start stage's own counts and sizes, checked with TRL's
+SFT_RANGES = {
+    **TRAINER_RANGES,
+    "episodes_scale": POSITIVE,
+    "data_seed_value": Range(0, integer=True),
+    "lora_r": COUNT,
+    "lora_alpha": POSITIVE,
+    "lora_dropout": Range(0, 1, high_open=True),
+    "max_train_rows": OPTIONAL_COUNT,
+}
 
 
 @dataclass
@@ -47,12 +70,23 @@ class SEPOSFTConfig(SFTConfig):
     )
     data_seed_value: int = field(default=0, metadata={"help": "seed of the generated transcripts"})
     use_peft: bool = field(default=True, metadata={"help": "train a LoRA adapter (merged at the end)"})
-    lora_r: int = 32
-    lora_alpha: int = 64
-    lora_dropout: float = 0.05
+    lora_r: int = field(default=32, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=64, metadata={"help": "LoRA alpha (the adapter is scaled by alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
     lora_target_modules: str = field(default=LANGUAGE_MODEL_ATTENTION, metadata={"help": "PEFT regex"})
     merged_dir: str | None = field(default=None, metadata={"help": "where the merged model goes (default output_dir/merged)"})
     max_train_rows: int | None = field(default=None, metadata={"help": "cap on training rows (quick runs)"})
+
+    def __post_init__(self) -> None:
+        check_ranges(self, SFT_RANGES)
+        fall_back_to_fp32(self)
+        super().__post_init__()
+        from sepo.sft.data import DEMONSTRATIONS
+
+        self.games = check_names("game", self.games, DEMONSTRATIONS)
+        check_output_dir("output_dir", self.output_dir)
+        if self.merged_dir is not None:
+            check_output_dir("merged_dir", self.merged_dir)
 
 
 def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tuple[Any, Any]:
@@ -64,7 +98,7 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tup
 
     from sepo.models import resolve_model
 
-    path = resolve_model(name_or_path)
+    path = resolve_model(name_or_path, key="model_name_or_path")
     config = AutoConfig.from_pretrained(path)
     arch = (config.architectures or ["AutoModelForCausalLM"])[0]
     model_cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
@@ -130,6 +164,8 @@ def run_sft(config: SEPOSFTConfig) -> Path:
     from peft import LoraConfig
     from trl import SFTTrainer
 
+    from sepo.model_card import ModelCardCallback
+
     dtype = (config.model_init_kwargs or {}).get("dtype") if isinstance(config.model_init_kwargs, dict) else None
     model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, dtype=dtype)
     train, valid = _datasets(config)
@@ -153,6 +189,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
         eval_dataset=valid,
         processing_class=tokenizer,
         peft_config=peft_config,
+        callbacks=[ModelCardCallback(config.model_name_or_path)],
     )
     trainer.train(resume_from_checkpoint=resolve_resume(config.resume_from_checkpoint, config.output_dir))
     trainer.save_model(config.output_dir)  # the adapter (or full model) for the record
@@ -173,10 +210,10 @@ def _source_path(name_or_path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl import TrlParser
+    from sepo.models import check_model
 
-    parser = TrlParser((SEPOSFTConfig,), prog="sepo sft", description=__doc__.splitlines()[0])
-    (config,) = parser.parse_args_and_config(args=argv)
+    (config,) = parse_config((SEPOSFTConfig,), argv, prog="sepo sft", description=__doc__.split("\n\n")[0])
+    check_model("model_name_or_path", config.model_name_or_path)
     merged = run_sft(config)
     print(f"merged checkpoint: {merged}")
     return 0

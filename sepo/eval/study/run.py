@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -176,14 +175,16 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sepo study", description=__doc__.splitlines()[0])
+    from sepo.recipes import CommandParser
+
+    parser = CommandParser(prog="sepo study", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a study recipe, e.g. configs/study/ipd_default.yaml")
     parser.add_argument("--output_dir", help="override the recipe's output_dir")
     parser.add_argument("--arms", help="comma-separated subset of the recipe's arms (default: all)")
     parser.add_argument("--report_only", action="store_true",
                         help="report on already trained arms (their stored eval episodes are reused)")
     parser.add_argument("--retrain", action="store_true", help="train every arm again, even those already trained with the same keys")
-    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    ns = parser.parse(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     try:
         cfg = StudyConfig.from_yaml(ns.config)

@@ -1,0 +1,331 @@
+"""The command lines as a new user meets them: mistakes end in one clear line (key, value, allowed range) with
+exit status 2 and no traceback; help names the subcommand and lists the project's keys first; recipe paths
+resolve against the recipe; `--out` is honoured. Everything runs through the real entry points
+(`sepo.cli.main`, `fmsp.cli.main`) and stops before any model is loaded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fmsp.cli import main as fmsp
+from sepo.cli import main as sepo
+from sepo.recipes import UNDOCUMENTED
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN_RECIPE = str(REPO / "configs" / "sepo" / "ipd_default.yaml")
+
+
+def not_a_model(tmp_path: Path) -> str:
+    """An existing empty directory: it passes the model-path check, and a command that got past its other
+    checks fails at once loading it (instead of loading a real model)."""
+    (tmp_path / "empty_model").mkdir(exist_ok=True)
+    return str(tmp_path / "empty_model")
+
+
+def error_of(capsys, rc: int) -> str:
+    """The one error line a failed command printed (and that it failed with status 2, without a traceback)."""
+    captured = capsys.readouterr()
+    assert rc == 2, captured
+    assert "Traceback" not in captured.err
+    return captured.err
+
+
+# --- the console scripts ------------------------------------------------------------------------
+
+
+def test_no_arguments_prints_help_and_exits_2_and_version(capsys):
+    assert sepo([]) == 2
+    assert "usage: sepo <command>" in capsys.readouterr().err
+    assert fmsp([]) == 2
+    assert "usage: fmsp <command>" in capsys.readouterr().err
+    assert sepo(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == "sepo 0.1.0"
+    assert sepo(["trian"]) == 2
+    assert "unknown command 'trian' (did you mean 'train'?)" in capsys.readouterr().err
+
+
+def test_usage_error_has_no_traceback_unless_debug(tmp_path):
+    """As a console script: one line and status 2; `--debug` shows the traceback."""
+    cmd = [sys.executable, "-m", "sepo.cli", "tournament", "--game", "chess"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().splitlines()[-1].startswith("sepo tournament: error: unknown game 'chess'")
+    for debug in ([*cmd[:3], "--debug", *cmd[3:]], [*cmd, "--debug"]):  # before or after the command
+        shown = subprocess.run(debug, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert shown.returncode == 1 and "Traceback" in shown.stderr and "UsageError" in shown.stderr
+
+
+# --- sepo train: every mistake before a model is loaded -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--max_steps", "0"], "max_steps must be an integer >= 1 (or -1), got 0"),
+        (["--num_generations", "1"], "num_generations must be an integer >= 2 (or null), got 1"),
+        (["--per_device_train_batch_size", "0"], "per_device_train_batch_size must be an integer >= 1, got 0"),
+        (["--max_turn_tokens", "-4"], "max_turn_tokens must be an integer >= 1, got -4"),
+        (["--seat", "2"], "seat must be an integer in [0, 1], got 2"),
+        (["--top_p", "1.5"], "top_p must be a number in (0, 1], got 1.5"),
+        (["--lerning_rate", "1e-5"], "unknown option --lerning_rate (did you mean '--learning_rate'?)"),
+        (["--max_steps", "two"], "argument --max_steps/--max-steps: invalid int value: 'two'"),
+        (["--games", "chess"], "unknown game 'chess'; choose one of: ipd, auction"),
+        (["--games", "ipdd"], "unknown game 'ipdd' (did you mean 'ipd'?)"),
+        (["--pool_mix", "{exploitt: 1}"], "unknown pool in pool_mix 'exploitt' (did you mean 'exploit'?)"),
+        (["--pool_mix", "{exploit: two}"], "pool_mix['exploit'] must be 'all', a number of groups >= 0"),
+        (["--pool_mix", "{training: [always_defect]}"], "not in the 'training' pool of 'ipd'; that pool holds"),
+        (["--pool_mix", "{training: [tit_for_tatt]}"], "names ['tit_for_tatt'], which are not in the 'training' pool of 'ipd'"),
+        (["--model_name_or_path", "runs/nope/merged"], "model_name_or_path 'runs/nope/merged': no such directory, "
+         "and not a hub id"),
+    ],
+)
+def test_train_flags_are_checked_at_parse_time(flags, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = sepo(["train", "--config", TRAIN_RECIPE, "--model_name_or_path", not_a_model(tmp_path), "--output_dir",
+               str(out), *flags])
+    err = error_of(capsys, rc)
+    assert err.startswith("sepo train: error: ") and message in err
+    assert not out.exists()  # nothing trained, nothing written
+
+
+def test_train_output_dir_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "taken").write_text("x")
+    for path, words in ((tmp_path / "taken", "is a file"), (tmp_path / "taken" / "sub", "lies under")):
+        rc = sepo(["train", "--config", TRAIN_RECIPE, "--model_name_or_path", not_a_model(tmp_path), "--output_dir",
+                   str(path)])
+        assert f"output_dir '{path}' {words}" in error_of(capsys, rc)
+
+
+def test_recipe_mistakes_name_file_line_and_key(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model_name_or_path: {not_a_model(tmp_path)}\ngames: [ipd]\nlerning_rate: 1.0e-5\n")
+    assert f"{recipe}, line 3: unknown key 'lerning_rate' (did you mean 'learning_rate'?)" in error_of(
+        capsys, sepo(["train", "--config", str(recipe)]))
+    recipe.write_text("model_name_or_path: x\ngames: [ipd\nmax_steps: 2\n")
+    err = error_of(capsys, sepo(["train", "--config", str(recipe)]))
+    assert f"{recipe}, line 3, column 10: invalid YAML" in err
+    recipe.write_text(f"model_name_or_path: {not_a_model(tmp_path)}\nmax_steps: [2]\n")
+    assert f"{recipe}, line 2: max_steps must be an integer, got [2]" in error_of(
+        capsys, sepo(["train", "--config", str(recipe)]))
+    recipe.write_text(f"model_name_or_path: {not_a_model(tmp_path)}\nsave_strategy: no\n")  # YAML 1.1: `no` is false
+    assert "quote the word" in error_of(capsys, sepo(["train", "--config", str(recipe)]))
+    assert "recipe 'missing.yaml': no such file" in error_of(capsys, sepo(["train", "--config", "missing.yaml"]))
+
+
+def test_cpu_falls_back_from_bf16_to_fp32_with_a_warning(tmp_path):
+    import torch
+
+    from sepo.grpo.config import SEPOConfig
+    from sepo.sft.train import SEPOSFTConfig
+
+    if torch.cuda.is_available():
+        pytest.skip("the fallback is for machines without a bf16-capable GPU")
+    for config in (SEPOConfig, SEPOSFTConfig):  # a recipe without use_cpu / bf16 keys: TRL defaults bf16 to true
+        with pytest.warns(UserWarning, match="no bf16-capable GPU here: training in fp32"):
+            args = config(output_dir=str(tmp_path / config.__name__))
+        assert args.bf16 is False and args.use_cpu is False
+
+
+# --- sepo eval, sft, data, tournament -------------------------------------------------------------
+
+
+def test_eval_model_and_output_paths_are_checked(tmp_path, capsys):
+    out = tmp_path / "eval"
+    model = not_a_model(tmp_path)
+    rc = sepo(["eval", "--models", f"Base={model}", "SFT=runs/nope/merged", "--output_dir", str(out)])
+    assert "models 'runs/nope/merged': no such directory, and not a hub id" in error_of(capsys, rc)
+    (tmp_path / "file").write_text("x")
+    rc = sepo(["eval", "--models", model, "--output_dir", str(tmp_path / "file")])
+    assert f"output_dir '{tmp_path / 'file'}' is a file" in error_of(capsys, rc)
+    assert "unknown option --episodes (did you mean '--episodes_per_opponent'?)" in error_of(
+        capsys, sepo(["eval", "--models", model, "--episodes", "2"]))
+    assert not out.exists()
+
+
+
+def test_sft_flags_are_checked(tmp_path, capsys):
+    base = ["sft", "--config", str(REPO / "configs" / "sft" / "default.yaml"), "--output_dir", str(tmp_path / "o"),
+            "--model_name_or_path", not_a_model(tmp_path)]
+    assert "lora_r must be an integer >= 1, got 0" in error_of(capsys, sepo([*base, "--lora_r", "0"]))
+    assert "episodes_scale must be a number > 0, got -1.0" in error_of(capsys, sepo([*base, "--episodes-scale", "-1"]))
+    assert "unknown game 'chess'" in error_of(capsys, sepo([*base, "--game", "chess"]))
+    assert "max_steps must be an integer >= 1 (or -1), got 0" in error_of(capsys, sepo([*base, "--max_steps", "0"]))
+
+
+def test_data_rejects_bad_sizes_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "data"
+    rc = sepo(["data", "--games", "ipd", "--out", str(out), "--episodes-scale", "-1"])
+    assert "--episodes-scale must be a number > 0, got -1.0" in error_of(capsys, rc)
+    rc = sepo(["data", "--games", "ipd", "--out", str(out), "--episodes_scale", "0"])  # both spellings
+    assert "--episodes-scale must be a number > 0, got 0.0" in error_of(capsys, rc)
+    rc = sepo(["data", "--games", "ipd", "--out", str(out), "--validation-fraction", "1"])
+    assert "--validation-fraction must be a number in [0, 1), got 1.0" in error_of(capsys, rc)
+    assert "unknown game 'kuhm' (did you mean 'kuhn'?)" in error_of(capsys, sepo(["data", "--games", "ipd,kuhm"]))
+    assert not out.exists()
+    (tmp_path / "file").write_text("x")
+    assert "--out '" in error_of(capsys, sepo(["data", "--games", "ipd", "--out", str(tmp_path / "file")]))
+
+
+def test_data_samples_go_under_out(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = sepo(["data", "--games", "ipd", "kuhn", "--out", "X", "--episodes-scale", "0.005", "--samples", "1"])
+    assert rc == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "X" / "samples").iterdir()) == ["ipd.jsonl", "kuhn.jsonl"]
+    assert len((tmp_path / "X" / "samples" / "ipd.jsonl").read_text().splitlines()) == 1
+    assert not (tmp_path / "sft_data").exists()
+    assert json.loads((tmp_path / "X" / "stats.json").read_text())["games"] == ["ipd", "kuhn"]
+
+
+def test_tournament_accepts_games_spelling(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert sepo(["tournament", "--games", "ipd", "--strategies", "tit_for_tat", "always_defect", "--episodes",
+                 "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["game"] == "ipd"
+
+
+# --- fmsp ---------------------------------------------------------------------------------------
+
+
+def test_fmsp_run_mistakes(tmp_path, capsys):
+    recipe = str(REPO / "configs" / "fmsp" / "ipd_qdsp_scripted.yaml")
+    out = ["--output_dir", str(tmp_path / "run")]
+    assert "argument --iterations: invalid int value: 'two'" in error_of(
+        capsys, fmsp(["run", "--config", recipe, *out, "--iterations", "two"]))
+    err = error_of(capsys, fmsp(["run", "--config", recipe, *out, "--domain", "chess"]))
+    assert "unknown domain 'chess'; choose one of: car_tag, gandalf, ipd" in err
+    assert "max_repairs must be an integer >= 0, got -1" in error_of(
+        capsys, fmsp(["run", "--config", recipe, *out, "--max_repairs", "-1"]))
+    assert "unknown option --iteratons (did you mean '--iterations'?)" in error_of(
+        capsys, fmsp(["run", "--config", recipe, *out, "--iteratons", "3"]))
+    (tmp_path / "file").write_text("x")
+    assert "output_dir '" in error_of(capsys, fmsp(["run", "--config", recipe, "--output_dir", str(tmp_path / "file")]))
+    (tmp_path / "held" / "state.json").parent.mkdir()
+    (tmp_path / "held" / "state.json").write_text("{}")
+    assert f"output_dir '{tmp_path / 'held'}' already holds a run; pass --resume true" in error_of(
+        capsys, fmsp(["run", "--config", recipe, "--output_dir", str(tmp_path / "held"), "--resume", "false"]))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domain: ipd\nvariant: [qdsp\n")
+    assert f"{bad}, line 3, column 1: invalid YAML" in error_of(capsys, fmsp(["run", "--config", str(bad)]))
+    assert not (tmp_path / "run").exists()
+
+
+def test_fmsp_recipe_paths_resolve_against_the_recipe(tmp_path, monkeypatch):
+    from fmsp.config import FMSPConfig
+    from fmsp.run import build_fm
+    from sepo.recipes import parse_config
+
+    recipe = REPO / "configs" / "fmsp" / "ipd_qdsp_scripted.yaml"
+    monkeypatch.chdir(tmp_path)  # not the repository
+    (config,) = parse_config((FMSPConfig,), ["--config", str(recipe)], prog="fmsp run")
+    assert Path(config.fm_policies_path).resolve() == (REPO / "configs" / "fmsp" / "scripted" / "ipd").resolve()
+    assert build_fm(config).get_state() is not None  # the scripted double found its policy files
+    (tmp_path / "mine").mkdir()  # on the command line a path is relative to the working directory
+    (config,) = parse_config((FMSPConfig,), ["--config", str(recipe), "--fm_policies_path", "mine"], prog="fmsp run")
+    assert config.fm_policies_path == "mine"
+
+
+def test_fmsp_eval_sizes_are_checked(tmp_path, capsys):
+    base = ["eval", "--run", str(tmp_path), "--out", str(tmp_path / "eval")]
+    assert "--bootstrap must be an integer >= 20, got 0" in error_of(capsys, fmsp([*base, "--bootstrap", "0"]))
+    assert "--cells must be an integer >= 1, got 0" in error_of(capsys, fmsp([*base, "--cells", "0"]))
+    (tmp_path / "file").write_text("x")
+    assert "--out '" in error_of(capsys, fmsp(["eval", "--run", str(tmp_path), "--out", str(tmp_path / "file")]))
+    assert not (tmp_path / "eval").exists()
+
+
+# --- help ---------------------------------------------------------------------------------------
+
+
+def _parsers():
+    """Every command's parser, built the way its main() builds it."""
+    from trl import ModelConfig
+
+    from fmsp.config import FMSPConfig
+    from fmsp.evaluation import parser as fmsp_eval_parser
+    from fmsp.export import parser as fmsp_export_parser
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import RecipeParser
+    from sepo.sft.data import parser as data_parser
+    from sepo.sft.train import SEPOSFTConfig
+    from sepo.tournament import parser as tournament_parser
+
+    return {
+        "sepo train": RecipeParser((SEPOConfig, ModelConfig), prog="sepo train"),
+        "sepo sft": RecipeParser((SEPOSFTConfig,), prog="sepo sft"),
+        "fmsp run": RecipeParser((FMSPConfig,), prog="fmsp run"),
+        "sepo data": data_parser(),
+        "sepo tournament": tournament_parser(),
+        "fmsp eval": fmsp_eval_parser(),
+        "fmsp export": fmsp_export_parser(),
+    }
+
+
+def test_every_option_has_a_description_and_one_default():
+    for name, parser in _parsers().items():
+        for action in parser._actions:
+            assert action.help and action.help.strip() and action.help != UNDOCUMENTED, (name, action.option_strings)
+        text = parser.format_help()
+        assert text.startswith(f"usage: {name} "), name
+        blocks = text.split("\n  -")  # one block per option
+        assert all(block.count("(default") <= 1 for block in blocks), name  # never "(default: a) (default: b)"
+
+
+def test_train_help_shows_sepo_keys_first(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sepo(["train", "--help"])
+    assert exit_.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "usage: sepo train [--config RECIPE.yaml] [--key value ...]"
+    first_screen = "\n".join(lines[:60])
+    assert "--config RECIPE.yaml" in first_screen and "SEPOConfig options:" in first_screen
+    for key in ("--games", "--pool_mix", "--credit", "--max_turn_tokens"):
+        assert key in first_screen, key
+    text = "\n".join(lines)
+    assert text.index("SEPOConfig options:") < text.index("trl.ModelConfig options:") < text.index(
+        "trl.GRPOConfig / transformers.TrainingArguments options:")
+    assert "--no_fallback set fallback to false (same as --fallback false)" in " ".join(text.split())
+
+
+def test_eval_help_prints_each_default_once(capsys):
+    """EvalConfig is documented by `sepo eval`'s own module; add "sepo eval" to `_parsers` once every key has a
+    description."""
+    with pytest.raises(SystemExit):
+        sepo(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("usage: sepo eval [--config RECIPE.yaml]")
+    assert "--dtype STR model dtype, e.g. bfloat16 (default: as saved) --" in text  # not "... (default: None)"
+    assert "--no_kuhn_exact set kuhn_exact to false (same as --kuhn_exact false)" in text
+    assert "--episodes_per_opponent INT episodes per (pool, opponent), >= 1 (default: 16)" in text
+
+
+def test_fmsp_run_help_lists_config_keys(capsys):
+    with pytest.raises(SystemExit):
+        fmsp(["run", "--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: fmsp run [--config RECIPE.yaml]")
+    assert "--iterations INT" in text and "(default: 20)" in text and "--fm_policies_path STR" in text
+
+
+def test_model_card_names_the_base_model(tmp_path):
+    from trl.trainer.utils import generate_model_card
+
+    from sepo.model_card import EMBEDDED_HUB_ID, name_base_model
+
+    card = generate_model_card(base_model=None, model_name="m", hub_model_id="m", dataset_name=None, tags=[],
+                               wandb_url=None, trackio_url=None, trainer_name="GRPO")
+    path = tmp_path / "README.md"
+    path.write_text(str(card))
+    assert "fine-tuned version of [None]" in path.read_text()  # what TRL writes for a local checkpoint
+    assert name_base_model(path, "default")
+    text = path.read_text()
+    assert f"fine-tuned version of [{EMBEDDED_HUB_ID}](https://huggingface.co/{EMBEDDED_HUB_ID})" in text
+    assert f"base_model: {EMBEDDED_HUB_ID}" in text and "[None]" not in text
+    path.write_text(str(card))
+    assert name_base_model(path, str(tmp_path))
+    assert f"fine-tuned version of the local checkpoint `{tmp_path}`" in path.read_text()
+    assert not name_base_model(path, "default")  # nothing left to replace
