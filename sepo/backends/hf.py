@@ -104,7 +104,7 @@ class HFBackend:
         try:
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # transformers says ValueError for a directory without a tokenizer
             raise ValueError(f"cannot load model {name_or_path!r} (resolved to {path}): {exc}") from None
         if adapter:
             from peft import PeftModel
