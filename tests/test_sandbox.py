@@ -136,3 +136,15 @@ def test_the_sandbox_benchmark_part_runs_and_names_its_baseline():
     assert figures["car_tag"]["in_process_s"] > 0 and figures["ipd"]["in_process_ms_per_episode"] > 0
     text = " ".join(" ".join(r) for r in rows({"sandbox": figures}))
     assert "both policies sandboxed" in text and "in-process" in text and "<= 1.5 s" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not layers.detect_layers().bwrap, reason="the root staging step needs root")
+def test_a_bound_path_under_tmp_survives_the_staging_tmpfs(tmp_path):
+    """A checkout under /tmp (a CI clone, say) must still be visible after the root stage mounts its private /tmp:
+    the tmpfs goes first and the binds on top of it (found by a clean-clone CI run in /tmp/ci)."""
+    import subprocess
+
+    found = layers.detect_layers()
+    assert str(tmp_path).startswith("/tmp/")
+    stage = layers._prefix(found.bwrap, found.setpriv, 65534, 65534, [str(tmp_path)])
+    assert subprocess.run([*stage, "test", "-d", str(tmp_path)]).returncode == 0

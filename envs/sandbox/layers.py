@@ -214,7 +214,8 @@ def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int, paths: l
             "--no-new-privs", "--"]  # fmt: skip
     if bwrap is None:
         return drop
-    stage = [bwrap, "--die-with-parent", *_binds(paths), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--"]
+    # /tmp's tmpfs first: binds below it (a checkout under /tmp) are mounted on top of it, not hidden by it
+    stage = [bwrap, "--die-with-parent", "--tmpfs", "/tmp", *_binds(paths), "--proc", "/proc", "--dev", "/dev", "--"]
     return stage + drop
 
 
