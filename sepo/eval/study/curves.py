@@ -27,7 +27,7 @@ from typing import Any
 
 from sepo.eval.report import cell
 from sepo.eval.study.config import StudyConfig, arm_dir
-from sepo.files import write_json_atomic, write_text_atomic
+from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
 PLOTTED = ("exploitability", "J")
@@ -157,7 +157,7 @@ def plot_curves(summary: Mapping[str, Any], path: Path) -> Path:
         ax.set(title=f"{name} (95% interval bands)", xlabel="step")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
     return path
 
