@@ -56,6 +56,7 @@ def test_curves_values_and_difference_rule(study: Path, tmp_path: Path) -> None:
     assert data["curves"]["reward_only"][2]["exploitability"] == {"value": 0.10, "ci": [0.05, 0.12], "n": 12}
     assert data["curves"]["per_pool"][0]["J"]["value"] == -1.0
     rows = {r["step"]: r for r in data["between_arms"]["per_pool − reward_only"]}
+    assert sorted(rows) == [2, 4]  # step 0 is the arms' shared start: no difference is computed there
     # step 4: 0.30 [0.25, 0.40] − 0.10 [0.05, 0.12] = 0.20 [0.20 − hypot(0.05, 0.02), 0.20 + hypot(0.10, 0.05)]
     d = rows[4]["exploitability"]
     assert d["diff"] == pytest.approx(0.20)

@@ -8,7 +8,8 @@ interval and n. Step 0 is the study's "base" row (report.json) when the study ev
 callback's settings, as configs/experiments/kuhn_default.yaml does. Two kinds of differences, each with an
 interval and called a difference only when the interval excludes zero:
   - each arm's last evaluated step minus its step 0 (did training move the metric?);
-  - the first arm minus the second at every step both evaluated (did the arms move it differently?).
+  - the first arm minus the second at every trained step both evaluated (did the arms move it differently?;
+    step 0 is their shared start, so it is left out).
 A difference's interval is built from the two estimates' own intervals (MOVER, Zou & Donner 2008:
 d − sqrt((a − a_lo)² + (b_hi − b)²), d + sqrt((a_hi − a)² + (b − b_lo)²)). It treats the two as independent;
 the checkpoints are evaluated on the same seeds, so where the pairing correlates them positively the interval
@@ -75,10 +76,10 @@ def difference(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict
 
 
 def differences(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """first − second for every metric at every step both curves have."""
+    """first − second for every metric at every trained step (> 0) both curves have."""
     by_step = {p["step"]: p for p in second}
     return [{"step": p["step"], **{name: difference(p[name], by_step[p["step"]][name]) for name, _ in METRICS}}
-            for p in first if p["step"] in by_step]
+            for p in first if p["step"] > 0 and p["step"] in by_step]
 
 
 def curves_summary(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -99,11 +100,11 @@ def _diff_cell(d: Mapping[str, Any] | None) -> str:
     return f"**{text}** *" if d["excludes_zero"] else text
 
 
-def _verdict(name: str, d: Mapping[str, Any] | None) -> str:
+def _verdict(name: str, d: Mapping[str, Any] | None, up: str = "rose", down: str = "fell") -> str:
     if d is None:
         return f"{name}: not measured"
     if d["excludes_zero"]:
-        return f"{name} {'rose' if d['diff'] > 0 else 'fell'} ({_diff_cell(d)}, the interval excludes zero)"
+        return f"{name} {up if d['diff'] > 0 else down} ({_diff_cell(d)}, the interval excludes zero)"
     return f"{name}: no difference at this sample size ({_diff_cell(d)}, the interval contains zero)"
 
 
@@ -125,13 +126,15 @@ def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
         lines += ["", f"## {pair} per step", "", "| step | " + " | ".join(f"Δ{n}" for n in names) + " |",
                   "|---" * (len(names) + 1) + "|"]
         lines += [f"| {r['step']} | " + " | ".join(_diff_cell(r[n]) for n in names) + " |" for r in rows]
-        last = [r for r in rows if r["step"] > 0]
-        if last:
-            lines += ["", f"At the last common step ({last[-1]['step']}): "
-                      + "; ".join(_verdict(f"Δ{n}", last[-1][n]) for n in PLOTTED) + "."]
+        if rows:
+            lines += ["", f"At the last common step ({rows[-1]['step']}): "
+                      + "; ".join(_verdict(f"Δ{n}", rows[-1][n], "is positive", "is negative") for n in PLOTTED) + "."]
     lines += ["", "What this does not show: one seed per arm; no correction for the number of comparisons; "
-              "exploitability is that of the policy scored at the 12 info sets (sepo/eval/kuhn.py), J, u, e, c "
-              "those of sampled play against the pools at a few episodes per opponent.", "", "![curves](curves.png)", ""]
+              "an interval covers the evaluation's sampling (episodes; rationales per info set for exploitability) of "
+              "fixed weights, not the spread between training seeds, so a difference between arms shows that the "
+              "two trained policies differ, not that the credit caused it; exploitability is that of the policy "
+              "scored at the 12 info sets (sepo/eval/kuhn.py), J, u, e, c those of sampled play against the pools "
+              "at a few episodes per opponent.", "", "![curves](curves.png)", ""]
     return "\n".join(lines)
 
 
