@@ -91,3 +91,18 @@ def test_curves_values_and_difference_rule(study: Path, tmp_path: Path) -> None:
 def test_missing_arm_is_a_clear_error(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["--study", str(study), "--arms", "per_pool,shared", "--out", str(tmp_path / "o")]) == 2
     assert "arm 'shared'" in capsys.readouterr().err
+
+
+def test_experiment_recipe_evaluates_its_start_as_the_callback_evaluates_checkpoints() -> None:
+    """Step 0 of the curves is the study's "base" row: its eval settings must be the training callback's."""
+    from sepo.eval.study.config import StudyConfig, arm_configs
+    from sepo.grpo.callbacks import eval_config
+
+    cfg = StudyConfig.from_yaml("configs/experiments/kuhn_default.yaml")
+    assert sorted(cfg.arms) == ["per_pool", "reward_only"]
+    for arm in cfg.arms:
+        args, _ = arm_configs(cfg, arm)
+        callback = eval_config(args)
+        for key, value in cfg.eval.items():
+            assert getattr(callback, key) == value, (arm, key)
+        assert callback.episodes_per_opponent > 1  # an interval in every stratum
