@@ -23,8 +23,9 @@ def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, 
             "logging_steps": 1, "keep_best_by_safety": True, "checkpoint_eval_episodes": 1, "seed": 0,
             "disable_tqdm": True,
         },
-        "arms": {"reward_only": {"credit": "per_pool", "lambdas": {"ipd": {"e": 0.0, "c": 0.0, "x": 0.0}}},
-                 "per_pool": {"credit": "per_pool"}},
+        "arms": {"reward_only": {"credit": "reward_only"},
+                 "per_pool": {"credit": "per_pool", "pool_mix": {"training": ["tit_for_tat"], "exploit": ["always_defect"]},
+                              "per_device_train_batch_size": 4}},
         "eval": {"episodes_per_opponent": 2, "max_turn_tokens": 4, "progress": False, "bootstrap_resamples": 200},
     }
     path = tmp_path / "study.yaml"
