@@ -1,6 +1,6 @@
-"""SEPO-GRPO learns: a few steps against the exploit pool's `always_defect` move the scored policy of the
-embedded SmolLM2-135M-Instruct towards DEFECT; with learning rate 0 it stays put, and with the advantages'
-sign flipped it moves towards COOPERATE.
+"""SEPO-GRPO learns: one GRPO step against the exploit pool's `always_defect` moves the scored policy of the
+embedded SmolLM2-135M-Instruct (after a 2-step answer-format warm start) towards DEFECT; with learning rate 0
+it stays put, and with the advantages' sign flipped it moves towards COOPERATE.
 
 Why DEFECT is the intended direction. Against `always_defect` (exploit pool, per_pool credit, IPD λe = 2.4,
 λx = 1.8, scale 1) a round's reward is r_t = -(λe·e_t + λx·x_t): COOPERATE gives e_t = 5 - 0 and x_t = 1/6,
@@ -9,12 +9,30 @@ happened before, so every per-round advantage favours the rollouts that defected
 
 What is measured. The exact scored probability of DEFECT (HF backend `score_choices`: teacher-forced
 COOPERATE / DEFECT + end-of-turn, normalised) at three fixed probe prompts rendered with the model's chat
-template: round 1, and round 2 after (COOPERATE, DEFECT) and after (DEFECT, DEFECT). Not sampled play.
-The model almost never writes a parseable answer (every decision goes through the constrained fallback,
-whose forced tokens are masked from the loss), so the signal reaches the weights through the model's own
-16-token turns, which name the action the fallback then picks.
+template: round 1, and round 2 after (COOPERATE, DEFECT) and after (DEFECT, DEFECT), the only states a
+rollout against always_defect visits. Not sampled play.
 
-MEASURED (filled in below)
+Why a warm start. The embedded model as shipped does not answer with the action alone: it writes prose,
+almost every decision goes through the constrained fallback (parse-failure rate 0.94-1 in the runs measured),
+and the fallback's forced action tokens carry no advantage by design. GRPO then only reweights the prose, and
+the scored P(DEFECT) moved as a side effect whose sign depended on the seed (no warm start, 16-token turns,
+G=8, one step at lr 1e-3, mean move over the probes: seeds 0/1/2 +0.12 / -0.12 / -0.24, flipped sign -0.17 /
++0.08 / +0.22). So the module fixture first runs the project's SFT stage for 2 steps on answer-only rows (each
+probe conversation once with COOPERATE and once with DEFECT): the start then answers with the action alone
+(no parse failures in the rollouts), and the tokens GRPO weights are the tokens the probes score.
+
+MEASURED (2026-11-30, the project's 2-core CPU machine), P(DEFECT) at (round 1, round 2 after C/D, round 2
+after D/D), one GRPO step of G=4 rollouts, 8-token turns, lr 1e-3 (reproduced exactly by every later run here):
+
+    warm start (SFT, 2 steps)      0.7636  0.6750  0.6048   mean 0.6811
+    SEPO-GRPO, seed 0              0.9939  0.9997  0.9998   mean move +0.317
+    flipped advantages, seed 0     0.0197  0.0069  0.0013   mean move -0.672
+    learning rate 0, seed 0        equal to the warm start within 1e-6
+
+Seeds 1 and 2 of the GRPO step (measured once, not in the test): SEPO-GRPO +0.279 / +0.290, flipped -0.524 /
+-0.449. MARGIN_UP and MARGIN_DOWN are half the smallest move over seeds 0-2. G=8 moved it as far (seed 0:
++0.426 / -0.563, from a warm start trained on eight more rows) at twice the GRPO cost. Wall time of the module:
+82 s at load average 1.7 (fixture 27 s, each test 15-16 s); several times longer while other jobs load the CPU.
 """
 
 from __future__ import annotations
@@ -36,11 +54,11 @@ ACTIONS = ["COOPERATE", "DEFECT"]
 NUM_ROUNDS = 2
 TURN_TOKENS = 8
 SFT_STEPS = 2
-GROUP = 8
+GROUP = 4
 STEPS = 1
 SEED = 0
-MARGIN_UP = 0.2
-MARGIN_DOWN = 0.2
+MARGIN_UP = 0.14
+MARGIN_DOWN = 0.22
 
 
 class NegatedAdvantagesTrainer(SEPOTrainer):
@@ -51,7 +69,7 @@ class NegatedAdvantagesTrainer(SEPOTrainer):
 
 
 def learning_config(tmp_path, learning_rate: float) -> SEPOConfig:
-    """2-round IPD, one group of G=8 rollouts per step against always_defect, per_pool credit, 2 steps."""
+    """2-round IPD, one GRPO step on one group of G rollouts against always_defect, per_pool credit."""
     return SEPOConfig(
         output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
         disable_tqdm=True, logging_steps=1, seed=SEED, max_steps=STEPS, learning_rate=learning_rate, beta=0.0,
@@ -81,6 +99,7 @@ PROBES = [None, ("COOPERATE", "DEFECT"), ("DEFECT", "DEFECT")]
 
 
 def probe_prompts(tokenizer) -> list[Prompt]:
+    """The PROBES conversations rendered as the rollout engine renders a turn's prompt."""
     from sepo.rollout.chat import ChatRenderer
 
     renderer = ChatRenderer(tokenizer)
@@ -98,8 +117,8 @@ def p_defect(model: Any, tokenizer: Any, prompts: list[Prompt]) -> list[float]:
 def warm_start(out: Path) -> str:
     """The project's SFT stage (TRL SFTTrainer, LoRA, merged) on answer-only rows: each probe conversation
     (the only states a rollout against always_defect visits) completed once with COOPERATE and once with
-    DEFECT, so the start answers with the action alone and leans towards neither. Returns the merged
-    checkpoint."""
+    DEFECT, so the start answers with the action alone and the rows favour neither action. Returns the
+    merged checkpoint."""
     from datasets import Dataset, DatasetDict
 
     from sepo.sft.data import CHAT_TEMPLATE_KWARGS
