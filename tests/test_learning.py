@@ -27,7 +27,7 @@ after D/D), one GRPO step of G=4 rollouts, 8-token turns, lr 1e-3 (reproduced ex
     warm start (SFT, 2 steps)      0.7636  0.6750  0.6048   mean 0.6811
     SEPO-GRPO, seed 0              0.9939  0.9997  0.9998   mean move +0.317
     flipped advantages, seed 0     0.0197  0.0069  0.0013   mean move -0.672
-    learning rate 0, seed 0        equal to the warm start within 1e-6
+    learning rate 0, seed 0        the warm start's numbers, up to 7e-7 of float32 round-off
 
 Seeds 1 and 2 of the GRPO step (measured once, not in the test): SEPO-GRPO +0.279 / +0.290, flipped -0.524 /
 -0.449. MARGIN_UP and MARGIN_DOWN are half the smallest move over seeds 0-2. G=8 moved it as far (seed 0:
@@ -170,7 +170,9 @@ def test_sepo_grpo_moves_the_scored_policy_towards_defect(tmp_path, base):
 
 def test_learning_rate_zero_leaves_the_scored_policy_unchanged(tmp_path, base):
     before, after = base[3], train(tmp_path, base, learning_rate=0.0)
-    assert after == pytest.approx(before, abs=1e-6)
+    # float32 round-off between the plain and the PEFT-wrapped model reached 7e-7; one optimizer step at the
+    # same lr as the other runs moves the probes by 0.2-0.4
+    assert after == pytest.approx(before, abs=1e-4)
 
 
 def test_flipped_advantages_move_the_scored_policy_towards_cooperate(tmp_path, base):
