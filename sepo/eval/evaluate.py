@@ -80,7 +80,7 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
     params = cfg.game_params.get(game_name, {})
     game = envs.make_game(game_name, **params)
     lambdas = resolve_lambdas(game, evaluation=cfg.use_eval_lambdas)
-    pools = _pools(game_name, cfg)
+    pools = eval_pools(game_name, cfg)
     factories = {name: (lambda n=name: pools.make(n)) for pool in POOL_NAMES for name in pools.names(pool)}
     stamp = model_stamp(model)
     done, total = position
@@ -132,14 +132,14 @@ def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, don
     return exact_summary(samples, cfg.bootstrap_resamples, cfg.confidence, cfg.seed)
 
 
-def _pools(game: str, cfg: EvalConfig):
+def eval_pools(game: str, cfg: EvalConfig):
     """The pools of `game`, with `pools_dir` members played in the sandbox."""
     return load_pools(game, extra_dir=cfg.pools_dir, sandbox=SandboxConfig(unsafe=cfg.unsafe_sandbox))
 
 
 def _units_per_game(cfg: EvalConfig) -> dict[str, int]:
     """How many stored pieces (opponents, plus Kuhn's exact phase) one model has per game."""
-    return {game: len(units(game, _pools(game, cfg), cfg.pools))
+    return {game: len(units(game, eval_pools(game, cfg), cfg.pools))
             + int(game == "kuhn" and cfg.kuhn_exact) for game in cfg.games}
 
 

@@ -52,10 +52,10 @@ def eval_config(args: Any) -> Any:
 def check_held_out(cfg: Any, training_seeds: set[int]) -> None:
     """Raise if an evaluation episode would replay a training group's seed."""
     from sepo.eval.episodes import episode_seed, units
-    from sepo.pools import load_pools
+    from sepo.eval.evaluate import eval_pools
 
     for game in cfg.games:
-        for unit in units(game, load_pools(game, extra_dir=cfg.pools_dir), cfg.pools):
+        for unit in units(game, eval_pools(game, cfg), cfg.pools):
             for i in range(cfg.episodes_per_opponent):
                 if episode_seed(cfg.seed, unit, i) in training_seeds:
                     raise ValueError(f"evaluation seed of {unit} episode {i} is a training seed; change `seed`")
