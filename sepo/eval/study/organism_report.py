@@ -1,0 +1,231 @@
+"""The Kuhn organism study's report: results.json, curves.png and curves.md from the finished runs.
+
+`python -m sepo.eval.study.organism_report --config configs/experiments/kuhn_organism/study.yaml --out
+benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.eval.study.organism`), and writes:
+
+- results.json: per arm its resolved config and, per training seed, its checkpoints (step, exploitability,
+  game value, J, u, the 12-info-set policy); the warm start; the computed references (Nash, uniform play,
+  each arm's exact optimum, `sepo.eval.kuhn_optimum`); the exact frontier; and per arm and step the mean with
+  a 95% t-interval across training seeds (not evaluation episodes: every figure is exact given the weights).
+- curves.png: exploitability, game value, J and u_train against steps with those intervals and reference
+  lines, and the payoff-exploitability plane: each arm's final (u_train, exploitability) beside the frontier.
+- curves.md: the final checkpoints' table and the issue's goals, each marked met or missed as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sepo.eval.study.organism import GAME, finished, load_recipe
+from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+
+METRICS = ("exploitability", "game_value", "J", "u_train")
+FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean and the two-sided t-interval of the mean across `values` (training seeds); n = 1 gives no width."""
+    from scipy import stats
+
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return {"mean": mean, "low": mean, "high": mean, "n": n}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def intervals(seeds: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per evaluated step (those every seed has), each metric's mean and interval across the seeds."""
+    steps = sorted(set.intersection(*(set(c["step"] for c in run["checkpoints"]) for run in seeds.values())))
+    out = []
+    for step in steps:
+        at = [next(c for c in run["checkpoints"] if c["step"] == step) for run in seeds.values()]
+        out.append({"step": step, **{m: t_interval([c[m] for c in at]) for m in METRICS}})
+    return out
+
+
+def below(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    """Interval a lies entirely below interval b."""
+    return a["high"] < b["low"]
+
+
+def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """The results document from the finished report-phase runs (and the pilot's choice)."""
+    import json
+
+    from envs import make_game
+    from envs.kuhn_exact import exploitability
+    from sepo.eval.kuhn_optimum import references
+    from sepo.objective import resolve_lambdas
+
+    runs = finished(root, "report")
+    arms = {}
+    for arm, seeds in runs.items():
+        config = {k: v for k, v in next(iter(seeds.values()))["config"].items() if k not in ("seed", "output_dir")}
+        arms[arm] = {"config": config,
+                     "seeds": {str(s): run["checkpoints"] for s, run in sorted(seeds.items())},
+                     "seconds_per_step": t_interval([run["seconds_per_step"] for run in seeds.values()]),
+                     "adaptive_refresh_s": _refresh_cost(seeds.values())}
+    any_run = next(iter(next(iter(runs.values())).values()))
+    start = any_run["checkpoints"][0]
+    params = recipe["train"]["game_params"][GAME]
+    lambdas = resolve_lambdas(make_game(GAME, **params))
+    refs = references(lambdas, FRONTIER_WEIGHTS)
+    choice_path = root / "runs" / "pilot" / "choice.json"
+    return {
+        "arms": arms,
+        "warm_start": {"policy": start["policy"], "exploitability": exploitability(start["policy"]),
+                       "game_value": start["game_value"], "J": start["J"], "u_train": start["u_train"]},
+        "references": {k: v for k, v in refs.items() if k != "frontier"},
+        "frontier": refs["frontier"],
+        "intervals": {arm: intervals(runs[arm]) for arm in runs},
+        "pilot": json.loads(choice_path.read_text()) if choice_path.exists() else None,
+        "pilot_runs": {arm: {str(s): r["checkpoints"][-1]["exploitability"] for s, r in seeds.items()}
+                       for arm, seeds in finished(root, "pilot").items()},
+    }
+
+
+def _refresh_cost(runs: Sequence[Mapping[str, Any]]) -> float | None:
+    costs = [row["sepo/adaptive/refresh_s"] for run in runs for row in run.get("adaptive", [])]
+    return sum(costs) / len(costs) if costs else None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# pictures and tables
+
+
+def plot(results: Mapping[str, Any], path: Path) -> None:
+    """curves.png: four metric panels with 95% bands across seeds, references, and the frontier plane."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    refs = results["references"]
+    fig, axes = plt.subplots(1, 5, figsize=(26, 5.2))
+    colors = dict(zip(sorted(results["intervals"]), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    titles = {"exploitability": "exact exploitability (chips/hand)", "game_value": "game value (self-play, first mover)",
+              "J": "J vs the fixed default pools (eval λ)", "u_train": "u_train (chips/hand vs training pool)"}
+    for ax, metric in zip(axes, METRICS):
+        for arm, rows in sorted(results["intervals"].items()):
+            steps = [r["step"] for r in rows]
+            ax.plot(steps, [r[metric]["mean"] for r in rows], color=colors[arm], label=arm)
+            ax.fill_between(steps, [r[metric]["low"] for r in rows], [r[metric]["high"] for r in rows],
+                            color=colors[arm], alpha=0.2)
+        ax.set_title(titles[metric], fontsize=10)
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+    ax = axes[0]
+    ax.axhline(refs["nash"], color="k", lw=1, label="Nash (0)")
+    ax.axhline(refs["uniform"], color="gray", ls=":", label=f"uniform ({refs['uniform']:.3f})")
+    ax.axhspan(refs["reward_only"]["low"], refs["reward_only"]["high"], color=colors.get("reward_only", "C0"),
+               alpha=0.08, label="reward_only optimum (tie band)")
+    ax.axhline(refs["per_pool"]["exploitability"], color=colors.get("per_pool", "C1"), ls="--", lw=1,
+               label="per_pool optimum")
+    ax.legend(fontsize=7, loc="upper right")
+    ax = axes[4]
+    ax.plot([p["u_train"] for p in results["frontier"]], [p["exploitability"] for p in results["frontier"]],
+            "k.-", label="exact frontier: max u_train − w·expl.")
+    for p in results["frontier"]:
+        ax.annotate(f"w={p['w']:g}", (p["u_train"], p["exploitability"]), fontsize=7)
+    for arm, rows in sorted(results["intervals"].items()):
+        last = rows[-1]
+        x, y = last["u_train"], last["exploitability"]
+        ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["low"]], [x["high"] - x["mean"]]],
+                    yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o", color=colors[arm], label=arm)
+    ws = results["warm_start"]
+    ax.plot(ws["u_train"], ws["exploitability"], "k*", ms=10, label="warm start")
+    ax.set_xlabel("u_train (chips/hand)")
+    ax.set_ylabel("exploitability (chips/hand)")
+    ax.set_title("final checkpoints vs the exact frontier", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=90))
+    plt.close(fig)
+
+
+def _fmt(entry: Mapping[str, float]) -> str:
+    return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
+
+
+def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """The issue's goals, each (goal, met, the measured figures): met is None when its arms did not run."""
+    final = {arm: rows[-1] for arm, rows in results["intervals"].items()}
+    out = []
+    ed, ro, pp = final.get("exploitability_descent"), final.get("reward_only"), final.get("per_pool")
+    if ed and ro:
+        e = ed["exploitability"]
+        out.append(("exploitability_descent ends at exploitability <= 0.05 (mean over seeds)",
+                    e["mean"] <= 0.05, _fmt(e)))
+        out.append(("exploitability_descent's interval lies below reward_only's", below(e, ro["exploitability"]),
+                    f"{_fmt(e)} vs {_fmt(ro['exploitability'])}"))
+    adaptive = [a for a in final if a.startswith("per_pool_adaptive_w")]
+    if adaptive and ro and pp:
+        best = min(adaptive, key=lambda a: final[a]["exploitability"]["mean"])
+        e = final[best]["exploitability"]
+        out.append((f"{best}'s interval lies below per_pool's and reward_only's",
+                    below(e, pp["exploitability"]) and below(e, ro["exploitability"]),
+                    f"{_fmt(e)} vs {_fmt(pp['exploitability'])} and {_fmt(ro['exploitability'])}"))
+    per_step = {arm: results["arms"][arm]["seconds_per_step"]["mean"] for arm in results["arms"]}
+    slowest = max(per_step, key=per_step.get)
+    out.append(("a SEPO-GRPO step of the organism takes <= 1 s (slowest arm, mean over its seeds, eval included)",
+                per_step[slowest] <= 1.0, f"{slowest}: {per_step[slowest]:.2f} s"))
+    return out
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    """curves.md: final checkpoints with 95% intervals across training seeds, references and goals."""
+    refs = results["references"]
+    lines = ["# Kuhn model organism: final checkpoints (95% t-intervals across training seeds)", "",
+             "| arm | seeds | steps | exploitability | game value | J (fixed pools, eval λ) | u_train | s/step |",
+             "|---|---|---|---|---|---|---|---|"]
+    ws = results["warm_start"]
+    lines.append(f"| warm start | – | 0 | {ws['exploitability']:.3f} | {ws['game_value']:.3f} | {ws['J']:.3f} | "
+                 f"{ws['u_train']:.3f} | – |")
+    for arm, rows in sorted(results["intervals"].items()):
+        last = rows[-1]
+        lines.append(f"| {arm} | {last['exploitability']['n']} | {last['step']} | " + " | ".join(
+            _fmt(last[m]) for m in METRICS) + f" | {results['arms'][arm]['seconds_per_step']['mean']:.2f} |")
+    lines += ["", "References (computed, `sepo.eval.kuhn_optimum`): Nash "
+              f"{refs['nash']:.3f}; uniform play {refs['uniform']:.4f}; reward_only's optimum (best responses to "
+              f"the training mix, a tie set) {refs['reward_only']['low']:.3f}–{refs['reward_only']['high']:.3f}; "
+              f"per_pool's optimum (J, training λ, fixed pools) {refs['per_pool']['exploitability']:.3f}; "
+              "exploitability descent's optimum 0.", "", "Exact frontier (max u_train − w·exploitability):", "",
+              "| w | u_train | exploitability |", "|---|---|---|"]
+    lines += [f"| {p['w']:g} | {p['u_train']:.4f} | {p['exploitability']:.4f} |" for p in results["frontier"]]
+    if results.get("pilot"):
+        p = results["pilot"]
+        lines += ["", f"Pilot (rule: {p['rule']}): mean final exploitability by w "
+                  + ", ".join(f"w={w}: {v:.3f}" for w, v in p["means"].items()) + f"; chosen w = {p['chosen_w']}."]
+    lines += ["", "## Goals, as measured", ""]
+    lines += [f"- {'MET' if met else 'MISSED' if met is not None else 'NOT RUN'}: {goal} — {figures}"
+              for goal, met, figures in goals(results)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sepo.eval.study.organism_report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--out", required=True, help="where results.json, curves.png and curves.md go")
+    ns = parser.parse_args(argv)
+    recipe = load_recipe(ns.config)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = build_results(recipe, Path(recipe["output_dir"]))
+    write_json_atomic(out / "results.json", results)
+    plot(results, out / "curves.png")
+    write_text_atomic(out / "curves.md", markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
