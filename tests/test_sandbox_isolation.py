@@ -65,19 +65,27 @@ class Hog:
 
         for name, path in (("dev_shm", "/dev/shm/hog"), ("dev", "/dev/hog"), ("tmp", "/tmp/hog"), ("root", "/hog"),
                            ("scratch", "/scratch/hog")):
+            held[name] = 0
+            for i in range(4 * mb):  # many files: each one stops at the file-size limit
+                try:
+                    with open(f"{path}{i}", "wb", buffering=0) as fh:
+                        got = fill(fh.write)
+                except OSError:
+                    break
+                held[name] += got
+                if got == 0 or held[name] >= n:
+                    break
+        held["memfd"] = 0
+        for i in range(32):
             try:
-                fh = open(path, "wb", buffering=0)
+                fd = os.memfd_create(f"hog{i}")
             except OSError:
-                held[name] = 0
-                continue
-            self.keep.append(fh)
-            held[name] = fill(fh.write)
-        try:
-            fd = os.memfd_create("hog")
+                break
             self.keep.append(fd)
-            held["memfd"] = fill(lambda b: os.write(fd, b))
-        except OSError:
-            held["memfd"] = 0
+            got = fill(lambda b: os.write(fd, b))
+            held["memfd"] += got
+            if got == 0 or held["memfd"] >= n:
+                break
         libc = ctypes.CDLL(None, use_errno=True)
         libc.shmat.restype = ctypes.c_void_p
         shmid = libc.shmget(0, ctypes.c_size_t(n), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
@@ -110,11 +118,11 @@ def test_host_memory_stays_bounded_under_every_shared_memory_channel():
     with SandboxedPolicy(HOG, label="hog", config=config, methods=("act",)) as policy:
         held = policy.call("act", 512)
         during = _meminfo("Shmem")
-        assert held["scratch"] <= 32 << 20, held
-        assert {k: v for k, v in held.items() if k != "scratch"} == {k: 0 for k in held if k != "scratch"}, held
     after = _meminfo("Shmem")
     assert during - before < 96 << 20, f"host Shmem rose by {(during - before) >> 20} MB while the policy held {held}"
     assert after - before < 64 << 20
+    assert held["scratch"] <= 32 << 20, held  # what it says it got agrees: the scratch, and nothing else
+    assert {k: v for k, v in held.items() if k != "scratch"} == {k: 0 for k in held if k != "scratch"}, held
 
 
 def test_a_policy_over_a_memory_bound_loses_with_the_memory_kind_and_the_match_goes_on():
@@ -239,8 +247,8 @@ def test_safe_text_escapes_controls_and_caps_length():
 # --- the private rng ---------------------------------------------------------------------------------
 
 # A Kuhn seat-0 policy that knows every public way seeds were made (fmsp's Random(seed * 100003 + i) and the
-# seat's Random(rng.random()); the engine's Random(f"{seed}:opponent"); keyed ones under guessable keys) and
-# tries to recognise its own rng among them. Its opening move encodes its guess of the opponent's card: BET when
+# seat's Random(rng.random()); keyed ones under guessable keys) and tries to recognise its own rng among them;
+# failing that, it computes the deal from the match's public seed and its own count of episodes. Its opening move encodes its guess of the opponent's card: BET when
 # it thinks the opponent holds the higher of the two cards it does not hold, PASS otherwise.
 PREDICTOR = r'''
 import hashlib, hmac, random
@@ -252,12 +260,17 @@ class Predictor:
     name = "predictor"
     description = "recovers the deal from its rng"
 
+    episodes = 0  # this process's episodes so far: the episode index, if it is the only policy of its class
+
     def reset(self, game, seat, rng):
         state, self.deals = rng.getstate(), None
         for candidate, deals in self._candidates(game, seat):
             if candidate == state:
                 self.deals = deals
                 break
+        else:  # its rng says nothing: the match's public seed (0) and its own count of episodes
+            self.deals = game.new_state(random.Random(Predictor.episodes)).deals
+        Predictor.episodes += 1
 
     def _candidates(self, game, seat):
         def seat_rng(master):
@@ -279,8 +292,6 @@ class Predictor:
             return view["legal_actions"][0]
         mine = view["private"]["card"]
         higher = [c for c in CARDS if c != mine][1]
-        if self.deals is None:
-            return "BET"  # nothing known: always guess the higher card (right half the time)
         return "BET" if self.deals[0][1] == higher else "PASS"
 '''
 
@@ -340,6 +351,51 @@ def test_the_opponents_kuhn_card_cannot_be_predicted_from_the_policys_rng():
     right, total = _kuhn_guesses(True, 300, "k" * 64)
     assert total == 150
     assert right <= total / 2 + 3 * math.sqrt(total) / 2, (right, total)
+
+
+# A Kuhn pool member (seat 1 of a `sepo train`/`sepo eval` episode) that knows the engine's derivations: its rng
+# is Random(f"{seed}:opponent") and the deal Random(f"{seed}:game") for a dataset seed below 1000. `guess` returns
+# its guess of the model's card.
+ENGINE_PREDICTOR = r'''
+import random
+
+
+class EnginePredictor:
+    def reset(self, game, seat, rng):
+        state, self.deal = rng.getstate(), None
+        for seed in range(1000):
+            if random.Random(f"{seed}:opponent").getstate() == state:
+                self.deal = game.new_state(random.Random(f"{seed}:game")).deals[0]
+
+    def act(self, view):
+        return view.legal_actions[0]
+
+    def guess(self, mine):
+        return self.deal[0] if self.deal else [c for c in "JQK" if c != mine][1]
+'''
+
+
+def test_a_pool_member_cannot_read_the_models_kuhn_card_in_the_rollout_engine():
+    """`sepo train`/`sepo eval` episodes (`sepo.rollout.engine._start`): with the public opponent rng the member
+    names the model's card every time; sandboxed, under the run's key, at chance (bound as above, n = 100)."""
+    from sepo.rollout.engine import EpisodeSpec, _start
+
+    namespace: dict = {}
+    exec(ENGINE_PREDICTOR, namespace)  # noqa: S102 - the test's own policy
+    plain = namespace["EnginePredictor"]()
+    config = SandboxConfig(rng_key="e" * 64)
+    right = {"public": 0, "sandboxed": 0}
+    for seed in range(100):
+        spec = EpisodeSpec("kuhn", {"num_hands": 1}, "exploit", "predictor", seed * 7 + 3, seat=0)
+        ep = _start(spec, {"predictor": lambda: SandboxedStrategy(SandboxedPolicy(
+            ENGINE_PREDICTOR, label="predictor", config=config, methods=("act",)), "predictor", "object")})  # fmt: skip
+        model_card, member_card = ep.state.deals[0]
+        right["sandboxed"] += ep.opponent.policy.call("guess", member_card) == model_card
+        ep.opponent.close()
+        plain.reset(ep.game, 1, random.Random(f"{spec.seed}:opponent"))
+        right["public"] += plain.guess(member_card) == model_card
+    assert right["public"] == 100, right
+    assert right["sandboxed"] <= 50 + 3 * math.sqrt(100) / 2, right
 
 
 def test_a_sandboxed_opponents_rng_is_keyed_paired_and_private(tmp_path):
