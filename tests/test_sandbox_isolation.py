@@ -125,6 +125,33 @@ def test_host_memory_stays_bounded_under_every_shared_memory_channel():
     assert {k: v for k, v in held.items() if k != "scratch"} == {k: 0 for k in held if k != "scratch"}, held
 
 
+FILES = r'''
+import os
+
+class Files:
+    def act(self, limit):
+        n = 0
+        try:
+            while n < limit:
+                os.mkdir(f"d{n}") if n % 2 else open(f"f{n}", "w").close()
+                n += 1
+        except OSError:
+            pass
+        return n
+'''
+
+
+def test_empty_files_cannot_pin_kernel_memory():
+    """Empty files and directories take no tmpfs bytes but each pins an inode and a dentry (~1 KB of kernel slab):
+    a policy trying 300,000 of them stops at the scratch's inode limit, and the host's Slab barely moves."""
+    before = _meminfo("Slab")
+    with SandboxedPolicy(FILES, label="files", config=SandboxConfig(call_timeout_s=120), methods=("act",)) as policy:
+        made = policy.call("act", 300_000)
+        during = _meminfo("Slab")
+    assert during - before < 64 << 20, f"host Slab rose by {(during - before) >> 20} MB for {made} files"
+    assert made < layers.SCRATCH_INODES, made
+
+
 def test_a_policy_over_a_memory_bound_loses_with_the_memory_kind_and_the_match_goes_on():
     """Filling the scratch tmpfs (one file: the file-size limit) and exhausting the address space are the policy's
     `memory` failures; its opponent

@@ -77,6 +77,8 @@ FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
 # The device nodes of the sandbox's /dev (bound from the host, no tmpfs: no /dev/shm, nothing writable to store)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 SIGNAL_SYSCALLS = ("kill", "tkill", "tgkill")  # allowed only with the worker's own pid as the target
+STAGED_SCRATCH = "/tmp/.policy-scratch"  # where a root stage mounts the scratch tmpfs
+SCRATCH_INODES = 1024  # files and directories the scratch can hold (each pins ~1 KB of kernel memory)
 _THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -153,7 +155,8 @@ def detect_layers(uid: int = 65534, gid: int = 65534) -> Layers:
     if bwrap is None:
         missing.append("bubblewrap (bwrap) not found; `make install` installs it (apt-get install bubblewrap)")
     else:
-        probe = [*_prefix(bwrap, setpriv, uid, gid, []), *_inner_bwrap(bwrap, uid, gid, []), "/usr/bin/true"]
+        staged = bool(root and setpriv)
+        probe = [*_prefix(bwrap, setpriv, uid, gid, []), *_inner_bwrap(bwrap, uid, gid, [], staged=staged), "/usr/bin/true"]
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, env={}, check=False)
         if done.returncode != 0:
             missing.append(f"bubblewrap cannot create namespaces here ({done.stderr.strip()[:300]}); "
@@ -217,11 +220,16 @@ def _binds(paths: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def _inner_bwrap(bwrap: str, uid: int, gid: int, paths: list[str] | tuple[str, ...], scratch_mb: int = 8,
-                 env: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+                 env: dict[str, str] | None = None, staged: bool = False) -> list[str]:  # fmt: skip
+    """The unprivileged bubblewrap. `staged`: the root stage mounted the scratch tmpfs (with an inode limit) at
+    STAGED_SCRATCH and this binds it; otherwise bubblewrap makes it (a byte limit only)."""
+    if staged:
+        scratch = ["--bind", STAGED_SCRATCH, "/scratch"]
+    else:
+        scratch = ["--perms", "0700", "--size", str(scratch_mb << 20), "--tmpfs", "/scratch"]
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(uid), "--gid", str(gid), "--die-with-parent",
-            "--clearenv", *_binds(paths), *_devices(), "--perms", "0700", "--size", str(scratch_mb << 20),
-            "--tmpfs", "/scratch", "--remount-ro", "/", "--chdir", "/scratch"]  # fmt: skip
+            "--clearenv", *_binds(paths), *_devices(), *scratch, "--remount-ro", "/", "--chdir", "/scratch"]  # fmt: skip
     for key, value in (env or {}).items():
         args += ["--setenv", key, value]
     return [*args, "--"]
@@ -236,17 +244,24 @@ def _devices() -> list[str]:
     return args
 
 
-def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int, paths: list[str] | tuple[str, ...]) -> list[str]:
-    """The root-only part: stage the binds (root bwrap, mount namespace only), then drop to uid/gid."""
+def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int, paths: list[str] | tuple[str, ...],
+            scratch_mb: int = 8) -> list[str]:  # fmt: skip
+    """The root-only part: stage the binds (root bwrap, mount namespace only), mount the scratch tmpfs with a byte
+    and an inode limit (bubblewrap's own --tmpfs has no inode limit: millions of empty files would pin kernel
+    memory outside every rlimit), then drop to uid/gid with all capabilities gone."""
     if os.geteuid() != 0 or setpriv is None:
         return []
     drop = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
             "--no-new-privs", "--"]  # fmt: skip
     if bwrap is None:
         return drop
+    options = (f"size={scratch_mb << 10}k,nr_inodes={SCRATCH_INODES},mode=0700,uid={uid},gid={gid},"
+               "nosuid,nodev,noexec")  # fmt: skip
+    mount = ["/bin/sh", "-c", f'mount -t tmpfs -o {options} scratch {STAGED_SCRATCH} && exec "$@"', "stage"]
     # /tmp's tmpfs first: binds below it (a checkout under /tmp) are mounted on top of it, not hidden by it
-    stage = [bwrap, "--die-with-parent", "--tmpfs", "/tmp", *_binds(paths), "--proc", "/proc", "--dev", "/dev", "--"]
-    return stage + drop
+    stage = [bwrap, "--die-with-parent", "--cap-add", "CAP_SYS_ADMIN", "--tmpfs", "/tmp", *_binds(paths),
+             "--proc", "/proc", "--dev", "/dev", "--dir", STAGED_SCRATCH, "--"]  # fmt: skip
+    return stage + mount + drop
 
 
 def worker_command(layers: Layers, config: SandboxConfig) -> tuple[list[str], bool]:
@@ -255,10 +270,10 @@ def worker_command(layers: Layers, config: SandboxConfig) -> tuple[list[str], bo
     boot = (f"import sys; sys.path[:] = [p for p in sys.path if p] + {list(path)!r}; "
             "from envs.sandbox.worker import main; main()")  # fmt: skip
     interpreter = [python, "-S", "-s", "-B", "-c", boot]
-    prefix = _prefix(layers.bwrap, layers.setpriv, config.uid, config.gid, show)
+    prefix = _prefix(layers.bwrap, layers.setpriv, config.uid, config.gid, show, config.scratch_mb)
     if layers.bwrap is None:
         return [*prefix, *interpreter], False
-    inner = _inner_bwrap(layers.bwrap, config.uid, config.gid, show, config.scratch_mb, worker_env())
+    inner = _inner_bwrap(layers.bwrap, config.uid, config.gid, show, config.scratch_mb, worker_env(), staged=bool(prefix))
     return [*prefix, *inner, *interpreter], True
 
 
