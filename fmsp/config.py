@@ -131,6 +131,9 @@ class FMSPConfig:
         default=False,
         metadata={"help": "run even where an isolation layer is missing (the present ones still apply)"},
     )
+    rng_key: str = field(default="", metadata={"help": "secret key of the policies' rngs and the episode deals "
+                                                       "(envs.sandbox.rng); empty: made once per run and kept in "
+                                                       "output_dir/rng_key.json"})
 
     # logging
     report_to: str = field(default="none", metadata={"help": "none | wandb"})
@@ -161,7 +164,7 @@ class FMSPConfig:
         """The sandbox keys as an `envs.sandbox.SandboxConfig`."""
         return SandboxConfig(call_timeout_s=self.sandbox_call_timeout_s, total_timeout_s=self.sandbox_timeout_s,
                              cpu_limit_s=self.sandbox_cpu_s, memory_mb=self.sandbox_memory_mb,
-                             unsafe=self.unsafe_sandbox)  # fmt: skip
+                             unsafe=self.unsafe_sandbox, **({"rng_key": self.rng_key} if self.rng_key else {}))  # fmt: skip
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> FMSPConfig:

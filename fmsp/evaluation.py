@@ -511,11 +511,14 @@ def parser():
     cli.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process (one match)")
     cli.add_argument("--unsafe-sandbox", action="store_true",
                      help="run even where an isolation layer is missing (the present layers still apply)")
+    cli.add_argument("--rng-key", default="", help="secret key of the policies' rngs and the deals (default: made "
+                     "once and kept in OUT/rng_key.json; pass it again to replay)")
     return cli
 
 
 def main(argv: list[str] | None = None) -> int:
     from envs.sandbox import SandboxConfig, SandboxUnavailable
+    from envs.sandbox.rng import persist_run_rng_key
     from fmsp.domains import DOMAINS, make_domain
     from sepo.checks import (
         COUNT,
@@ -551,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     check_choice("domain", domain_name, DOMAINS)
     domain_config = args.domain_config if args.domain_config is not None else runs[0].config.get("domain_config", {})
     domain = make_domain(domain_name, **domain_config)
-    sandbox = Sandbox(SandboxConfig(total_timeout_s=args.timeout, unsafe=args.unsafe_sandbox))
+    key = persist_run_rng_key(args.out, args.rng_key)  # keys the policies' rngs and the deals (envs.sandbox.rng)
+    sandbox = Sandbox(SandboxConfig(total_timeout_s=args.timeout, unsafe=args.unsafe_sandbox, rng_key=key))
     try:
         print(sandbox.check(), file=sys.stderr)
     except SandboxUnavailable as exc:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.sandbox.text import safe_text
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.evaluation import Run, generated_members, load_run
 from sepo.checks import UsageError
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for e in entries:
         print(
-            f"  {e['name']:<28} {e['source']['selected_by']:<8} quality={e['source']['quality']}  {e['description']}"
+            f"  {e['name']:<28} {e['source']['selected_by']:<8} quality={e['source']['quality']}  "
+            f"{safe_text(e['description'], 200)}"  # written by the FM
         )
     return 0

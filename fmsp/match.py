@@ -5,7 +5,8 @@
 `--a` plays the domain's first side (Car Tag's pursuer, Gandalf's attacker, a SEPO game's exploiter; SEPO-game
 matches alternate seats, so either side can hold any policy), `--b` the second. The output is
 ``{"a": {"score": float | null, "failure": null | {"kind", "message", "detail"}, "file", "name"}, "b": {...},
-"details", "wall_s", "cpu_s", "sandbox"}``. The exit status is 0 whenever the match was played, even if a
+"details", "wall_s", "cpu_s", "sandbox", "rng_key"}`` (cpu_s measured by the host; rng_key the secret that keyed the
+policies' rngs and the deals: `--rng-key` replays the match). The exit status is 0 whenever the match was played, even if a
 policy failed (that is a result); 2 for a usage error or a sandbox that cannot run here. This is how a user
 vets a policy by hand, and how the red-team tests drive the sandbox.
 """
@@ -23,6 +24,8 @@ GAMES_KEY = {"car_tag": "n_games", "gandalf": "n_games"}  # SEPO games: "n_episo
 
 def main(argv: list[str] | None = None) -> int:
     from envs.sandbox import SandboxConfig, SandboxUnavailable
+    from envs.sandbox.rng import new_rng_key
+    from envs.sandbox.text import safe_text
     from fmsp.domain import PolicyCode
     from fmsp.domains import DOMAINS, make_domain
     from fmsp.sandbox import Sandbox
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domain-config", default="{}", help="JSON overrides of the domain config")
     parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process")
     parser.add_argument("--call-timeout", type=float, default=10.0, help="wall-clock seconds per request")
+    parser.add_argument("--rng-key", default="", help="secret key of the policies' rngs and the deals (default: a "
+                        "new one, written to the record as rng_key; pass it again to replay the match)")
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run even where an isolation layer is missing (the present layers still apply)")
     args = parser.parse(argv)
@@ -49,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--games must be >= 1, got {args.games}")
             overrides[GAMES_KEY.get(args.domain, "n_episodes")] = args.games
         domain = make_domain(args.domain, **overrides)
-        config = SandboxConfig(total_timeout_s=args.timeout, call_timeout_s=args.call_timeout, unsafe=args.unsafe_sandbox)
+        config = SandboxConfig(total_timeout_s=args.timeout, call_timeout_s=args.call_timeout, unsafe=args.unsafe_sandbox,
+                               rng_key=args.rng_key or new_rng_key())
         codes = [Path(f).read_text(encoding="utf-8") for f in (args.a, args.b)]
     except (ValueError, OSError, json.JSONDecodeError) as exc:
         parser.error(str(exc))
@@ -63,14 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     record = sandbox.play(domain, *policies).to_dict()
     for key, policy, path in zip("ab", policies, (args.a, args.b)):
         record[key].update(file=str(path), name=policy.name, side=policy.side)
-    record.update(domain=domain.name, sandbox=layers)
+    record.update(domain=domain.name, sandbox=layers, rng_key=config.rng_key)
     write_json_atomic(Path(args.json), record)
     for key in "ab":
         side = record[key]
         failure = side["failure"]
         if failure:
-            shown = f"FAILED ({failure['kind']}: {failure['message']})"
+            shown = f"FAILED ({failure['kind']}: {safe_text(failure['message'], 500)})"  # the policy's words
         else:
             shown = "no score (the other policy failed)" if side["score"] is None else f"score {side['score']:.4f}"
-        print(f"{key} ({side['side']}, {side['name']}): {shown}")
+        print(f"{key} ({side['side']}, {safe_text(side['name'], 100)}): {shown}")
     return 0

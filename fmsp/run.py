@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.sandbox import SandboxUnavailable
+from envs.sandbox.rng import persist_run_rng_key
 from fmsp.archive import Archive
 from fmsp.config import FMSPConfig, save_config
 from fmsp.domain import Domain
@@ -98,6 +99,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     domain = domain or build_domain(config)
     fm = fm or build_fm(config)
     embedder = embedder or build_embedder(config)
+    persist_run_rng_key(run_dir, config.rng_key)  # the run's secret rng key: recorded once, reused on resume
     sandbox = sandbox or Sandbox(config.sandbox_config())
     print(sandbox.check(), file=sys.stderr)  # refuses (SandboxUnavailable) when a layer is missing, unless unsafe
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -27,19 +27,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envs import GAMES, Strategy, make_game, play_episode, strategy_registry
 from envs.sandbox import PolicyError, SandboxConfig, SandboxedPolicy, SandboxedStrategy
+from envs.sandbox.text import safe_text
 
 POOL_NAMES: tuple[str, ...] = ("training", "exploit", "collusive")
 MANIFEST_FORMAT = "sepo-pool-manifest/1"
 MANIFEST_FILE = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest or a member file larger than this is refused
+MAX_MEMBER_BYTES = 1 << 20
+MAX_JSON_DEPTH = 16  # nesting of the manifest's JSON (a member's `source` object included)
 
 DEFAULT_POOLS: dict[str, dict[str, tuple[str, ...]]] = {
     # the revised paper's pool table (supplementary, "Opponent pools") and the method's code (games/*.py)
@@ -70,8 +76,8 @@ DEFAULT_POOLS: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _MEMBER_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "game": str,
@@ -146,17 +152,85 @@ def check_separation(game: str, pools: Mapping[str, Sequence[str]], strict: bool
 # code policies from a pool directory
 
 
+def _shown(value: Any) -> str:
+    """A manifest value inside an error message: escaped and short (never a file's contents at length)."""
+    return repr(safe_text(value, 80)) if isinstance(value, str) else f"<{type(value).__name__}>"
+
+
+def _read_regular(directory: Path, relative: str, limit: int, where: str) -> bytes:
+    """The bytes of `directory/relative`, which must be a regular file with exactly one link, inside the directory
+    through no symbolic link: every component is checked with lstat before anything resolves the path, the file
+    is opened with O_NOFOLLOW and must still be the inode lstat saw. Errors name the path, never the contents."""
+    rel = PurePosixPath(relative)
+    if not relative or "\x00" in relative or rel.is_absolute() or ".." in rel.parts:
+        raise PoolError(f"{where}: file {_shown(relative)} is outside the pool directory")
+    current, info = directory, None
+    parts = [part for part in rel.parts if part != "."]
+    for index, part in enumerate(parts):
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            raise PoolError(f"{where}: file {_shown(relative)} does not exist") from None
+        except OSError as exc:
+            raise PoolError(f"{where}: cannot read {_shown(relative)} ({exc.strerror})") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise PoolError(f"{where}: {_shown(relative)} goes through a symbolic link; pool files must be plain files")
+        if index < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
+            raise PoolError(f"{where}: file {_shown(relative)} does not exist")
+    if info is None or not stat.S_ISREG(info.st_mode):
+        raise PoolError(f"{where}: {_shown(relative)} is not a regular file")
+    if info.st_nlink != 1:
+        raise PoolError(f"{where}: file {_shown(relative)} has {info.st_nlink} hard links; a pool file must have exactly "
+                        "one (a hard link to a file elsewhere would pass the path check)")  # fmt: skip
+    if info.st_size > limit:
+        raise PoolError(f"{where}: file {_shown(relative)} is larger than {limit} bytes")
+    try:
+        fd = os.open(current, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PoolError(f"{where}: cannot open {_shown(relative)} ({exc.strerror})") from None
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino) or opened.st_nlink != 1:
+            raise PoolError(f"{where}: file {_shown(relative)} changed while it was being checked")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise PoolError(f"{where}: file {_shown(relative)} is larger than {limit} bytes")
+    return data
+
+
+def _check_depth(data: Any, where: str) -> None:
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise PoolError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+            stack += [(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+
+
 def _read_manifest(directory: Path) -> list[dict[str, Any]]:
     path = directory / MANIFEST_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise PoolError(f"pool directory {directory} has no {MANIFEST_FILE}")
+    raw = _read_regular(directory, MANIFEST_FILE, MAX_MANIFEST_BYTES, f"pool directory {directory}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PoolError(f"{path}: not valid JSON ({exc})") from None
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PoolError(f"{path}: not valid JSON (not UTF-8 at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise PoolError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise PoolError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:  # e.g. an integer of more digits than Python converts
+        raise PoolError(f"{path}: not valid JSON (a value out of range)") from None
+    _check_depth(data, str(path))
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise PoolError(f"{path}: 'format' must be {MANIFEST_FORMAT!r}, found {found!r}")
+        found = _shown(data.get("format")) if isinstance(data, dict) else f"<{type(data).__name__}>"
+        raise PoolError(f"{path}: 'format' must be {MANIFEST_FORMAT!r}, found {found}")
     members = data.get("members")
     if not isinstance(members, list):
         raise PoolError(f"{path}: 'members' must be a list of member objects")
@@ -173,29 +247,26 @@ def _validate_entry(entry: Any, index: int, directory: Path) -> tuple[dict[str, 
     for key, kind in _MEMBER_KEYS.items():
         if not isinstance(entry[key], kind):
             raise PoolError(f"{where}: {key!r} must be a JSON {'object' if kind is dict else 'string'}")
-    where = f"{directory / MANIFEST_FILE}: member {entry['name']!r}"
-    if not _NAME.match(entry["name"]):
+    where = f"{directory / MANIFEST_FILE}: member {_shown(entry['name'])}"
+    if not _NAME.fullmatch(entry["name"]):
         raise PoolError(f"{where}: name must be snake_case ([a-z][a-z0-9_]*)")
     if entry["game"] not in GAMES:
-        raise PoolError(f"{where}: unknown game {entry['game']!r}; choose one of: {', '.join(GAMES)}")
+        raise PoolError(f"{where}: unknown game {_shown(entry['game'])}; choose one of: {', '.join(GAMES)}")
     if entry["pool"] not in POOL_NAMES:
-        raise PoolError(f"{where}: unknown pool {entry['pool']!r}; choose one of: {', '.join(POOL_NAMES)}")
+        raise PoolError(f"{where}: unknown pool {_shown(entry['pool'])}; choose one of: {', '.join(POOL_NAMES)}")
     if entry.get("view", "object") not in _VIEW_FORMATS:
         raise PoolError(f"{where}: 'view' must be one of {', '.join(_VIEW_FORMATS)}")
-    if not _SHA256.match(entry["sha256"].lower()):
+    if not _SHA256.fullmatch(entry["sha256"].lower()):
         raise PoolError(f"{where}: 'sha256' must be 64 hex characters")
-    file = (directory / entry["file"]).resolve()
-    if not file.is_relative_to(directory.resolve()):
-        raise PoolError(f"{where}: file {entry['file']!r} is outside the pool directory")
-    if not file.is_file():
-        raise PoolError(f"{where}: file {entry['file']!r} does not exist")
-    data = file.read_bytes()
+    if not isinstance(entry.get("class_name"), str) or not entry["class_name"].isidentifier():
+        raise PoolError(f"{where}: 'class_name' must be a Python identifier")
+    data = _read_regular(directory, entry["file"], MAX_MEMBER_BYTES, where)
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"].lower():
         raise PoolError(
-            f"{where}: sha256 mismatch for {entry['file']!r} (manifest {entry['sha256']}, file {digest})"
+            f"{where}: sha256 mismatch for {_shown(entry['file'])} (manifest {entry['sha256']}, file {digest})"
         )
-    return entry, file, data
+    return entry, directory / entry["file"], data
 
 
 def _sandboxed_factory(entry: Mapping[str, Any], code: str, sandbox: SandboxConfig) -> Callable[[], Strategy]:
@@ -244,6 +315,7 @@ def load_pool_dir(path: str | Path, game: str | None = None, sandbox: SandboxCon
     directory = Path(path)
     if not directory.is_dir():
         raise PoolError(f"pool directory {directory} does not exist")
+    directory = directory.resolve()  # the directory the user named; nothing below it is resolved (_read_regular)
     if game is not None:
         _check_game(game)
     entries: list[tuple[dict[str, Any], Path, bytes]] = []
@@ -252,11 +324,11 @@ def load_pool_dir(path: str | Path, game: str | None = None, sandbox: SandboxCon
         entry, file, data = _validate_entry(raw, index, directory)
         name = entry["name"]
         if name in seen:
-            raise PoolError(f"{directory / MANIFEST_FILE}: member name {name!r} appears twice")
+            raise PoolError(f"{directory / MANIFEST_FILE}: member name {_shown(name)} appears twice")
         seen.add(name)
         if name in strategy_registry(entry["game"]):
             raise PoolError(
-                f"{directory / MANIFEST_FILE}: member name {name!r} shadows the scripted {entry['game']} "
+                f"{directory / MANIFEST_FILE}: member name {_shown(name)} shadows the scripted {entry['game']} "
                 "strategy of the same name; rename it"
             )
         if game is None or entry["game"] == game:
@@ -266,7 +338,7 @@ def load_pool_dir(path: str | Path, game: str | None = None, sandbox: SandboxCon
         try:
             code = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise PoolError(f"pool member {entry['name']!r} ({entry['file']}): not UTF-8 text") from None
+            raise PoolError(f"pool member {_shown(entry['name'])} ({_shown(entry['file'])}): not UTF-8 text") from None
         member = PoolMember(
             name=entry["name"],
             game=entry["game"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from envs.sandbox.text import safe_text
 from sepo.checks import UsageError, debug_enabled, did_you_mean
 
 Commands = dict[str, tuple[str, str]]  # subcommand -> (module, one-line help)
@@ -65,5 +66,6 @@ def dispatch(prog: str, commands: Commands, argv: list[str] | None = None) -> in
     except UsageError as exc:
         if debug or debug_enabled():  # a command's own --debug flag sets SEPO_DEBUG while parsing
             raise
-        print(f"{prog} {command}: error: {exc}", file=sys.stderr)
+        # a message may quote a policy's or a manifest's words (e.g. a pool member's smoke-test failure)
+        print(f"{prog} {command}: error: {safe_text(str(exc), 8000, multiline=True)}", file=sys.stderr)
         return 2

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from envs import GAMES, make_game, make_strategy, play_episode
+from envs.sandbox.rng import private_copy
 from fmsp.domain import Domain, PolicyCode
 from fmsp.domains import make_domain
-from fmsp.domains.sepo_games import payoff_range, scripted_policy_code
+from fmsp.domains.sepo_games import episode_rng, payoff_range, scripted_policy_code
 from fmsp.sandbox import Sandbox
 
 ALWAYS_FIRST = """class First:
@@ -79,7 +78,8 @@ def test_unit_test_rejects_illegal_and_broken_policies(sandbox):
 
 def test_sandboxed_match_equals_the_in_process_games(sandbox):
     """Kuhn (sequential, private cards) with both scripted baselines sandboxed: every episode is the one the
-    scripted strategies play in-process (the rng crosses the pipe as its exact state)."""
+    scripted strategies play in-process given the same keyed rngs (the deal from `episode_rng` under the run's
+    key, each seat the keyed private copy of its rng; the rng crosses the pipe as its exact state)."""
     domain = make_domain("kuhn", n_episodes=6)
     a, b = domain.baselines("exploiter")[0], domain.baselines("cooperator")[0]
     outcome = sandbox.play(domain, a, b)
@@ -87,10 +87,22 @@ def test_sandboxed_match_equals_the_in_process_games(sandbox):
     game = make_game("kuhn")
     lo, hi = payoff_range(game)
     totals, rounds = [0.0, 0.0], 0
+    key = sandbox.config.rng_key
+
+    class Keyed:  # what SandboxedStrategy.reset hands the policy in place of the harness's rng
+        def __init__(self, name):
+            self.inner, self.name = make_strategy("kuhn", name), name
+
+        def reset(self, game, seat, rng):
+            self.inner.reset(game, seat, private_copy(key, rng, "policy"))
+
+        def act(self, view):
+            return self.inner.act(view)
+
     for i in range(6):
-        seats = [make_strategy("kuhn", a.name), make_strategy("kuhn", b.name)]
+        seats = [Keyed(a.name), Keyed(b.name)]
         seats = seats if i % 2 == 0 else seats[::-1]
-        episode = play_episode(game, seats, random.Random(i))  # the domain's seed 0: 0 * 100_003 + i
+        episode = play_episode(game, seats, episode_rng(key, 0, i))  # the domain's seed 0
         totals[0] += episode.totals[i % 2]
         totals[1] += episode.totals[1 - i % 2]
         rounds += len(episode.rounds)

@@ -241,9 +241,11 @@ FMSP_ITERATIONS = 6
 
 
 def _fmsp_args(out: Path) -> list[str]:
-    """QDSP on IPD with the scripted FM test double (configs/fmsp/ipd_qdsp_scripted.yaml), 2 episodes a match."""
+    """QDSP on IPD with the scripted FM test double (configs/fmsp/ipd_qdsp_scripted.yaml), 2 episodes a match. Both
+    runs get one rng_key: the episodes' rngs are keyed by it (a run without one makes its own, kept for resume)."""
     return ["fmsp.cli", "run", "--config", "configs/fmsp/ipd_qdsp_scripted.yaml", "--output_dir", str(out),
-            "--iterations", str(FMSP_ITERATIONS), "--domain_config", "{n_episodes: 2, seed: 0}", "--progress", "false"]
+            "--iterations", str(FMSP_ITERATIONS), "--domain_config", "{n_episodes: 2, seed: 0}", "--progress", "false",
+            "--rng_key", "5eed" * 16]
 
 
 def _archive(run: Path) -> dict:

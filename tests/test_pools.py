@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from pathlib import Path
 
@@ -348,3 +349,68 @@ def test_manifest_validation(tmp_path):
         load_pool_dir(tmp_path / "j")
     with pytest.raises(PoolError, match="'view' must be one of object, dict"):
         load_pool_dir(write_pool_dir(tmp_path / "k", [member("p", "p.py", view="text")], files))
+
+
+def test_pool_loader_holes_of_issue_23_are_closed(tmp_path):
+    """A trailing newline no longer passes the name check (fullmatch); absurd nesting and size are PoolErrors; a hard
+    link or a symbolic link to a host file is refused before it is read, and no error shows a file's bytes."""
+    files = {"p.py": FIRST_LEGAL_POLICY}
+    # `re.match(r"^...$")` accepts "tit_for_tat\n", which then shadowed the scripted strategy
+    with pytest.raises(PoolError, match="snake_case"):
+        load_pool_dir(write_pool_dir(tmp_path / "a", [member("tit_for_tat\n", "p.py")], files))
+    with pytest.raises(PoolError, match="64 hex"):
+        load_pool_dir(write_pool_dir(tmp_path / "a2", [member("p", "p.py", sha256="0" * 64 + "\n")], files))
+    deep = tmp_path / "b"
+    deep.mkdir()
+    (deep / "manifest.json").write_text('{"format": "sepo-pool-manifest/1", "members": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(PoolError, match="nested deeper than 16"):
+        load_pool_dir(deep)
+    nested = member("p", "p.py", source={"a": [[[[[[[[[[[[[[[[[[{}]]]]]]]]]]]]]]]]]]})
+    with pytest.raises(PoolError, match="nested deeper than 16"):
+        load_pool_dir(write_pool_dir(tmp_path / "b2", [nested], files))
+    big = write_pool_dir(tmp_path / "c", [member("p", "p.py", description="x" * (1 << 20))], files)
+    with pytest.raises(PoolError, match="larger than 1048576 bytes"):
+        load_pool_dir(big)
+    # a hard link inside the pool directory to a host file: same inode, so the path check alone passed it
+    secret = tmp_path / "host_secret.py"
+    secret.write_text("SECRET_TOKEN_8d1f = 'sk-not-for-the-pool'\n" + FIRST_LEGAL_POLICY)
+    linked = write_pool_dir(tmp_path / "d", [], {})
+    os.link(secret, linked / "p.py")
+    write_pool_dir(linked, [member("p", "p.py", sha256=hashlib.sha256(secret.read_bytes()).hexdigest())], {})
+    with pytest.raises(PoolError, match="has 2 hard links") as info:
+        load_pool_dir(linked)
+    assert "SECRET_TOKEN" not in str(info.value) and "sk-not" not in str(info.value)
+    # ... and with a wrong digest, the old loader echoed the linked file through its error; now nothing is read
+    write_pool_dir(linked, [member("p", "p.py", sha256="0" * 64)], {})
+    with pytest.raises(PoolError, match="hard links") as info:
+        load_pool_dir(linked)
+    assert "SECRET_TOKEN" not in str(info.value)
+    # a hard-linked manifest, a symlinked member file and a symlinked directory on the way
+    manifest_link = tmp_path / "e"
+    manifest_link.mkdir()
+    (tmp_path / "m.json").write_text(json.dumps({"format": MANIFEST_FORMAT, "members": []}))
+    os.link(tmp_path / "m.json", manifest_link / "manifest.json")
+    with pytest.raises(PoolError, match="has 2 hard links"):
+        load_pool_dir(manifest_link)
+    symlinked = write_pool_dir(tmp_path / "f", [], {})
+    (symlinked / "p.py").symlink_to(secret)
+    write_pool_dir(symlinked, [member("p", "p.py", sha256=hashlib.sha256(secret.read_bytes()).hexdigest())], {})
+    with pytest.raises(PoolError, match="symbolic link"):
+        load_pool_dir(symlinked)
+    via_dir = write_pool_dir(tmp_path / "g", [], {})
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "p.py").write_text(FIRST_LEGAL_POLICY)
+    (via_dir / "sub").symlink_to(tmp_path / "real")
+    write_pool_dir(via_dir, [member("p", "sub/p.py", sha256=hashlib.sha256(FIRST_LEGAL_POLICY.encode()).hexdigest())], {})
+    with pytest.raises(PoolError, match="symbolic link"):
+        load_pool_dir(via_dir)
+    # a manifest that is not JSON: the error gives the position, not the text
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "manifest.json").write_text("SECRET_TOKEN_8d1f = not json")
+    with pytest.raises(PoolError, match=r"not valid JSON \(line 1, column 1\)") as info:
+        load_pool_dir(tmp_path / "h")
+    assert "SECRET_TOKEN" not in str(info.value)
+    # control characters in an echoed manifest value are escaped
+    with pytest.raises(PoolError, match="unknown pool") as info:
+        load_pool_dir(write_pool_dir(tmp_path / "i", [member("p", "p.py", pool="x\x1b[2J\rtraining")], files))
+    assert "\x1b" not in str(info.value) and "\r" not in str(info.value) and "\\x1b" in str(info.value)

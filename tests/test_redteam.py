@@ -13,7 +13,9 @@ is left. The batches run four at a time.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -38,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 UID = 61234  # a uid of its own: any process of it left after the runs (but the decoy) is an escape
 CONFIG = SandboxConfig(call_timeout_s=3.0, total_timeout_s=8.0, uid=UID, gid=UID)
 DOMAINS = {"car_tag": make_domain("car_tag", n_games=8, max_steps=40), "ipd": make_domain("ipd", n_episodes=2)}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202e]")  # what safe_text escapes (newline and tab checked apart)
 STILL = "class Still:\n    name = 'still'\n    description = 'stands still'\n\n    def __call__(self, obs):\n        return 0.0\n"
 
 
@@ -197,7 +200,7 @@ def _scores(record: dict, counts: bool = True) -> tuple:
 
 
 def test_the_red_team_is_large_enough():
-    assert len(SPECS) >= 30 and {s.domain for s in SPECS} == {"car_tag", "ipd"}
+    assert len(SPECS) >= 50 and {s.domain for s in SPECS} == {"car_tag", "ipd"}
     assert {"pursuer", "evader", "exploiter", "cooperator"} == {s.side for s in SPECS}
 
 
@@ -227,6 +230,13 @@ def test_hostile_policy_is_contained(spec: Spec, arena: Arena):
     text = json.dumps([o.to_dict() for o in batch.outcomes]) + str(batch.error)
     for secret in arena.secrets:
         assert secret not in text
+    # figures the harness measured itself, whatever the policy patched or forged; its words escaped and capped
+    for outcome in batch.outcomes:
+        assert math.isfinite(outcome.cpu_s) and outcome.cpu_s >= 0 and math.isfinite(outcome.wall_s), outcome.to_dict()
+        for failure in (outcome.failure_a, outcome.failure_b):
+            if failure is not None:
+                assert not _CONTROL.search(failure["message"]) and len(failure["message"]) <= 1100, failure["message"][:200]
+                assert not _CONTROL.search(failure["detail"].replace("\n", "").replace("\t", ""))
 
 
 def test_a_hostile_policy_reading_secrets_gets_nothing_through_the_cli(arena: Arena, tmp_path):

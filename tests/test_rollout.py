@@ -334,11 +334,12 @@ class Generous:
 
 def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_once(backends, tmp_path, monkeypatch):
     """An FMSP pool member (a sandboxed process per rollout) plays exactly the actions the same strategy plays
-    in-process, all opponents of a lock-step round have their request in flight together, and every
+    in-process with the same (keyed, private) rng, all opponents of a lock-step round have their request in flight together, and every
     process is gone when the rollout returns."""
     import hashlib
 
     from envs.sandbox.process import _LIVE, SandboxedPolicy
+    from envs.sandbox.rng import private_copy, run_rng_key
     from sepo.pools import load_pools
 
     (tmp_path / "generous.py").write_text(GENEROUS_MEMBER)
@@ -368,9 +369,9 @@ def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_onc
     class InProcess(Strategy):
         name = "in_process"
 
-        def reset(self, game, seat, rng):
+        def reset(self, game, seat, rng):  # given what the sandbox gives the member: the keyed private copy
             self.inner = envs.make_strategy("ipd", "generous_tit_for_tat", forgiveness=0.5)
-            self.inner.reset(game, seat, rng)
+            self.inner.reset(game, seat, private_copy(run_rng_key(), rng, "policy"))
 
         def act(self, view):
             return self.inner.act(view)

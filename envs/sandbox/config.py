@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from envs.sandbox.rng import run_rng_key
+from envs.sandbox.text import safe_text
 
 # What a failure's `kind` can be (the `failure.kind` of `fmsp match` and the FMSP records).
 FAILURE_KINDS = (
@@ -11,8 +14,9 @@ FAILURE_KINDS = (
     "load",  # the code does not compile or define the policy class
     "exception",  # the policy raised
     "timeout",  # a call or the whole process exceeded its wall-clock budget
-    "crash",  # the process died (memory limit, CPU limit, a signal, os._exit)
-    "protocol",  # the reply was not one well-formed JSON line answering the request
+    "crash",  # the process died (CPU limit, a signal, os._exit, a memory limit hit outside Python)
+    "memory",  # a memory or storage bound was exceeded (address space, the scratch tmpfs, file size)
+    "protocol",  # the reply was not one well-formed JSON line answering the request (or had a non-finite number)
     "invalid_action",  # the harness rejected the value (type, shape, NaN, illegal action)
 )
 
@@ -38,6 +42,8 @@ class SandboxConfig:
     uid: int = 65534  # the unprivileged uid/gid a root harness drops to (nobody)
     gid: int = 65534
     unsafe: bool = False
+    # The per-run secret that keys every rng a policy is given (`envs.sandbox.rng`); never sent to a policy.
+    rng_key: str = field(default_factory=run_rng_key, repr=False)
 
     def __post_init__(self) -> None:
         for key in ("call_timeout_s", "start_timeout_s", "total_timeout_s"):
@@ -46,6 +52,8 @@ class SandboxConfig:
         for key in ("memory_mb", "max_file_mb", "scratch_mb", "max_open_files", "max_message_bytes"):
             if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
                 raise ValueError(f"SandboxConfig.{key} must be a positive integer, got {getattr(self, key)!r}")
+        if not isinstance(self.rng_key, str) or len(self.rng_key) < 32:
+            raise ValueError("SandboxConfig.rng_key must be a secret string of at least 32 characters")
 
     @property
     def cpu_s(self) -> int:
@@ -57,12 +65,15 @@ class PolicyError(Exception):
     """A policy failed: `label` names which one (e.g. "a"/"b", a pool member), `kind` is in FAILURE_KINDS.
 
     `detail` is the policy's own account (traceback, prints), capped; it is produced inside the sandbox,
-    which holds no host secrets, so it may be shown to users and FMs.
+    which holds no host secrets, so it may be shown to users and FMs. Message and detail are written by the
+    policy, so both pass `safe_text` here (control characters escaped, length capped) before anyone shows them.
     """
 
     def __init__(self, label: str, kind: str, message: str, detail: str = "") -> None:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}; valid: {', '.join(FAILURE_KINDS)}")
+        label, message = safe_text(label, 200), safe_text(message, 1000)
+        detail = safe_text(detail, 8000, multiline=True)
         super().__init__(f"policy {label!r} failed ({kind}): {message}")
         self.label, self.kind, self.message, self.detail = label, kind, message, detail
 

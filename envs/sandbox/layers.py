@@ -8,16 +8,19 @@ Layers, outermost first (each is the OS's own tool, not a Python-level hook):
    a non-root harness already is an unprivileged uid.
 2. **bubblewrap** (`bwrap`, Debian's package): fresh user, pid, network, mount, ipc, uts (and cgroup)
    namespaces, no further user namespaces inside, an empty environment, a root filesystem holding only
-   read-only binds of /usr, the Python installation, numpy and the `envs` package, a minimal /dev, no /proc,
+   read-only binds of /usr, the Python installation, numpy and the `envs` package, a minimal /dev (five device
+   nodes in a read-only directory: no tmpfs, no /dev/shm), no /proc,
    a read-only root, and a private size-limited tmpfs as the only writable place (the working directory). A root harness
    first stages these binds with a root-run `bwrap` (its own mount namespace, nothing else), because the
    unprivileged uid cannot reach e.g. an interpreter installed under /root.
 3. **seccomp**: a filter compiled by libseccomp (through `pyseccomp`) in the harness and loaded by the
    worker before it reads any policy code: process creation (fork, clone, exec), ptrace and cross-process
    memory access, namespace and mount calls, socket creation, signals and pidfds aimed at any other process,
-   io_uring, bpf, keyrings and module loading fail with EPERM.
+   io_uring, bpf, keyrings and module loading fail with EPERM; so do SysV IPC (shared memory, message queues,
+   semaphores), POSIX message queues and memfd_create (memory RLIMIT_AS does not count), and inotify,
+   fanotify, flock and fcntl locks, leases and dnotify (channels through inodes two sandboxes share).
 4. **rlimits** set by the worker before the policy loads: CPU seconds, address space, file size, open files,
-   processes (0), core dumps (0).
+   processes (0), core dumps (0), POSIX message-queue bytes (0), locked memory (0).
 5. **wall clock**: the harness kills the whole process group (and with it the pid namespace) when a call or the
    process's total budget runs out.
 
@@ -58,8 +61,24 @@ DENIED_SYSCALLS = (
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module", "finit_module",
     "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "iopl", "ioperm",
+    # memory outside RLIMIT_AS: SysV shared memory (resident after detaching), SysV message queues and
+    # semaphores, POSIX message queues, memfd files (the ipc multiplexer is the 32-bit ABI's form, killed anyway)
+    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "ipc", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr", "memfd_create", "memfd_secret",
+    # notification and lock channels between sandboxes through the inodes they share (the read-only binds,
+    # the device nodes): inotify, fanotify, flock (fcntl locks, leases and dnotify: FCNTL_DENIED below)
+    "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "fanotify_init", "fanotify_mark",
+    "flock",
 )  # fmt: skip
+# fcntl commands denied: POSIX and open-file-description record locks (set and query), leases, dnotify
+# (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY)
+FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
+# The device nodes of the sandbox's /dev (bound from the host, no tmpfs: no /dev/shm, nothing writable to store)
+DEVICES = ("null", "zero", "full", "random", "urandom")
 SIGNAL_SYSCALLS = ("kill", "tkill", "tgkill")  # allowed only with the worker's own pid as the target
+STAGED_SCRATCH = "/tmp/.policy-scratch"  # where a root stage mounts the scratch tmpfs
+SCRATCH_INODES = 1024  # files and directories the scratch can hold (each pins ~1 KB of kernel memory)
 _THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -107,6 +126,10 @@ def seccomp_program(pid: int) -> bytes:
     program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # ENOSYS: libc falls back to clone, which is denied
     for name in SIGNAL_SYSCALLS:
         program.add_rule(deny, name, sc.Arg(0, sc.NE, pid))
+    for name in ("fcntl", "fcntl64"):
+        if sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0:
+            for command in FCNTL_DENIED:
+                program.add_rule(deny, name, sc.Arg(1, sc.EQ, command))
     with tempfile.TemporaryFile() as fh:
         program.export_bpf(fh)
         fh.seek(0)
@@ -132,7 +155,8 @@ def detect_layers(uid: int = 65534, gid: int = 65534) -> Layers:
     if bwrap is None:
         missing.append("bubblewrap (bwrap) not found; `make install` installs it (apt-get install bubblewrap)")
     else:
-        probe = [*_prefix(bwrap, setpriv, uid, gid, []), *_inner_bwrap(bwrap, uid, gid, []), "/usr/bin/true"]
+        staged = bool(root and setpriv)
+        probe = [*_prefix(bwrap, setpriv, uid, gid, []), *_inner_bwrap(bwrap, uid, gid, [], staged=staged), "/usr/bin/true"]
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, env={}, check=False)
         if done.returncode != 0:
             missing.append(f"bubblewrap cannot create namespaces here ({done.stderr.strip()[:300]}); "
@@ -196,27 +220,48 @@ def _binds(paths: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def _inner_bwrap(bwrap: str, uid: int, gid: int, paths: list[str] | tuple[str, ...], scratch_mb: int = 8,
-                 env: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+                 env: dict[str, str] | None = None, staged: bool = False) -> list[str]:  # fmt: skip
+    """The unprivileged bubblewrap. `staged`: the root stage mounted the scratch tmpfs (with an inode limit) at
+    STAGED_SCRATCH and this binds it; otherwise bubblewrap makes it (a byte limit only)."""
+    if staged:
+        scratch = ["--bind", STAGED_SCRATCH, "/scratch"]
+    else:
+        scratch = ["--perms", "0700", "--size", str(scratch_mb << 20), "--tmpfs", "/scratch"]
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(uid), "--gid", str(gid), "--die-with-parent",
-            "--clearenv", *_binds(paths), "--dev", "/dev", "--perms", "0700", "--size", str(scratch_mb << 20),
-            "--tmpfs", "/scratch", "--remount-ro", "/", "--chdir", "/scratch"]  # fmt: skip
+            "--clearenv", *_binds(paths), *_devices(), *scratch, "--remount-ro", "/", "--chdir", "/scratch"]  # fmt: skip
     for key, value in (env or {}).items():
         args += ["--setenv", key, value]
     return [*args, "--"]
 
 
-def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int, paths: list[str] | tuple[str, ...]) -> list[str]:
-    """The root-only part: stage the binds (root bwrap, mount namespace only), then drop to uid/gid."""
+def _devices() -> list[str]:
+    """A minimal /dev: the `DEVICES` nodes bound from the host into a directory of the read-only root. Not
+    bubblewrap's `--dev`, whose tmpfs (and /dev/shm in it) is writable and sized at half the host's RAM."""
+    args = ["--perms", "0755", "--dir", "/dev"]
+    for name in DEVICES:
+        args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    return args
+
+
+def _prefix(bwrap: str | None, setpriv: str | None, uid: int, gid: int, paths: list[str] | tuple[str, ...],
+            scratch_mb: int = 8) -> list[str]:  # fmt: skip
+    """The root-only part: stage the binds (root bwrap, mount namespace only), mount the scratch tmpfs with a byte
+    and an inode limit (bubblewrap's own --tmpfs has no inode limit: millions of empty files would pin kernel
+    memory outside every rlimit), then drop to uid/gid with all capabilities gone."""
     if os.geteuid() != 0 or setpriv is None:
         return []
     drop = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
             "--no-new-privs", "--"]  # fmt: skip
     if bwrap is None:
         return drop
+    options = (f"size={scratch_mb << 10}k,nr_inodes={SCRATCH_INODES},mode=0700,uid={uid},gid={gid},"
+               "nosuid,nodev,noexec")  # fmt: skip
+    mount = ["/bin/sh", "-c", f'mount -t tmpfs -o {options} scratch {STAGED_SCRATCH} && exec "$@"', "stage"]
     # /tmp's tmpfs first: binds below it (a checkout under /tmp) are mounted on top of it, not hidden by it
-    stage = [bwrap, "--die-with-parent", "--tmpfs", "/tmp", *_binds(paths), "--proc", "/proc", "--dev", "/dev", "--"]
-    return stage + drop
+    stage = [bwrap, "--die-with-parent", "--cap-add", "CAP_SYS_ADMIN", "--tmpfs", "/tmp", *_binds(paths),
+             "--proc", "/proc", "--dev", "/dev", "--dir", STAGED_SCRATCH, "--"]  # fmt: skip
+    return stage + mount + drop
 
 
 def worker_command(layers: Layers, config: SandboxConfig) -> tuple[list[str], bool]:
@@ -225,10 +270,10 @@ def worker_command(layers: Layers, config: SandboxConfig) -> tuple[list[str], bo
     boot = (f"import sys; sys.path[:] = [p for p in sys.path if p] + {list(path)!r}; "
             "from envs.sandbox.worker import main; main()")  # fmt: skip
     interpreter = [python, "-S", "-s", "-B", "-c", boot]
-    prefix = _prefix(layers.bwrap, layers.setpriv, config.uid, config.gid, show)
+    prefix = _prefix(layers.bwrap, layers.setpriv, config.uid, config.gid, show, config.scratch_mb)
     if layers.bwrap is None:
         return [*prefix, *interpreter], False
-    inner = _inner_bwrap(layers.bwrap, config.uid, config.gid, show, config.scratch_mb, worker_env())
+    inner = _inner_bwrap(layers.bwrap, config.uid, config.gid, show, config.scratch_mb, worker_env(), staged=bool(prefix))
     return [*prefix, *inner, *interpreter], True
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from envs.sandbox.config import PolicyError, SandboxConfig
 from envs.sandbox.layers import WORKER_PID, require_layers, seccomp_program, worker_command, worker_env
 from envs.sandbox.protocol import decode, encode
+from envs.sandbox.text import safe_text
 
 _LIVE: weakref.WeakSet[SandboxedPolicy] = weakref.WeakSet()
 
@@ -61,7 +62,15 @@ class SandboxedPolicy:
         self._error: PolicyError | None = None
         self.info: dict[str, Any] = {}  # the loaded class: name, description, class (set by the load reply)
         self.checks: dict[str, Any] = {}  # what the worker verified about its own containment
-        self.cpu_s = 0.0  # CPU seconds the process reported with its last reply (informational)
+        self._cpu_s = 0.0  # the last host measurement (see `cpu_s`)
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the whole sandbox (worker, bubblewrap, setpriv), measured by the host from
+        /proc/<pid>/stat, never taken from a reply; kept after the process ends (read before it is killed)."""
+        if self._proc is not None:
+            self._cpu_s = max(self._cpu_s, _tree_cpu_s(self._proc.pid))
+        return self._cpu_s
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -89,7 +98,8 @@ class SandboxedPolicy:
                             "seccomp": base64.b64encode(program).decode() if program else None,
                             "rlimits": {"RLIMIT_CPU": config.cpu_s, "RLIMIT_AS": config.memory_mb << 20,
                                         "RLIMIT_FSIZE": config.max_file_mb << 20, "RLIMIT_NOFILE": config.max_open_files,
-                                        "RLIMIT_NPROC": 0, "RLIMIT_CORE": 0}})  # fmt: skip
+                                        "RLIMIT_NPROC": 0, "RLIMIT_CORE": 0, "RLIMIT_MSGQUEUE": 0,
+                                        "RLIMIT_MEMLOCK": 0}})  # fmt: skip
         self._send("load", self._load)
 
     def close(self) -> None:
@@ -99,6 +109,7 @@ class SandboxedPolicy:
         if proc is None:
             return
         _LIVE.discard(self)
+        self._cpu_s = max(self._cpu_s, _tree_cpu_s(proc.pid))  # before the kill takes the figures with it
         try:
             proc.stdin.close()
         except OSError:
@@ -217,21 +228,21 @@ class SandboxedPolicy:
         self._pending.pop(0)
         self._waited += 0.0 if pending.slow else time.monotonic() - started
         try:
-            reply = decode(line)
-            ok, value = reply["ok"], reply.get("value")
-        except (ValueError, RecursionError, KeyError, TypeError) as exc:
-            raise self.failure("protocol", f"malformed reply to {pending.op}: {type(exc).__name__}") from None
-        if ok is not True:
-            kind = reply.get("kind") if reply.get("kind") in ("load", "exception") else "exception"
-            kind = "start" if pending.op == "init" else kind
+            reply = decode(line, finite=True)
+            problem = _check_reply(reply, pending.op)
+        except (ValueError, RecursionError, TypeError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            raise self.failure("protocol", f"malformed reply to {pending.op}: {problem}") from None
+        value = reply.get("value")
+        if reply["ok"] is not True:
+            kind = "start" if pending.op == "init" else reply.get("kind", "exception")
             raise self.failure(kind, _text(reply.get("error"), 500), _text(reply.get("detail"), self.config.max_output_chars))
-        if isinstance(reply.get("cpu_s"), float):
-            self.cpu_s = reply["cpu_s"]
         if pending.op == "init":
             self._ready = True
-            self.checks = value if isinstance(value, dict) else {}
+            self.checks = value
         elif pending.op == "load" and not self.info:
-            self.info = value if isinstance(value, dict) else {}
+            self.info = value
         return value
 
     def _died(self, op: str) -> PolicyError:
@@ -243,9 +254,66 @@ class SandboxedPolicy:
         return self.failure(kind, f"the policy process died during {op}{how}", tail)
 
 
+_REPLY_KEYS = {True: {"ok", "value"}, False: {"ok", "kind", "error", "detail"}}
+_ERROR_KINDS = ("load", "exception", "memory")
+_INFO_KEYS = ("class", "name", "description")
+
+
+def _check_reply(reply: Any, op: str) -> str | None:
+    """What is wrong with a decoded reply (None: nothing): the keys, the error fields, and the values the harness
+    keeps for `init` (the worker's checks) and `load` (the class's name and description)."""
+    if not isinstance(reply, dict) or reply.get("ok") not in (True, False) or type(reply["ok"]) is not bool:
+        return "not an object with a boolean 'ok'"
+    extra = set(reply) - _REPLY_KEYS[reply["ok"]]
+    if extra:
+        return f"unexpected field(s) {', '.join(sorted(repr(k)[:40] for k in extra)[:5])}"
+    if not reply["ok"]:
+        if reply.get("kind", "exception") not in _ERROR_KINDS:
+            return "unknown error kind"
+        if not all(isinstance(reply.get(k, ""), str) for k in ("error", "detail")):
+            return "error and detail must be strings"
+        return None
+    value = reply.get("value")
+    if op == "init":
+        scalar = (bool, int, type(None))
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, scalar) for k, v in value.items()):
+            return "the init reply must be an object of flags and numbers"
+        if any(type(v) is int and not -(1 << 63) <= v < 1 << 63 for v in value.values()):
+            return "a number out of range in the init reply"
+    if op == "load":
+        if not isinstance(value, dict) or set(value) != set(_INFO_KEYS):
+            return f"the load reply must be an object with keys {', '.join(_INFO_KEYS)}"
+        if not all(v is None or (isinstance(v, str) and len(v) <= 500) for v in value.values()):
+            return "class, name and description must be strings of at most 500 characters"
+    return None
+
+
+def _tree_cpu_s(root: int) -> float:
+    """User + system CPU seconds of `root` and all its descendants (and of their reaped children), read from
+    /proc/<pid>/stat on the host; what a policy does inside its process cannot change these figures."""
+    ticks, stack, seen = 0, [root], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rpartition(b")")[2].split()  # the name may hold spaces and parentheses
+            ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime (stat fields 14-17)
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
+                stack += [int(child) for child in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return ticks / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def _text(value: Any, limit: int) -> str:
-    text = value if isinstance(value, str) else ""
-    return text if len(text) <= limit else text[:limit] + "...[truncated]"
+    """A policy's error text, escaped and capped (`PolicyError` escapes again; this keeps the cap of the config)."""
+    return safe_text(value if isinstance(value, str) else "", limit, multiline=True)
 
 
 def _poll(fd: int, event: int, deadline: float) -> int | None:

@@ -54,6 +54,21 @@ def encode(message: Any) -> bytes:
     return json.dumps(message, default=_default, separators=(",", ":")).encode() + b"\n"
 
 
-def decode(line: bytes) -> Any:
-    """Parse one line; raises ValueError (or RecursionError for absurd nesting) on anything malformed."""
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # inf or nan (e.g. 1e999)
+        raise ValueError(f"non-finite number {text[:40]!r}")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name}")
+
+
+def decode(line: bytes, finite: bool = False) -> Any:
+    """Parse one line; raises ValueError (or RecursionError for absurd nesting) on anything malformed. With
+    `finite` (how the harness reads replies) a JSON number that is not finite (NaN, Infinity, 1e999) is
+    malformed too; numpy arrays keep their exact bytes, NaN included, for the domain to judge."""
+    if finite:
+        return json.loads(line, object_hook=_untag, parse_float=_finite, parse_constant=_no_constant)
     return json.loads(line, object_hook=_untag)

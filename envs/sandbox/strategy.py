@@ -2,7 +2,8 @@
 
 `SandboxedStrategy` is a drop-in opponent for the rollout engine, `play_episode` and the pools: `reset` and
 `act` cross the pipe (the game as its name and parameters, the rng as its exact state, the view as a dict),
-so a sandboxed copy of a strategy plays exactly as the strategy would in-process. Whatever comes back is
+so a sandboxed copy of a strategy plays exactly as the strategy would in-process given the same rng (what it is
+given is a keyed private copy of the harness's rng, see `SandboxedStrategy.reset`). Whatever comes back is
 checked here: an action must be one of `view.legal_actions` (a str; anything else is an `invalid_action`
 failure of this policy).
 """
@@ -16,6 +17,7 @@ from typing import Any
 from envs.base import Game, Strategy, View
 from envs.sandbox.config import PolicyError
 from envs.sandbox.process import SandboxedPolicy
+from envs.sandbox.rng import private_copy
 
 
 class SandboxedStrategy(Strategy):
@@ -32,8 +34,11 @@ class SandboxedStrategy(Strategy):
         self._legal: tuple[str, ...] = ()
 
     def reset(self, game: Game, seat: int, rng: random.Random) -> None:
+        """Start an episode. The policy gets a private rng in place of `rng` (`envs.sandbox.rng.private_copy`
+        under the run's secret `SandboxConfig.rng_key`): the same key and episode give the same stream, but its
+        state says nothing about the episode seed, the deal or the other seat's stream."""
         super().reset(game, seat, rng)
-        state = rng.getstate()
+        state = private_copy(self.policy.config.rng_key, rng, "policy").getstate()
         self.policy.submit("reset_strategy", [game.name, game.params], seat, [state[0], list(state[1]), state[2]])
 
     def submit(self, view: View) -> None:

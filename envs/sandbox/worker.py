@@ -10,9 +10,10 @@ the seccomp program the harness compiled (no_new_privs first). Then it answers, 
     {"op": "new", "slot"}                        -> a fresh instance of the slot's class
     {"op": "call", "slot", "method", "args"}     -> {"ok": true, "value": return value}
 
-(every reply also carries the process's CPU seconds so far, "cpu_s", for the harness's timing records).
+(the harness measures the process's CPU time itself, from the host; a reply carries nothing else).
 
-Errors come back as {"ok": false, "kind": "load"|"exception", "error", "detail"}. Nothing here is a security
+Errors come back as {"ok": false, "kind": "load"|"exception"|"memory", "error", "detail"} ("memory": a
+MemoryError, or a write refused for want of space or by the file-size limit). Nothing here is a security
 boundary: the policy shares this process and can rewrite all of it; what it cannot do is reach anything
 outside the process, which the OS layers guarantee. Stdlib only (numpy only if preloaded).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import errno
 import importlib
 import io
 import linecache
@@ -28,12 +30,12 @@ import os
 import random
 import resource
 import sys
-import time
 import traceback
 from typing import Any
 
 _PR_SET_NO_NEW_PRIVS, _PR_GET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _PR_GET_SECCOMP = 38, 39, 22, 21
 _SECCOMP_MODE_FILTER = 2
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM)
 
 
 class _SockFprog(ctypes.Structure):
@@ -226,9 +228,12 @@ def serve(reader: Any, writer: Any) -> None:
                 value = None
             else:
                 value = _call(slots[message["slot"]][1], message["method"], message["args"])
-            reply = encode({"ok": True, "value": value, "cpu_s": time.process_time()})
+            reply = encode({"ok": True, "value": value})
         except BaseException as exc:  # noqa: BLE001 - policy code may raise anything, SystemExit included
-            reply = encode(_error("load" if op in ("load", "new") else "exception", exc, out, limit))
+            kind = "load" if op in ("load", "new") else "exception"
+            if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in _NO_SPACE):
+                kind = "memory"
+            reply = encode(_error(kind, exc, out, limit))
         writer.write(reply)
         writer.flush()
 

@@ -4,7 +4,8 @@ Policies are duck-typed `envs.base.Strategy` classes that receive `View.to_dict(
 `"view": "dict"` form), so an exported policy file is loaded by `sepo.pools.load_pool_dir` unchanged.
 Both sides are scored by their own mean per-round payoff, normalised to [0, 1] by the game's payoff
 range; the sides differ in the goal their task prompt states and in the pool they are exported to.
-A match plays `n_episodes` seeded episodes, alternating seats so neither side keeps a seat advantage.
+A match plays `n_episodes` seeded episodes, alternating seats so neither side keeps a seat advantage; each
+episode's rng (the deal, the seats' rngs) is keyed by the run's secret `rng_key` (`episode_rng`).
 The game runs in the harness; each policy is an `envs.sandbox.SandboxedStrategy` whose every action is
 checked against the view's legal actions.
 """
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs import GAMES, Game, Strategy, make_game, play_episode, strategy_registry
+from envs.base import MatchResult
 from envs.sandbox import SandboxedPolicy, SandboxedStrategy
+from envs.sandbox.rng import private_rng
 from fmsp.domain import PolicyCode, PolicyInterface
 from sepo.pools import DEFAULT_POOLS
 
@@ -43,13 +46,23 @@ def _strategy(policy: SandboxedPolicy) -> SandboxedStrategy:
     return SandboxedStrategy(policy, policy.label, "dict")
 
 
-def _episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any]) -> tuple[float, float, int]:
+def episode_rng(key: str, seed: int, episode: int) -> random.Random:
+    """The harness's rng of one match episode (the deal, then each seat's rng): keyed by the run's secret key
+    (`SandboxConfig.rng_key`), so a policy that knows the config's seed still cannot compute the deal."""
+    return private_rng(key, "fmsp-episode", seed, episode)
+
+
+def play_episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any], key: str) -> list[MatchResult]:
+    """The match's seeded episodes, `a` in seat 0 on even episodes."""
+    return [play_episode(game, [a, b] if i % 2 == 0 else [b, a], episode_rng(key, config["seed"], i))
+            for i in range(config["n_episodes"])]  # fmt: skip
+
+
+def _episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any], key: str) -> tuple[float, float, int]:
     """Mean normalised payoff of `a` and `b` over the seeded episodes (a in seat 0 on even episodes)."""
     lo, hi = payoff_range(game)
     totals, rounds = [0.0, 0.0], 0
-    for i in range(config["n_episodes"]):
-        seats = (a, b) if i % 2 == 0 else (b, a)
-        episode = play_episode(game, list(seats), random.Random(config["seed"] * 100_003 + i))
+    for i, episode in enumerate(play_episodes(game, a, b, config, key)):
         mine = (0, 1) if i % 2 == 0 else (1, 0)
         for side, seat in enumerate(mine):
             totals[side] += episode.totals[seat]
@@ -60,7 +73,7 @@ def _episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any]) -
 def play_match(policy_a: SandboxedPolicy, policy_b: SandboxedPolicy, config: Mapping[str, Any]) -> dict:
     """Match: policy_a (exploiter) against policy_b (cooperator) in `config["game"]`."""
     game = make_game(config["game"], **config["game_params"])
-    score_a, score_b, rounds = _episodes(game, _strategy(policy_a), _strategy(policy_b), config)
+    score_a, score_b, rounds = _episodes(game, _strategy(policy_a), _strategy(policy_b), config, policy_a.config.rng_key)
     return {
         "score_a": score_a,
         "score_b": score_b,
@@ -78,7 +91,7 @@ def unit_test(policy: SandboxedPolicy, side: str, config: Mapping[str, Any]) -> 
     game = make_game(config["game"], **config["game_params"])
     opponent_name = DEFAULT_POOLS[config["game"]]["training"][0]
     opponent = strategy_registry(config["game"])[opponent_name]()
-    _episodes(game, _strategy(policy), opponent, {**config, "n_episodes": 2})
+    _episodes(game, _strategy(policy), opponent, {**config, "n_episodes": 2}, policy.config.rng_key)
 
 
 # --- baselines: the scripted strategies rendered as code -----------------------------------------

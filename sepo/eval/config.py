@@ -68,6 +68,8 @@ class EvalConfig:
     pools_dir: str | None = field(default=None, metadata={"help": "extra pool members (an `fmsp export` dir)"})
     unsafe_sandbox: bool = field(default=False, metadata={"help": "play pools_dir members even where a sandbox "
                                                                   "isolation layer is missing"})
+    rng_key: str = field(default="", metadata={"help": "secret key of sandboxed pool members' rngs; empty: made "
+                                                       "once, kept in output_dir/rng_key.json"})
     use_eval_lambdas: bool = field(default=True, metadata={"help": "the game's evaluation λ where it has them"})
     kuhn_exact: bool = field(default=True, metadata={"help": "measure the Kuhn policy and its exploitability"})
     kuhn_rationale_samples: int = field(default=4, metadata={"help": "sampled rationales per info set, >= 1"})

@@ -32,6 +32,7 @@ from typing import Any
 
 import envs
 from envs.sandbox import SandboxConfig
+from envs.sandbox.rng import persist_run_rng_key
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
 from sepo.eval.kuhn import exact_summary, prompt_note, score_samples
@@ -219,6 +220,7 @@ def run_eval(cfg: EvalConfig) -> Results:
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output_dir={cfg.output_dir!r} is a file, not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
+    persist_run_rng_key(out_dir, cfg.rng_key)  # keys the rngs of sandboxed pool members (envs.sandbox.rng)
     models = model_specs(cfg)
     if cfg.torch_threads:
         import torch

@@ -94,6 +94,11 @@ class SEPOConfig(GRPOConfig):
         default=False,
         metadata={"help": "Play pool_dir members even where a sandbox isolation layer is missing (the present ones apply)."},
     )
+    rng_key: str = field(
+        default="",
+        metadata={"help": "Secret key of sandboxed pool members' rngs (envs.sandbox.rng); empty: made once per run, "
+                          "kept in output_dir/rng_key.json. Give every arm of a study the same key to pair them."},
+    )
     seat: int = field(default=0, metadata={"help": "Seat of the LLM (0 or 1)."})
     num_groups: int | None = field(
         default=None, metadata={"help": "Dataset size in groups; default max_steps x groups per step."}

@@ -17,6 +17,7 @@ from typing import Any
 
 from trl import ModelConfig
 
+from envs.sandbox.rng import persist_run_rng_key
 from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
@@ -91,6 +92,8 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args, model_args = parse(list(sys.argv[1:] if argv is None else argv))
+    # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
+    persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
     trainer = build_trainer(args, model_args)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)

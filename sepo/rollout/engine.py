@@ -53,7 +53,8 @@ class PhaseTimer:
 @dataclass(frozen=True)
 class EpisodeSpec:
     """One episode to play. The same spec always gives the same private values and opponent behaviour
-    (both rngs derive from `seed` only), so a GRPO group of identical specs faces one opponent stream."""
+    (both rngs derive from `seed` only; a sandboxed opponent gets the keyed private copy of its rng under the
+    run's secret `rng_key`, see `envs.sandbox.rng`), so a GRPO group of identical specs faces one opponent stream."""
 
     game: str
     game_params: dict[str, Any]
@@ -174,6 +175,7 @@ def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -
         opponent = opponents[spec.opponent]()
     else:
         opponent = make_strategy(spec.game, spec.opponent)
+    # a sandboxed opponent (SandboxedStrategy) is handed HMAC(rng_key, this rng's state), never this public stream
     opponent.reset(game, 1 - spec.seat, random.Random(f"{spec.seed}:opponent"))
     return _InPlay(spec=spec, game=game, state=state, opponent=opponent)
 

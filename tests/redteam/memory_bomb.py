@@ -1,4 +1,4 @@
-# redteam: domain=car_tag side=evader expect=exception,crash
+# redteam: domain=car_tag side=evader expect=exception,crash,memory
 class Hoarder:
     name = "hoarder"
     description = "keeps every observation forever, and then some"

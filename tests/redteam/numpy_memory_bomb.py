@@ -1,4 +1,4 @@
-# redteam: domain=car_tag side=evader expect=load,crash
+# redteam: domain=car_tag side=evader expect=load,crash,memory
 import numpy as np
 
 

@@ -1,4 +1,4 @@
-# redteam: domain=car_tag side=evader expect=invalid_action
+# redteam: domain=car_tag side=evader expect=invalid_action,protocol
 class Talker:
     name = "talker"
     description = "answers in words"
