@@ -218,3 +218,23 @@ def test_gpu_check_goals():
                                      "rollout": {"speedup": 12.0}, "decode": {"roofline_fraction": 0.5}})
     assert missed == ["grpo_step.hours_per_100_steps = 2.5, goal <= 1", "rollout.speedup = 12, goal >= 30"]
     assert gpu_check.missed_goals({}) == [f"{k}: not measured" for k in gpu_check.GOALS]
+
+
+def test_overhead_figures_are_per_step_means_after_the_warm_up():
+    """overhead.per_step: from cumulative per-step snapshots, each part is the mean over the steps after the
+    warm-up (never their sum), the step's own wall times are listed, and the prefix counts are summed."""
+    from benchmarks.overhead import per_step
+
+    snapshots = [  # cumulative watch totals after each step, each with its own step's wall time
+        {"step": 9.0, "logprob_forward": 3.0, "backward": 2.0, "optimizer": 0.1, "backward_calls": 7.0},
+        {"step": 4.0, "logprob_forward": 5.0, "backward": 3.0, "optimizer": 0.2, "backward_calls": 14.0},
+        {"step": 6.0, "logprob_forward": 7.0, "backward": 5.0, "optimizer": 0.3, "backward_calls": 21.0},
+    ]
+    logs = [{"sepo/time/generation_s": g, "sepo/time/rollout_overhead_s": 0.1, "sepo/prefix_cache/stored": 8,
+             "sepo/prefix_cache/refused": 1} for g in (5.0, 1.0, 2.0)]
+    got = per_step(snapshots, logs)
+    assert got["warmup_steps"] == 1 and got["warmup_step_s"] == 9.0 and got["timed_steps_s"] == [4.0, 6.0]
+    assert got["seconds_per_step"] == got["step_s"] == 5.0  # (4 + 6) / 2, the warm-up's 9 s left out
+    assert got["generation_s"] == 1.5 and got["logprob_forward_s"] == 2.0 and got["backward_s"] == 1.5
+    assert got["backward_calls"] == 7.0 and got["sepo_overhead_share"] == pytest.approx(0.1 / 5.0)
+    assert got["prefix_cache"]["stored"] == 16 and got["prefix_cache"]["refused"] == 2
