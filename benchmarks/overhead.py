@@ -70,12 +70,10 @@ def instrumented(watch: Stopwatch) -> tuple[type, Any]:
                 return super()._clip_grad_norm(model)
 
     class StepParts(TrainerCallback):
-        """Step wall time and the optimizer step; a snapshot of `watch` (seconds, calls) after every step;
-        `on_step` (if set) sees the snapshots so far after every step."""
+        """Step wall time and the optimizer step; a snapshot of `watch` (seconds, calls) after every step."""
 
         def __init__(self) -> None:
             self.steps: list[dict[str, float]] = []
-            self.on_step: Callable[[list[dict[str, float]]], None] | None = None
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = watch.now()
@@ -90,8 +88,6 @@ def instrumented(watch: Stopwatch) -> tuple[type, Any]:
         def on_step_end(self, args, state, control, **kwargs):
             calls = {f"{name}_calls": float(n) for name, n in watch.calls.items()}
             self.steps.append({"step": watch.now() - self.start, **watch.seconds, **calls})
-            if self.on_step is not None:
-                self.on_step(self.steps)
 
     return TimedSEPOTrainer, StepParts()
 

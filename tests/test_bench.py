@@ -157,8 +157,8 @@ def test_gpu_check_file_survives_a_sigkill_with_the_parts_done(tmp_path):
             if path.exists():  # written atomically: always whole
                 seen = json.loads(path.read_text())
                 first, second = seen["parts"]
-                if first["status"] == "ok" and second["status"] == "running" and second.get("progress"):
-                    break
+                if first["status"] == "ok" and second.get("progress", {}).get("steps_done", 0) >= 2:
+                    break  # the warm-up and one timed step done, the last step running
             time.sleep(0.05)
         assert proc.poll() is None, "the check finished before it could be killed"
         proc.send_signal(signal.SIGKILL)
@@ -170,7 +170,12 @@ def test_gpu_check_file_survives_a_sigkill_with_the_parts_done(tmp_path):
     first, second = check["parts"]
     assert first["part"] == "rollout" and first["status"] == "ok" and first["figures"]["speedup"] > 0
     assert first["prefix_cache"]["stored"] > 0
-    assert second["part"] == "grpo_step" and second["status"] == "running" and second["progress"]["steps_done"] >= 1
+    assert second["part"] == "grpo_step" and second["status"] == "running" and second["progress"]["steps_done"] == 2
+    so_far = second["progress"]["figures_so_far"]  # the step figures so far, and a provisional prediction
+    assert so_far["measured_steps"] == 1
+    assert so_far["seconds_per_step"] == pytest.approx(second["progress"]["step_s_so_far"][1], abs=1e-3)
+    assert check["prediction"]["provisional"] is True
+    assert check["prediction"]["hours_per_100_steps"] == pytest.approx(100 * so_far["seconds_per_step"] / 3600)
     lines = _lines(tmp_path / "results.jsonl")
     assert lines[0]["figures"]["rollout"]["episodes"] == 4 and "overhead" not in lines[0]["figures"]
 

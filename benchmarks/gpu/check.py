@@ -188,7 +188,7 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
     from transformers.trainer_callback import PrinterCallback
     from trl import ModelConfig, get_peft_config
 
-    from benchmarks.overhead import Stopwatch, instrumented, per_step, step_parts_of
+    from benchmarks.overhead import Stopwatch, instrumented, per_step
     from sepo.grpo.config import SEPOConfig
     from sepo.recipes import parse_config
 
@@ -213,19 +213,22 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
                               callbacks=[step_parts])
         trainer.accelerator.backward = watch.wrap("backward", trainer.accelerator.backward)
         trainer.remove_callback(PrinterCallback)  # its log dicts would bury the progress lines
-        step_parts.on_step = lambda steps: ctx.progress(
-            {"steps_done": len(steps), "step_s_so_far": [round(s["step"], 3) for s in steps]})
+        label = model_label(ctx, arch, model) + " + LoRA r16 (q/k/v/o)"
+
+        def figures_of(log_history: list[dict[str, Any]]) -> dict[str, Any]:
+            steps = step_parts.steps
+            logs = [h for h in log_history if "sepo/time/generation_s" in h][: len(steps)]
+            return {"model": label, "arch": arch, "device": ctx.device["name"], "recipe": RECIPE, "backend": "hf",
+                    "overrides": overrides, "max_turn_tokens": args.max_turn_tokens,
+                    "episodes_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps,
+                    **per_step(steps, logs),
+                    **({"peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)} if ctx.cuda else {})}
+
+        trainer.add_callback(step_progress(step_parts, ctx, figures_of))
         if ctx.cuda:
             torch.cuda.reset_peak_memory_stats()
         trainer.train()
-        logs = [h for h in trainer.state.log_history if "sepo/time/generation_s" in h]
-        steps = step_parts_of(trainer).steps
-    figures = {
-        "model": model_label(ctx, arch, model) + " + LoRA r16 (q/k/v/o)", "arch": arch,
-        "device": ctx.device["name"], "recipe": RECIPE, "backend": "hf",
-        "overrides": overrides, "episodes_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps,
-        "max_turn_tokens": args.max_turn_tokens, **per_step(steps, logs),
-    }
+        figures = figures_of(trainer.state.log_history)
     del trainer, model
     if figures["measured_steps"] < 2:
         raise PartFailed(f"only {figures['measured_steps']} timed step(s); the figures need 2 after a warm-up", figures)
@@ -235,6 +238,24 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
         figures["note"] = (f"{arch} re-encodes every round on the HF backend: its cache is not full attention "
                            f"(refused_cache_type {figures['prefix_cache']['refused_cache_type']})")
     return figures
+
+
+def step_progress(step_parts: Any, ctx: Context, figures: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Any:
+    """A callback that, after every step's log entry, reports the steps so far and, from the first timed step
+    on, the per-step figures so far (`figures(log_history)`): what a kill during a later step leaves."""
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            steps = step_parts.steps
+            if not logs or "sepo/time/generation_s" not in logs or not steps:
+                return
+            partial: dict[str, Any] = {"steps_done": len(steps), "step_s_so_far": [round(s["step"], 3) for s in steps]}
+            if len(steps) >= 2:  # a warm-up and at least one timed step
+                partial["figures_so_far"] = figures(state.log_history)
+            ctx.progress(partial)
+
+    return StepProgress()
 
 
 def prediction(step: dict[str, Any] | None, tiny: bool) -> dict[str, Any] | None:
@@ -573,7 +594,10 @@ class Check:
 
         def progress(partial: dict[str, Any]) -> None:
             entry["progress"] = partial
-            log(f"{part.name}: {partial}", self.start)
+            log(f"{part.name}: " + ", ".join(f"{k} {v}" for k, v in partial.items() if k != "figures_so_far"),
+                self.start)
+            if part.trains and partial.get("figures_so_far"):  # provisional until the part ends
+                self.doc["prediction"] = {**prediction(partial["figures_so_far"], self.args.tiny), "provisional": True}
             self.write()
 
         ctx = Context(tiny=self.args.tiny, cuda=self.cuda, device=self.device, progress=progress,
