@@ -243,3 +243,28 @@ def test_overhead_figures_are_per_step_means_after_the_warm_up():
     assert got["generation_s"] == 1.5 and got["logprob_forward_s"] == 2.0 and got["backward_s"] == 1.5
     assert got["backward_calls"] == 7.0 and got["sepo_overhead_share"] == pytest.approx(0.1 / 5.0)
     assert got["prefix_cache"]["stored"] == 16 and got["prefix_cache"]["refused"] == 2
+
+
+def test_gpu_check_step_part_stops_before_a_step_that_would_end_past_the_budget():
+    """The step part's callback: with the budget's end already passed, it stops training after the step just
+    logged and says why; with time left it reports progress and lets training go on."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    reported = []
+    steps = SimpleNamespace(steps=[{"step": 5.0}, {"step": 4.0}])
+    logs = [{"sepo/time/generation_s": 1.0}] * 2
+
+    def ctx(deadline: float):
+        return gpu_check.Context(tiny=True, cuda=False, device={}, progress=reported.append, deadline=deadline)
+
+    for deadline, stops in ((float("-inf"), True), (float("inf"), False)):
+        control = TrainerControl()
+        callback = gpu_check.step_progress(steps, ctx(deadline), lambda history: {"from": len(history)})
+        callback.on_log(SimpleNamespace(max_steps=3), SimpleNamespace(global_step=2, log_history=logs), control,
+                        logs=logs[-1])
+        assert control.should_training_stop is stops
+        assert reported[-1]["steps_done"] == 2 and reported[-1]["figures_so_far"] == {"from": 2}
+        assert ("stopped" in reported[-1]) is stops
+    assert reported[0]["stopped"] == "after 2 of 3 steps: one more at 4 s would end past the budget"

@@ -136,6 +136,7 @@ class Context:
     device: dict[str, Any]
     progress: Callable[[dict[str, Any]], None]  # a running part's partial figures, written at once
     step_arch: str = "qwen3_5"
+    deadline: float = float("inf")  # perf_counter time of the budget's end: the step part stops before it
 
     @property
     def bandwidth(self) -> float:
@@ -230,8 +231,10 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
         trainer.train()
         figures = figures_of(trainer.state.log_history)
     del trainer, model
-    if figures["measured_steps"] < 2:
-        raise PartFailed(f"only {figures['measured_steps']} timed step(s); the figures need 2 after a warm-up", figures)
+    if figures["warmup_steps"] < 1 or figures["measured_steps"] < 2:
+        timed = figures["measured_steps"] if figures["warmup_steps"] else 0
+        raise PartFailed(f"only {timed} timed step(s) after a warm-up (the budget ran out); the figures need 2",
+                         figures)
     if arch in FULL_ATTENTION and figures["prefix_cache"]["stored"] == 0:
         raise PartFailed(f"KV reuse off: no rollout of the step stored its cache ({figures['prefix_cache']})", figures)
     if arch not in FULL_ATTENTION:
@@ -242,7 +245,8 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
 
 def step_progress(step_parts: Any, ctx: Context, figures: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Any:
     """A callback that, after every step's log entry, reports the steps so far and, from the first timed step
-    on, the per-step figures so far (`figures(log_history)`): what a kill during a later step leaves."""
+    on, the per-step figures so far (`figures(log_history)`): what a kill during a later step leaves. A step
+    that would end past `ctx.deadline` (at the last step's pace) is not started: training stops, noted."""
     from transformers import TrainerCallback
 
     class StepProgress(TrainerCallback):
@@ -253,6 +257,10 @@ def step_progress(step_parts: Any, ctx: Context, figures: Callable[[list[dict[st
             partial: dict[str, Any] = {"steps_done": len(steps), "step_s_so_far": [round(s["step"], 3) for s in steps]}
             if len(steps) >= 2:  # a warm-up and at least one timed step
                 partial["figures_so_far"] = figures(state.log_history)
+            if state.global_step < args.max_steps and time.perf_counter() + steps[-1]["step"] > ctx.deadline:
+                control.should_training_stop = True
+                partial["stopped"] = (f"after {len(steps)} of {args.max_steps} steps: one more at "
+                                      f"{steps[-1]['step']:.0f} s would end past the budget")
             ctx.progress(partial)
 
     return StepProgress()
@@ -601,7 +609,7 @@ class Check:
             self.write()
 
         ctx = Context(tiny=self.args.tiny, cuda=self.cuda, device=self.device, progress=progress,
-                      step_arch=self.args.step_arch)
+                      step_arch=self.args.step_arch, deadline=self.start + self.budget)
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
@@ -614,7 +622,8 @@ class Check:
             traceback.print_exc()
             entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         entry["seconds"] = round(time.perf_counter() - t0, 1)
-        entry.pop("progress", None)
+        if stopped := entry.pop("progress", {}).get("stopped"):
+            entry["note"] = f"stopped {stopped}"
         if self.cuda:
             entry["peak_gpu_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             entry.setdefault("figures", {})["peak_gpu_memory_gb"] = entry["peak_gpu_memory_gb"]
@@ -658,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-arch", default="qwen3_5", choices=("qwen3_5", "llama", "gemma4"),
                         help="the architecture of the grpo_step part (default the recipe's, Qwen 3.5)")
     args = parser.parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # every line out at once, even through a pipe
     try:
         if args.tiny != args.cpu:
             raise CheckError("--tiny and --cpu go together (the smoke test); the real check takes neither", 2)
