@@ -135,9 +135,11 @@ def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path, capsys):
     assert "rollouts: 4 IPD episodes" in md and "a step, mean of 2 after a warm-up" in md
 
 
-def test_gpu_check_file_survives_a_sigkill_with_the_parts_done(tmp_path):
+@pytest.mark.parametrize("signum", ["SIGKILL", "SIGTERM"])
+def test_gpu_check_file_survives_a_kill_with_the_parts_done(tmp_path, signum):
     """The check rewrites gpu_check.json after every part (and every step of the step part): SIGKILL during
-    the second part leaves a file with the first part's figures and the second marked running."""
+    the second part leaves a file with the first part's figures and the second marked running; SIGTERM (what
+    `timeout` sends first) marks it killed."""
     import os
     import signal
     import subprocess
@@ -161,7 +163,9 @@ def test_gpu_check_file_survives_a_sigkill_with_the_parts_done(tmp_path):
                     break  # the warm-up and one timed step done, the last step running
             time.sleep(0.05)
         assert proc.poll() is None, "the check finished before it could be killed"
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(getattr(signal, signum))
+        if signum == "SIGTERM":
+            assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     finally:
         proc.kill()
         proc.wait()
@@ -170,7 +174,11 @@ def test_gpu_check_file_survives_a_sigkill_with_the_parts_done(tmp_path):
     first, second = check["parts"]
     assert first["part"] == "rollout" and first["status"] == "ok" and first["figures"]["speedup"] > 0
     assert first["prefix_cache"]["stored"] > 0
-    assert second["part"] == "grpo_step" and second["status"] == "running" and second["progress"]["steps_done"] == 2
+    assert second["part"] == "grpo_step" and second["progress"]["steps_done"] == 2
+    if signum == "SIGKILL":
+        assert second["status"] == "running" and "killed_by_signal" not in check
+    else:
+        assert second["status"] == "killed" and check["killed_by_signal"] == signal.SIGTERM
     so_far = second["progress"]["figures_so_far"]  # the step figures so far, and a provisional prediction
     assert so_far["measured_steps"] == 1
     assert so_far["seconds_per_step"] == pytest.approx(second["progress"]["step_s_so_far"][1], abs=1e-3)

@@ -30,12 +30,13 @@ models, no downloads. The parts, in order of value (the first is the headline):
 
 Time: the estimate of every part is printed before the first starts. No part starts after `--budget-s`
 (360 s) from the start, and a part whose estimate would overrun it is skipped with a note; the estimates
-are scaled by how the finished parts compared with theirs. Nothing is held back for the end:
+are scaled by how the finished parts compared with theirs; the step part starts no step that would end past
+the budget at the last step's pace (it then reports fewer timed steps and fails). Nothing is held back for the end:
 OUT/gpu_check.json is rewritten atomically before and after every part (a part being run reads "running",
 and the step part rewrites it after every step), so a kill loses at most the part it interrupted; SIGTERM
 (what `timeout` sends) marks that part "killed" first. Progress lines are flushed as they are printed.
 
-Writes OUT/gpu_check.json (see `document`: `parts`, each with `status`; `prefix_cache` {stored, refused, ...}
+Writes OUT/gpu_check.json (`Check.doc`: `parts`, each with `status`; `prefix_cache` {stored, refused, ...}
 in every generating part; `seconds_per_step` in the training part; `prediction` {hours_per_100_steps, ...})
 and OUT/results.jsonl (one line for `python -m benchmarks --merge`). Exit status: 0 every goal met; 1 a goal
 missed, a part failed or was skipped before its goal was measured (the message names it); 2 no CUDA device
