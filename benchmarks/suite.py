@@ -68,17 +68,22 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             out.append(("  of which KV reuse across rounds (+ preallocated cache)", f"{r['batched_s']:.2f} s reuse",
                         f"{r['batched_no_reuse_s']:.2f} s re-encode", f"{r['prefix_reuse_speedup']:.1f}x", "-"))
     if r := figures.get("overhead"):
-        out.append((f"SEPO overhead per GRPO step: {r['model']}",
-                    f"{r['sepo_rollout_s'] + r['sepo_rewards_s'] + r['sepo_advantages_s']:.3f} s SEPO own",
-                    f"{r['step_s']:.3f} s whole step (gen {r['generation_s']:.2f} s)",
+        # per step: lines from before the per-step figures (no `seconds_per_step`) hold sums over measured_steps
+        n = 1 if "seconds_per_step" in r else r.get("measured_steps", 1)
+        step, gen = r["step_s"] / n, r["generation_s"] / n
+        own = (r["sepo_rollout_s"] + r["sepo_rewards_s"] + r["sepo_advantages_s"]) / n
+        steps = r.get("measured_steps", 1)
+        out.append((f"SEPO overhead per GRPO step: {r['model']}", f"{own:.3f} s SEPO own",
+                    f"{step:.3f} s a step, mean of {steps} after a warm-up (gen {gen:.2f} s)",
                     f"{100 * r['sepo_overhead_share']:.1f}%", "share <= 5%"))
         if "model_compute_s" in r and "other_s" in r:
-            out.append(("  of which logprobs + backward + optimizer / untimed rest", f"{r['model_compute_s']:.3f} s",
-                        f"{r['other_s']:.3f} s rest", f"{100 * r['model_compute_s'] / r['step_s']:.0f}%", "-"))
+            out.append(("  of which logprobs + backward + optimizer / untimed rest", f"{r['model_compute_s'] / n:.3f} s",
+                        f"{r['other_s'] / n:.3f} s rest", f"{100 * r['model_compute_s'] / r['step_s']:.0f}%", "-"))
     if r := figures.get("decode"):  # the GPU check's part (benchmarks/gpu/check.py)
-        out.append((f"decode at batch {r['batch']}: {r['model']}", f"{r['decode_tokens_per_s']:.0f} tokens/s",
-                    f"{r['roofline_tokens_per_s']:.0f} tokens/s memory roofline ({r['bandwidth_tb_s']:g} TB/s)",
-                    f"{100 * r['roofline_fraction']:.0f}%", ">= 30%"))
+        for arm in r.get("batches", [r]):  # the check's decode part: one arm per batch size (older lines: one)
+            out.append((f"decode at batch {arm['batch']}: {r['model']}", f"{arm['decode_tokens_per_s']:.0f} tokens/s",
+                        f"{arm['roofline_tokens_per_s']:.0f} tokens/s memory roofline ({r['bandwidth_tb_s']:g} TB/s)",
+                        f"{100 * arm['roofline_fraction']:.0f}%", ">= 30%" if arm["batch"] > 1 else "-"))
     if r := figures.get("engine"):
         for game, g in r["games"].items():
             split = ", ".join(f"{p} {v:.1f}" for p, v in g["warm"]["split_us"].items())

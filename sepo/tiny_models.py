@@ -19,6 +19,9 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerF
 
 Arch = Literal["llama", "qwen3_5", "gemma4"]
 ARCHS: tuple[str, ...] = ("llama", "qwen3_5", "gemma4")
+# The vocabularies of the real models (transformers' Qwen3_5 and Gemma 4 configs), for `vocab_size=` when a
+# 4B-shaped build should carry the real embedding, output projection and log-softmax width.
+REAL_VOCAB: dict[str, int] = {"qwen3_5": 248_320, "gemma4": 262_144}
 
 # Special tokens per template family. The end-of-turn token is the model's EOS, as in the real models.
 _CHATML_SPECIALS = ["<unk>", "<s>", "<pad>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -144,19 +147,24 @@ def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
 
 
 def build_tiny_model(
-    arch: Arch = "llama", seed: int = 0, shape: str = "tiny", dtype: torch.dtype = torch.float32
+    arch: Arch = "llama", seed: int = 0, shape: str = "tiny", dtype: torch.dtype = torch.float32,
+    vocab_size: int | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A random-weight causal LM of `arch` (text-only class) and its tokenizer.
 
     shape="tiny": hidden 64, 2-4 layers (tests); shape="organism": a Llama of hidden 128 and 2 layers (the Kuhn
-    model organism); shape="4b": the real 4B-class dimensions (GPU checks, vocabulary still tiny so only the
-    transformer body is 4B-shaped).
+    model organism); shape="4b": the real 4B-class dimensions (GPU checks).
+    vocab_size: the model's vocabulary (embedding rows, output projection, log-softmax width), e.g.
+    `REAL_VOCAB["qwen3_5"]`; default the tokenizer's 512 tokens. The tokenizer stays the small one: ids past
+    it decode to nothing, which a random-weight model's turns are anyway.
     """
     from transformers import AutoModelForCausalLM
 
     tok = build_tokenizer(arch)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config = _config(arch, len(tok), ids, shape)
+    if vocab_size is not None and vocab_size < len(tok):
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {len(tok)} tokens")
+    config = _config(arch, vocab_size or len(tok), ids, shape)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.generation_config = GenerationConfig(**ids)

@@ -63,36 +63,156 @@ def test_rows_name_their_baselines():
     assert "Axelrod" in text and "OpenSpiel" in text and "3.0x" in text and "20.0x" in text
 
 
+def _check_parts(check: dict) -> dict[str, dict]:
+    return {e["part"]: e for e in check["parts"]}
+
+
 def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path, capsys):
-    """benchmarks/gpu/check.py --tiny --cpu: every part runs on a tiny model, both files are written, and the
-    results line merges into the suite's files (goals are not enforced on a tiny CPU model)."""
+    """benchmarks/gpu/check.py --tiny --cpu: every part runs on a tiny model in order of value, the JSON names
+    other tools read are there, the arithmetic is right, and the results line merges into the suite's files
+    (goals are not enforced on a tiny CPU model)."""
     assert gpu_check.main(["--tiny", "--cpu", "--out", str(tmp_path)]) == 0
     check = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert check["errors"] == {} and check["goals_enforced"] is False and set(check["seconds"]) == set(check["figures"])
+    assert check["complete"] is True and check["goals_enforced"] is False
+    assert [e["part"] for e in check["parts"]] == ["grpo_step", "rollout", "decode", "flops", "rollout_qwen3_5",
+                                                   "rollout_gemma4"]  # one full recipe step first
+    assert [e["arch"] for e in check["parts"]] == ["qwen3_5", "llama", "llama", "llama", "qwen3_5", "gemma4"]
+    assert {e["status"] for e in check["parts"]} == {"ok"}
     assert {"torch", "trl", "datasets", "transformers"} <= set(check["versions"])
-    figures = check["figures"]
-    assert figures["rollout"]["episodes"] == 4 and figures["rollout"]["speedup"] > 0
-    decode = figures["decode"]
+    assert check["device"]["nominal_bandwidth_tb_s"] == 4.8 and check["device"]["nominal_bf16_dense_tflops"] == 989
+    assert set(check["estimate_s"]) == {e["part"] for e in check["parts"]}
+    printed = capsys.readouterr().out
+    assert printed.index("estimate before starting") < printed.index("grpo_step (qwen3_5) ...")
+    parts = _check_parts(check)
+    for name in ("grpo_step", "rollout", "decode", "rollout_qwen3_5", "rollout_gemma4"):  # every generating part
+        assert {"stored", "refused"} <= set(parts[name]["prefix_cache"])
+    assert parts["rollout"]["prefix_cache"]["stored"] > 0 and parts["rollout"]["prefix_cache"]["refused"] == 0
+    for name in ("grpo_step", "rollout_qwen3_5", "rollout_gemma4"):  # they re-encode, reported with a reason
+        counts = parts[name]["prefix_cache"]
+        assert counts["stored"] == 0 and counts["refused"] == counts["refused_cache_type"] > 0
+        assert "re-encodes every round" in parts[name]["figures"]["note"]
+
+    step = parts["grpo_step"]["figures"]
+    # per step, never summed: 1 warm-up step, then 2 timed steps whose mean is the figure
+    assert step["warmup_steps"] == 1 and step["measured_steps"] == 2 and len(step["timed_steps_s"]) == 2
+    assert parts["grpo_step"]["seconds_per_step"] == step["seconds_per_step"] == pytest.approx(
+        sum(step["timed_steps_s"]) / 2)
+    assert step["episodes_per_step"] == 12 and step["backward_calls"] == step["optimizer_calls"] * 3 == 3
+    assert step["recipe"] == "configs/sepo/ipd_qwen35_4b.yaml" and "LoRA r16" in step["model"]
+    # every part is timed on its own: disjoint windows inside the step add up to at most the step
+    inside = step["generation_s"] + step["model_compute_s"] + step["sepo_rollout_s"] + step["sepo_rewards_s"] \
+        + step["sepo_advantages_s"]
+    assert inside <= step["seconds_per_step"] + 1e-6 and step["other_s"] >= 0
+    pred = check["prediction"]
+    assert pred["hours_per_100_steps"] == pytest.approx(100 * step["seconds_per_step"] / 3600)
+    assert pred["slower_path"] is True and "vLLM colocate" in pred["note"] and pred["goal_hours_per_100_steps"] == 1
+    assert sum(pred["share"].values()) == pytest.approx(1.0)
+
+    decode = parts["decode"]["figures"]
+    assert [a["batch"] for a in decode["batches"]] == [1, 8]
     # tiny Llama by hand: embeddings and head 2 x 512 x 64, two layers of q/k/v/o 4 x 64 x 64, MLP 3 x 64 x 128
-    # and two norms of 64, a final norm of 64: 147,776 fp32 parameters; key/value cache per token
-    # 2 (k, v) x 2 layers x 2 heads x 32 x 4 bytes = 1,024; 8 rows at a mean context of 16 + 8 / 2 tokens
-    assert decode["weight_gb"] * 1e9 == pytest.approx(147_776 * 4)
-    assert decode["roofline_tokens_per_s"] == pytest.approx(8 * 4.8e12 / (147_776 * 4 + 8 * 20 * 1024))
-    assert decode["decode_tokens_per_s"] > 0
-    over = figures["overhead"]
-    # every part is timed on its own: disjoint windows inside the step add up to at most the step, and what no
-    # timer covers (TRL's tensor bookkeeping) is a small rest; a part counted twice or left untimed shows here
-    parts = over["generation_s"] + over["model_compute_s"] + over["sepo_rollout_s"] + over["sepo_rewards_s"] \
-        + over["sepo_advantages_s"]
-    assert parts <= over["step_s"] + 1e-6
-    assert over["other_s"] < 0.1 * over["step_s"]
-    assert min(over["logprob_forward_s"], over["backward_s"], over["optimizer_s"], over["generation_s"]) > 0
-    assert over["backward_calls"] == over["optimizer_calls"] == over["measured_steps"] == 1
-    assert 0 < over["sepo_overhead_share"] < 1
+    # and two norms of 64, a final norm of 64: 147,776 fp32 parameters, of which a decode step reads all but the
+    # 32,768 of the input embedding; key/value cache per token 2 (k, v) x 2 layers x 2 heads x 32 x 4 bytes =
+    # 1,024; 8 rows at a mean context of 16 + 8 / 2 tokens
+    assert decode["weight_gb"] * 1e9 == pytest.approx(115_008 * 4)
+    big = decode["batches"][1]
+    assert big["new_tokens"] == 8
+    assert big["roofline_tokens_per_s"] == pytest.approx(8 * 4.8e12 / (115_008 * 4 + 8 * 20 * 1024))
+    assert big["decode_tokens_per_s"] > 0 and decode["prefix_cache"]["stored"] > 0
+    flops = parts["flops"]["figures"]
+    # forward FLOPs by hand: 2 x 81,920 body matmul weights per token, 2 x 32,768 for each token's logits,
+    # causal attention 2 layers x 2 x batch x 2 heads x 32^2 positions x 32 dims
+    assert flops["prefill"]["flops"] == 2 * 81_920 * 2 * 32 + 2 * 32_768 * 2 + 2 * 2 * 2 * 2 * 32**2 * 32
+    attention = 2 * 2 * 2 * 2 * 32**2 * 32
+    assert flops["train_forward"]["flops"] == 2 * 81_920 * 64 + 2 * 32_768 * 64 + attention
+    assert flops["backward"]["flops"] == flops["train_forward"]["flops"] + attention
+    assert flops["backward"]["mfu"] == pytest.approx(flops["backward"]["tflops_per_s"] / 989)
+
     dst = tmp_path / "merged" / "results.jsonl"
     assert main(["--merge", str(tmp_path / "results.jsonl"), "--out", str(dst)]) == 0
     md = (dst.parent / "RESULTS.md").read_text()
-    assert "decode at batch 8" in md and "SEPO overhead per GRPO step" in md and "rollouts: 4 IPD episodes" in md
+    assert "decode at batch 8" in md and "decode at batch 1:" in md and "SEPO overhead per GRPO step" in md
+    assert "rollouts: 4 IPD episodes" in md and "a step, mean of 2 after a warm-up" in md
+
+
+@pytest.mark.parametrize("signum", ["SIGKILL", "SIGTERM"])
+def test_gpu_check_file_survives_a_kill_with_the_parts_done(tmp_path, signum):
+    """The check rewrites gpu_check.json after every part (and every step of the step part): SIGKILL during
+    the second part leaves a file with the first part's figures and the second marked running; SIGTERM (what
+    `timeout` sends first) marks it killed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "benchmarks/gpu/check.py", "--tiny", "--cpu", "--parts",
+                             "rollout,grpo_step", "--out", str(tmp_path)], cwd=root, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path, seen = tmp_path / "gpu_check.json", None
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists():  # written atomically: always whole
+                seen = json.loads(path.read_text())
+                first, second = seen["parts"]
+                if first["status"] == "ok" and second.get("progress", {}).get("steps_done", 0) >= 2:
+                    break  # the warm-up and one timed step done, the last step running
+            time.sleep(0.05)
+        assert proc.poll() is None, "the check finished before it could be killed"
+        proc.send_signal(getattr(signal, signum))
+        if signum == "SIGTERM":
+            assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    check = json.loads(path.read_text())
+    assert check["complete"] is False
+    first, second = check["parts"]
+    assert first["part"] == "rollout" and first["status"] == "ok" and first["figures"]["speedup"] > 0
+    assert first["prefix_cache"]["stored"] > 0
+    assert second["part"] == "grpo_step" and second["progress"]["steps_done"] == 2
+    if signum == "SIGKILL":
+        assert second["status"] == "running" and "killed_by_signal" not in check
+    else:
+        assert second["status"] == "killed" and check["killed_by_signal"] == signal.SIGTERM
+    so_far = second["progress"]["figures_so_far"]  # the step figures so far, and a provisional prediction
+    assert so_far["measured_steps"] == 1
+    assert so_far["seconds_per_step"] == pytest.approx(second["progress"]["step_s_so_far"][1], abs=1e-3)
+    assert check["prediction"]["provisional"] is True
+    assert check["prediction"]["hours_per_100_steps"] == pytest.approx(100 * so_far["seconds_per_step"] / 3600)
+    lines = _lines(tmp_path / "results.jsonl")
+    assert lines[0]["figures"]["rollout"]["episodes"] == 4 and "overhead" not in lines[0]["figures"]
+
+
+def test_gpu_check_skips_parts_that_would_overrun_its_budget(tmp_path, capsys):
+    """A part whose estimate exceeds what is left of the budget is skipped with a note; none starts once the
+    budget is spent. The file says so for each part."""
+    assert gpu_check.main(["--tiny", "--cpu", "--budget-s", "15", "--parts", "grpo_step", "--out", str(tmp_path)]) == 0
+    (entry,) = json.loads((tmp_path / "gpu_check.json").read_text())["parts"]
+    assert entry["status"] == "skipped" and "would overrun" in entry["note"] and "figures" not in entry
+    assert gpu_check.main(["--tiny", "--cpu", "--budget-s", "0", "--parts", "decode,flops", "--out", str(tmp_path)]) == 0
+    check = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [(e["status"], e["note"]) for e in check["parts"]] == [("skipped", "not started: the 0 s budget was spent")] * 2
+    assert check["complete"] is True and check["prediction"] is None
+
+
+def test_gpu_check_fails_a_full_attention_part_whose_batched_arm_never_stored(tmp_path, monkeypatch, capsys):
+    """KV reuse silently off (the 4B shape's 7.2 GiB over a fixed 4 GiB budget) is a failed part, with the
+    refusals counted in its figures, and the exit status says so."""
+    from sepo.backends.prefix_cache import PrefixCache
+
+    monkeypatch.setattr(PrefixCache, "budget", lambda self, device: 0)  # every store over budget
+    assert gpu_check.main(["--tiny", "--cpu", "--parts", "rollout,decode", "--out", str(tmp_path)]) == 1
+    check = json.loads((tmp_path / "gpu_check.json").read_text())
+    for entry in check["parts"]:
+        assert entry["status"] == "failed" and entry["prefix_cache"]["stored"] == 0
+        assert entry["prefix_cache"]["refused_over_budget"] > 0
+    assert "KV reuse off" in _check_parts(check)["rollout"]["error"]
+    assert "part rollout failed" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
@@ -100,12 +220,59 @@ def test_gpu_check_refuses_to_run_without_cuda(tmp_path, capsys):
     assert gpu_check.main(["--out", str(tmp_path)]) == 2
     assert "no CUDA device" in capsys.readouterr().err and not list(tmp_path.iterdir())
     assert gpu_check.main(["--tiny", "--out", str(tmp_path)]) == 2  # the 4B model never runs on the CPU
+    assert gpu_check.main(["--tiny", "--cpu", "--parts", "warp", "--out", str(tmp_path)]) == 2
 
 
 def test_gpu_check_goals():
-    met = {"rollout": {"speedup": 45.0}, "decode": {"roofline_fraction": 0.31}, "overhead": {"sepo_overhead_share": 0.01}}
+    met = {"grpo_step": {"hours_per_100_steps": 0.9, "sepo_overhead_share": 0.01}, "rollout": {"speedup": 45.0},
+           "decode": {"roofline_fraction": 0.31}}
     assert gpu_check.missed_goals(met) == []
-    missed = gpu_check.missed_goals({"rollout": {"speedup": 12.0}, "decode": {"roofline_fraction": 0.5},
-                                     "overhead": {"sepo_overhead_share": 0.08}})
-    assert missed == ["rollout.speedup = 12, goal >= 30", "overhead.sepo_overhead_share = 0.08, goal <= 0.05"]
+    missed = gpu_check.missed_goals({"grpo_step": {"hours_per_100_steps": 2.5, "sepo_overhead_share": 0.01},
+                                     "rollout": {"speedup": 12.0}, "decode": {"roofline_fraction": 0.5}})
+    assert missed == ["grpo_step.hours_per_100_steps = 2.5, goal <= 1", "rollout.speedup = 12, goal >= 30"]
     assert gpu_check.missed_goals({}) == [f"{k}: not measured" for k in gpu_check.GOALS]
+
+
+def test_overhead_figures_are_per_step_means_after_the_warm_up():
+    """overhead.per_step: from cumulative per-step snapshots, each part is the mean over the steps after the
+    warm-up (never their sum), the step's own wall times are listed, and the prefix counts are summed."""
+    from benchmarks.overhead import per_step
+
+    snapshots = [  # cumulative watch totals after each step, each with its own step's wall time
+        {"step": 9.0, "logprob_forward": 3.0, "backward": 2.0, "optimizer": 0.1, "backward_calls": 7.0},
+        {"step": 4.0, "logprob_forward": 5.0, "backward": 3.0, "optimizer": 0.2, "backward_calls": 14.0},
+        {"step": 6.0, "logprob_forward": 7.0, "backward": 5.0, "optimizer": 0.3, "backward_calls": 21.0},
+    ]
+    logs = [{"sepo/time/generation_s": g, "sepo/time/rollout_overhead_s": 0.1, "sepo/prefix_cache/stored": 8,
+             "sepo/prefix_cache/refused": 1} for g in (5.0, 1.0, 2.0)]
+    got = per_step(snapshots, logs)
+    assert got["warmup_steps"] == 1 and got["warmup_step_s"] == 9.0 and got["timed_steps_s"] == [4.0, 6.0]
+    assert got["seconds_per_step"] == got["step_s"] == 5.0  # (4 + 6) / 2, the warm-up's 9 s left out
+    assert got["generation_s"] == 1.5 and got["logprob_forward_s"] == 2.0 and got["backward_s"] == 1.5
+    assert got["backward_calls"] == 7.0 and got["sepo_overhead_share"] == pytest.approx(0.1 / 5.0)
+    assert got["prefix_cache"]["stored"] == 16 and got["prefix_cache"]["refused"] == 2
+
+
+def test_gpu_check_step_part_stops_before_a_step_that_would_end_past_the_budget():
+    """The step part's callback: with the budget's end already passed, it stops training after the step just
+    logged and says why; with time left it reports progress and lets training go on."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    reported = []
+    steps = SimpleNamespace(steps=[{"step": 5.0}, {"step": 4.0}])
+    logs = [{"sepo/time/generation_s": 1.0}] * 2
+
+    def ctx(deadline: float):
+        return gpu_check.Context(tiny=True, cuda=False, device={}, progress=reported.append, deadline=deadline)
+
+    for deadline, stops in ((float("-inf"), True), (float("inf"), False)):
+        control = TrainerControl()
+        callback = gpu_check.step_progress(steps, ctx(deadline), lambda history: {"from": len(history)})
+        callback.on_log(SimpleNamespace(max_steps=3), SimpleNamespace(global_step=2, log_history=logs), control,
+                        logs=logs[-1])
+        assert control.should_training_stop is stops
+        assert reported[-1]["steps_done"] == 2 and reported[-1]["figures_so_far"] == {"from": 2}
+        assert ("stopped" in reported[-1]) is stops
+    assert reported[0]["stopped"] == "after 2 of 3 steps: one more at 4 s would end past the budget"

@@ -155,21 +155,101 @@ def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
     with backend.prefix_session() as cache:
         gens = backend.generate(first, spec)
         assert cache.kv and cache.tokens[0][: len(first[0].ids)] == first[0].ids
+        assert (cache.misses, cache.stored) == (1, 1)  # the session's first call finds nothing stored
         tail = backend.tokenizer.encode(" next", add_special_tokens=False)
         second = [Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)]
         reused = backend.generate(second, spec)
         assert cache.hits == 1
         stranger = [Prompt(ids=tail + p.ids) for p in second]
         backend.generate(stranger, spec)
-        assert cache.misses == 1
+        assert cache.misses == 2
+    assert backend.prefix_counts == {"hits": 1, "misses": 2, "stored": 3, "refused": 0, "refused_cache_type": 0,
+                                     "refused_over_budget": 0}
     fresh = backend.generate(second, spec)
     assert [g.token_ids for g in reused] == [g.token_ids for g in fresh]
     for a, b in zip(reused, fresh):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def _two_rounds(backend: HFBackend, cache_args: dict | None = None):
+    """Two calls in one session, the second extending every row of the first; returns the session's cache."""
+    spec = SamplingSpec(greedy=True, max_new_tokens=6)
+    first = _prompts(backend)
     with backend.prefix_session() as cache:
-        cache.max_bytes = 0
-        backend.generate(first, spec)
-        assert not cache.kv
+        for name, value in (cache_args or {}).items():
+            setattr(cache, name, value)
+        gens = backend.generate(first, spec)
+        tail = backend.tokenizer.encode(" next", add_special_tokens=False)
+        backend.generate([Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)], spec)
+    return cache
+
+
+def test_prefix_cache_counts_refused_stores_and_the_misses_they_cause(tiny_model_dirs):
+    """A store over budget is refused and counted (not silently dropped), the counts survive the refusal, and
+    the next round, finding nothing stored, counts a miss: what hid the 4B shape's lost KV reuse."""
+    backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
+    cache = _two_rounds(backend, {"max_bytes": 0})
+    assert not cache.kv
+    assert cache.counts() == {"hits": 0, "misses": 2, "stored": 0, "refused": 2, "refused_cache_type": 0,
+                              "refused_over_budget": 2}
+    assert "over the budget of 0.00 GiB" in cache.last_refusal
+    assert _two_rounds(backend).counts()["hits"] == 1  # the same calls within budget reuse the first call's rows
+
+
+def test_prefix_cache_counts_a_model_whose_cache_it_cannot_reuse():
+    """Qwen 3.5 (linear attention) and Gemma 4 (sliding window): every store is refused for its cache type."""
+    from sepo.tiny_models import build_tiny_model
+
+    for arch in ("qwen3_5", "gemma4"):
+        net, tok = build_tiny_model(arch)
+        counts = _two_rounds(HFBackend(net.eval(), tok)).counts()
+        assert counts["refused_cache_type"] == counts["refused"] == 2 and counts["stored"] == counts["hits"] == 0
+
+
+def test_prefix_cache_budget_is_a_fraction_of_free_cpu_memory(tiny_model_dirs):
+    """The real CPU path: the budget is half the available physical memory (plus the cache held now, which a
+    store replaces), and a fraction too small for the call's cache refuses it."""
+    import os
+
+    from sepo.backends.prefix_cache import MEMORY_FRACTION, PrefixCache
+
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    budget = PrefixCache().budget(torch.device("cpu"))
+    assert MEMORY_FRACTION == 0.5
+    assert budget == pytest.approx(0.5 * available, rel=0.05)  # other processes move the free figure a little
+    backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
+    assert _two_rounds(backend, {"memory_fraction": 1e-12}).counts()["refused_over_budget"] == 2
+    with pytest.raises(ValueError, match="memory_fraction"):
+        PrefixCache(memory_fraction=0)
+
+
+class FakeCudaMemory:
+    """Test double for torch.cuda's memory queries (this machine has no CUDA device): 40 GiB free by the
+    driver, 10 GiB reserved by PyTorch's allocator of which 4 GiB are allocated."""
+
+    GiB = 2**30
+
+    def mem_get_info(self, device=None):
+        return 40 * self.GiB, 141 * self.GiB
+
+    def memory_reserved(self, device=None):
+        return 10 * self.GiB
+
+    def memory_allocated(self, device=None):
+        return 4 * self.GiB
+
+
+def test_prefix_cache_budget_on_cuda_counts_driver_free_plus_allocator_slack(monkeypatch):
+    from sepo.backends import prefix_cache
+
+    fake = FakeCudaMemory()
+    for name in ("mem_get_info", "memory_reserved", "memory_allocated"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    cache = prefix_cache.PrefixCache()
+    assert cache.budget(torch.device("cuda")) == (40 + 10 - 4) * fake.GiB // 2
+    cache.kv = [(torch.zeros(2**20), torch.zeros(2**20))]  # 8 MiB held now: a store would release it
+    assert cache.budget(torch.device("cuda")) == ((40 + 10 - 4) * fake.GiB + 8 * 2**20) // 2
+    assert prefix_cache.PrefixCache(max_bytes=123).budget(torch.device("cuda")) == 123
 
 
 def test_preallocated_layer_appends_like_dynamic_layer_and_grows():

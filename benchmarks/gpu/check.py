@@ -1,46 +1,82 @@
-"""The GPU check for a lent H200: one prepared script, under 8 minutes, no network, figures against goals.
+"""The GPU check for a lent H200: one prepared script, 6 minutes of parts, no network, figures against goals.
 
 It runs the project from source (`PYTHONPATH=.`) on the machine's own torch / transformers / peft /
 accelerate, with trl and datasets (and their missing dependencies) installed from the wheels `make
-gpu-wheels` downloads (README, Performance, has the exact device command). On a random-weight 4B-shaped bf16
-Llama it measures:
+gpu-wheels` downloads (README, Performance, has the exact device command). Random-weight 4B-shaped bf16
+models, no downloads. The parts, in order of value (the first is the headline):
 
-  rollout   batched lock-step rollouts vs one episode at a time with HF generate (benchmarks/rollout.py;
-            128 IPD episodes x 8 rounds, the reference timed on 4 and extrapolated) - goal >= 30x
-  decode    HF generate decode tokens/s at batch 256 against the memory-bandwidth roofline (weights plus the
-            key/value cache read once per step, 4.8 TB/s) - goal >= 30%
-  overhead  a SEPO-GRPO step with LoRA r16 split into generation / SEPO own work / rewards+advantages /
-            logprobs+backward+optimizer, each timed on its own, with peak memory (benchmarks/overhead.py)
-            - goal: SEPO share <= 5%
+  grpo_step        one full SEPO-GRPO step of the paper recipe (configs/sepo/ipd_qwen35_4b.yaml: IPD, 8
+                   rounds, G = 4, the whole pool mix = 28 episodes, 256-token turns, LoRA r16 on q/k/v/o,
+                   gradient checkpointing, beta 0.1) on the HF backend, on the 4B Qwen 3.5 build with its real
+                   248,320-token vocabulary: 1 warm-up step, then 2 timed steps; every figure is per step
+                   (a mean, never a sum), split into generation / SEPO's own work / logprob forwards /
+                   backward / optimizer, with peak memory. From it, `prediction`: the wall time of 100 steps.
+  rollout          (llama) KV reuse on a real GPU: the 4B Llama shape with the Qwen 3.5 vocabulary, 128 IPD
+                   episodes x 4 rounds x 256-token turns, batched with KV reuse vs batched re-encoding vs one
+                   episode at a time (timed on 1, extrapolated). A full-attention model whose batched arm
+                   never stored its cache FAILS this part (KV reuse silently off).
+  decode           (llama) decode tokens/s through the project's HF backend (`HFBackend.generate` inside a
+                   prefix session, the code a rollout runs) at batch 1 and 256 against the memory-bandwidth
+                   roofline (the device's nominal bandwidth: H200 4.8 TB/s).
+  flops            (llama) prefill FLOP/s and the backward pass's FLOP/s (frozen base + LoRA, as trained) and
+                   their MFU against the nominal bf16 dense peak (H200 989 TFLOP/s).
+  rollout_qwen3_5, rollout_gemma4
+                   the recipes' own architectures (4B builds, real vocabularies), batched arm only: they
+                   re-encode every round (linear attention / sliding window: the prefix cache refuses their
+                   cache type, counted), reported, not failed.
 
-    python benchmarks/gpu/check.py --out "$OUT"          # on the H200
-    python benchmarks/gpu/check.py --tiny --cpu --out D  # smoke test of this script (tiny model, CPU; in make test)
+    python benchmarks/gpu/check.py --git-sha SHA --out "$OUT"   # on the H200 (README has the whole line)
+    python benchmarks/gpu/check.py --tiny --cpu --out D          # smoke test (tiny models, CPU; in make test)
 
-Writes OUT/gpu_check.json (figures, goals, versions, seconds per part) and OUT/results.jsonl (one line for
-`python -m benchmarks --merge`). Exit status: 0 every goal met; 1 a goal missed or a part failed (the
-message names it); 2 no CUDA device (it never falls back to the CPU unless `--cpu` is given). The smoke
-test checks the script and its figures' shape, not the goals.
+Time: the estimate of every part is printed before the first starts. No part starts after `--budget-s`
+(360 s) from the start, and a part whose estimate would overrun it is skipped with a note; the estimates
+are scaled by how the finished parts compared with theirs; the step part starts no step that would end past
+the budget at the last step's pace (it then reports fewer timed steps and fails). Nothing is held back for the end:
+OUT/gpu_check.json is rewritten atomically before and after every part (a part being run reads "running",
+and the step part rewrites it after every step), so a kill loses at most the part it interrupted; SIGTERM
+(what `timeout` sends) marks that part "killed" first. Progress lines are flushed as they are printed.
+
+Writes OUT/gpu_check.json (`Check.doc`: `parts`, each with `status`; `prefix_cache` {stored, refused, ...}
+in every generating part; `seconds_per_step` in the training part; `prediction` {hours_per_100_steps, ...})
+and OUT/results.jsonl (one line for `python -m benchmarks --merge`). Exit status: 0 every goal met; 1 a goal
+missed, a part failed or was skipped before its goal was measured (the message names it); 2 no CUDA device
+(it never falls back to the CPU unless `--cpu` is given). The smoke test checks the script and its figures'
+shape, not the goals.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
+import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-GOALS = {  # figure -> (bound, "min" or "max")
+SCHEMA = "sepo-gpu-check/2"
+RECIPE = "configs/sepo/ipd_qwen35_4b.yaml"
+BUDGET_S = 360.0  # no part starts after this many seconds from the start; the whole check stays inside it
+GOAL_HOURS_PER_100_STEPS = 1.0  # the project's goal: 100 steps of the paper recipe in at most 1 h on one H200
+GOALS = {  # "part.figure" -> (bound, "min" or "max")
+    "grpo_step.hours_per_100_steps": (GOAL_HOURS_PER_100_STEPS, "max"),
+    "grpo_step.sepo_overhead_share": (0.05, "max"),
     "rollout.speedup": (30.0, "min"),
-    "decode.roofline_fraction": (0.30, "min"),
-    "overhead.sepo_overhead_share": (0.05, "max"),
+    "decode.roofline_fraction": (0.30, "min"),  # at batch 256
 }
-H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e by the datasheet
+# Nominal figures by device name (datasheets). A device not listed is measured against the H200's, labelled.
+NOMINAL = {
+    "H200": {"bandwidth_bytes_s": 4.8e12, "bf16_dense_flops": 989e12,
+             "source": "NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; BF16 Tensor Core 989 TFLOP/s dense"},
+}
 REQUIRED = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "numpy", "pyarrow", "tokenizers")
+FULL_ATTENTION = ("llama",)  # architectures whose cache the prefix cache reuses
 
 
 class CheckError(Exception):
@@ -49,6 +85,20 @@ class CheckError(Exception):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.message, self.code = message, code
+
+
+class PartFailed(Exception):
+    """A part ran but its figures show it failed; `figures` are kept in the report."""
+
+    def __init__(self, message: str, figures: dict[str, Any]):
+        super().__init__(message)
+        self.figures = figures
+
+
+def log(message: str, start: float | None = None) -> None:
+    """One progress line, flushed at once (the device's output is read through a pipe)."""
+    stamp = f" +{time.perf_counter() - start:.0f}s" if start is not None else ""
+    print(f"[gpu check{stamp}] {message}", flush=True)
 
 
 def versions() -> dict[str, str]:
@@ -63,62 +113,395 @@ def versions() -> dict[str, str]:
     return found
 
 
-def decode_roofline(tiny: bool, cuda: bool, batch: int, prompt_len: int, new_tokens: int,
-                    bandwidth: float = H200_BANDWIDTH) -> dict[str, Any]:
-    """Decode tokens/s of HF `generate` at `batch` rows (prompt `prompt_len`, `new_tokens` new tokens, none
-    stopping early), the prefill timed apart and subtracted, against the memory-bandwidth roofline: every
-    decode step reads all weights and every row's key/value cache (at the mean context length)."""
+def device_info(cuda: bool) -> dict[str, Any]:
+    """The device's name and the nominal bandwidth and bf16 peak the figures are measured against."""
+    import torch
+
+    name = torch.cuda.get_device_name() if cuda else "cpu"
+    known = next((k for k in NOMINAL if k in name), None)
+    nominal = NOMINAL[known or "H200"]
+    return {"name": name, "nominal_of": known or "H200 (not this device: the smoke test's arithmetic only)",
+            "nominal_bandwidth_tb_s": nominal["bandwidth_bytes_s"] / 1e12,
+            "nominal_bf16_dense_tflops": nominal["bf16_dense_flops"] / 1e12, "nominal_source": nominal["source"],
+            "total_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1) if cuda else None}
+
+
+# ------------------------------------------------------------------------------------------------
+# the parts
+
+
+@dataclass
+class Context:
+    tiny: bool
+    cuda: bool
+    device: dict[str, Any]
+    progress: Callable[[dict[str, Any]], None]  # a running part's partial figures, written at once
+    step_arch: str = "qwen3_5"
+    deadline: float = float("inf")  # perf_counter time of the budget's end: the step part stops before it
+
+    @property
+    def bandwidth(self) -> float:
+        return self.device["nominal_bandwidth_tb_s"] * 1e12
+
+    @property
+    def peak_flops(self) -> float:
+        return self.device["nominal_bf16_dense_tflops"] * 1e12
+
+    def sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def now(self) -> float:
+        self.sync()
+        return time.perf_counter()
+
+
+def _vocab(ctx: Context, arch: str) -> int | None:
+    """The real vocabulary at full size (the Llama shape gets Qwen 3.5's), the tokenizer's in the smoke test."""
+    from sepo.tiny_models import REAL_VOCAB
+
+    return None if ctx.tiny else REAL_VOCAB.get(arch, REAL_VOCAB["qwen3_5"])
+
+
+def build_model(ctx: Context, arch: str) -> tuple[Any, Any]:
+    """A random-weight model of `arch`: 4B-shaped bf16 on cuda with the real vocabulary, or the tiny one."""
     import torch
 
     from sepo.tiny_models import build_tiny_model
 
-    dtype = torch.bfloat16 if cuda else torch.float32
-    with torch.device("cuda" if cuda else "cpu"):
-        model, tok = build_tiny_model("llama", shape="tiny" if tiny else "4b", dtype=dtype)
-    model.eval()
-    gen = torch.Generator(device=model.device).manual_seed(0)
-    ids = torch.randint(10, model.config.vocab_size, (batch, prompt_len), device=model.device, generator=gen)
+    if ctx.tiny:
+        return build_tiny_model(arch)
+    with torch.device("cuda"):
+        return build_tiny_model(arch, shape="4b", dtype=torch.bfloat16, vocab_size=_vocab(ctx, arch))
 
-    def timed(n: int) -> float:
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.inference_mode():
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                           do_sample=True, top_k=0, top_p=1.0, pad_token_id=tok.pad_token_id)
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    timed(2)  # warm-up
-    prefill_s, total_s = timed(1), timed(new_tokens)
-    decode_s = total_s - prefill_s
-    cfg = model.config
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
-    step_bytes = weight_bytes + batch * (prompt_len + new_tokens / 2) * kv_bytes_per_token
-    tokens_per_s = batch * (new_tokens - 1) / decode_s
-    roofline = batch * bandwidth / step_bytes
-    result = {
-        "model": f"llama-{'tiny' if tiny else '4b'}-{'bf16' if cuda else 'fp32'}-random",
-        "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens,
-        "prefill_s": prefill_s, "decode_s": decode_s, "decode_tokens_per_s": tokens_per_s,
-        "weight_gb": weight_bytes / 1e9, "kv_gb_per_step": (step_bytes - weight_bytes) / 1e9,
-        "bandwidth_tb_s": bandwidth / 1e12, "roofline_tokens_per_s": roofline,
-        "roofline_fraction": tokens_per_s / roofline,
-        "peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+def model_label(ctx: Context, arch: str, model: Any) -> str:
+    vocab = model.config.get_text_config().vocab_size
+    return f"{arch}-{'tiny-fp32' if ctx.tiny else '4b-bf16'}-random, vocab {vocab:,}"
+
+
+def part_grpo_step(ctx: Context) -> dict[str, Any]:
+    """One full SEPO-GRPO step of the paper recipe on the HF backend: 1 warm-up + 2 timed steps."""
+    import tempfile
+
+    import torch
+    from transformers.trainer_callback import PrinterCallback
+    from trl import ModelConfig, get_peft_config
+
+    from benchmarks.overhead import Stopwatch, instrumented, per_step
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import parse_config
+
+    arch = ctx.step_arch
+    overrides = {"use_vllm": "false", "report_to": "none", "max_steps": "3", "save_strategy": "no",
+                 "keep_best_by_safety": "false", "logging_steps": "1", "disable_tqdm": "true"}
+    if ctx.tiny:  # the same recipe, shrunk: one opponent per pool, 2 rounds, 8-token turns, fp32 on the CPU
+        overrides |= {"use_cpu": "true", "bf16": "false", "max_turn_tokens": "8", "game_params": '{"ipd": {"num_rounds": 2}}',
+                      "pool_mix": '{"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"}',
+                      "gradient_accumulation_steps": "3"}
+    watch = Stopwatch(cuda=ctx.cuda)
+    model, tok = build_model(ctx, arch)
+    tok.padding_side = "left"
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["--config", RECIPE, "--output_dir", tmp]
+        for key, value in overrides.items():
+            argv += [f"--{key}", value]
+        args, model_args = parse_config((SEPOConfig, ModelConfig), argv, prog="gpu check")
+        args.model_init_kwargs = None  # the model is built here, not loaded from model_name_or_path
+        trainer_cls, step_parts = instrumented(watch)
+        trainer = trainer_cls(model=model, args=args, processing_class=tok, peft_config=get_peft_config(model_args),
+                              callbacks=[step_parts])
+        trainer.accelerator.backward = watch.wrap("backward", trainer.accelerator.backward)
+        trainer.remove_callback(PrinterCallback)  # its log dicts would bury the progress lines
+        label = model_label(ctx, arch, model) + " + LoRA r16 (q/k/v/o)"
+
+        def figures_of(log_history: list[dict[str, Any]]) -> dict[str, Any]:
+            steps = step_parts.steps
+            logs = [h for h in log_history if "sepo/time/generation_s" in h][: len(steps)]
+            return {"model": label, "arch": arch, "device": ctx.device["name"], "recipe": RECIPE, "backend": "hf",
+                    "overrides": overrides, "max_turn_tokens": args.max_turn_tokens,
+                    "episodes_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps,
+                    **per_step(steps, logs),
+                    **({"peak_gpu_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)} if ctx.cuda else {})}
+
+        trainer.add_callback(step_progress(step_parts, ctx, figures_of))
+        if ctx.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        trainer.train()
+        figures = figures_of(trainer.state.log_history)
+    del trainer, model
+    if figures["warmup_steps"] < 1 or figures["measured_steps"] < 2:
+        timed = figures["measured_steps"] if figures["warmup_steps"] else 0
+        raise PartFailed(f"only {timed} timed step(s) after a warm-up (the budget ran out); the figures need 2",
+                         figures)
+    if arch in FULL_ATTENTION and figures["prefix_cache"]["stored"] == 0:
+        raise PartFailed(f"KV reuse off: no rollout of the step stored its cache ({figures['prefix_cache']})", figures)
+    if arch not in FULL_ATTENTION:
+        figures["note"] = (f"{arch} re-encodes every round on the HF backend: its cache is not full attention "
+                           f"(refused_cache_type {figures['prefix_cache']['refused_cache_type']})")
+    return figures
+
+
+def step_progress(step_parts: Any, ctx: Context, figures: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Any:
+    """A callback that, after every step's log entry, reports the steps so far and, from the first timed step
+    on, the per-step figures so far (`figures(log_history)`): what a kill during a later step leaves. A step
+    that would end past `ctx.deadline` (at the last step's pace) is not started: training stops, noted."""
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            steps = step_parts.steps
+            if not logs or "sepo/time/generation_s" not in logs or not steps:
+                return
+            partial: dict[str, Any] = {"steps_done": len(steps), "step_s_so_far": [round(s["step"], 3) for s in steps]}
+            if len(steps) >= 2:  # a warm-up and at least one timed step
+                partial["figures_so_far"] = figures(state.log_history)
+            if state.global_step < args.max_steps and time.perf_counter() + steps[-1]["step"] > ctx.deadline:
+                control.should_training_stop = True
+                partial["stopped"] = (f"after {len(steps)} of {args.max_steps} steps: one more at "
+                                      f"{steps[-1]['step']:.0f} s would end past the budget")
+            ctx.progress(partial)
+
+    return StepProgress()
+
+
+def prediction(step: dict[str, Any] | None, tiny: bool) -> dict[str, Any] | None:
+    """100 steps of the paper recipe on the HF backend, from the step part's per-step figures."""
+    if not step or not step.get("seconds_per_step"):
+        return None
+    s = step["seconds_per_step"]
+    own = step["sepo_rollout_s"] + step["sepo_rewards_s"] + step["sepo_advantages_s"]
+    parts = {"generation": step["generation_s"], "sepo_own": own, "logprob_forward": step["logprob_forward_s"],
+             "backward": step["backward_s"], "optimizer": step["optimizer_s"], "other": step["other_s"]}
+    hours = 100 * s / 3600
+    return {
+        "of": f"100 steps of {RECIPE}" + (" (shrunk for the smoke test: not a prediction)" if tiny else ""),
+        "model": step["model"], "backend": "hf", "slower_path": True,
+        "note": "the recipe generates with vLLM colocate (use_vllm: true), which cannot travel to this device; "
+                "this is the HF generate path, the slower one, so the recipe's own time should be lower",
+        "from_measured_steps": step["measured_steps"], "seconds_per_step": s, "hours_per_100_steps": hours,
+        "share": {k: v / s for k, v in parts.items()}, "seconds_per_step_by_part": parts,
+        "peak_gpu_memory_gb": step.get("peak_gpu_memory_gb"),
+        "goal_hours_per_100_steps": GOAL_HOURS_PER_100_STEPS, "meets_goal": hours <= GOAL_HOURS_PER_100_STEPS,
+        "excludes": "model loading, checkpoint saves (save_steps 25) and the keep_best_by_safety evaluations",
     }
-    return result
 
 
-def missed_goals(figures: dict[str, Any]) -> list[str]:
-    """One message per goal of GOALS that `figures` misses (or lacks)."""
+def _rollout_part(ctx: Context, arch: str, arms: tuple[str, ...]) -> dict[str, Any]:
+    from benchmarks import rollout
+
+    if ctx.tiny:
+        figures = rollout.run(episodes=4, rounds=2, max_new_tokens=8, reference_episodes=2, arch=arch, arms=arms)
+    else:
+        figures = rollout.run(episodes=128, rounds=4, max_new_tokens=256, gpu=True, arch=arch, arms=arms,
+                              reference_episodes=1, vocab_size=_vocab(ctx, arch))
+    counts = figures["prefix_cache"]
+    if arch in FULL_ATTENTION and counts["stored"] == 0:
+        raise PartFailed(f"KV reuse off on a full-attention model: the batched arm never stored its cache "
+                         f"({counts})", figures)
+    if arch not in FULL_ATTENTION:
+        figures["note"] = (f"re-encodes every round: the prefix cache refuses {arch}'s cache type "
+                           f"({counts['refused_cache_type']} refused)")
+    return figures
+
+
+def part_rollout(ctx: Context) -> dict[str, Any]:
+    return _rollout_part(ctx, "llama", ("reuse", "no_reuse", "reference"))
+
+
+def part_rollout_arch(arch: str) -> Callable[[Context], dict[str, Any]]:
+    return lambda ctx: _rollout_part(ctx, arch, ("reuse",))
+
+
+def weight_bytes_read(model: Any) -> int:
+    """The bytes of weights one decode step reads: every parameter but the input embedding table (a step
+    gathers only its tokens' rows of it)."""
+    embed = model.get_input_embeddings().weight
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embed)
+
+
+def kv_bytes_per_token(model: Any, dtype_bytes: int) -> int:
+    cfg = model.config.get_text_config()
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * dtype_bytes
+
+
+def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_tokens: int) -> dict[str, Any]:
+    """Decode tokens/s of `HFBackend.generate` inside a prefix session at `batch` rows (random prompts of
+    `prompt_len` tokens, `new_tokens` new ones): a prefill-only call is timed apart and subtracted. Roofline:
+    every decode step reads the weights and every row's key/value cache at the mean context length."""
+    import torch
+
+    from sepo.backends.base import Prompt, SamplingSpec
+
+    vocab = backend.model.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(batch)
+
+    def prompts() -> list[Prompt]:  # fresh random rows: no call continues a stored one, so each is a prefill
+        return [Prompt(ids=torch.randint(10, vocab, (prompt_len,), generator=gen).tolist()) for _ in range(batch)]
+
+    def timed(n: int) -> tuple[float, int]:
+        rows = prompts()
+        start = ctx.now()
+        out = backend.generate(rows, SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=n, seed=0))
+        return ctx.now() - start, max(len(g.token_ids) for g in out)
+
+    with backend.prefix_session() as cache:
+        timed(2)  # warm-up; a full-attention model's cache is stored, so later calls preallocate theirs
+        prefill_s, _ = timed(1)
+        total_s, steps = timed(new_tokens)
+        counts = cache.counts()
+    decode_s = total_s - prefill_s
+    dtype_bytes = next(backend.model.parameters()).element_size()
+    weights = weight_bytes_read(backend.model)
+    step_bytes = weights + batch * (prompt_len + steps / 2) * kv_bytes_per_token(backend.model, dtype_bytes)
+    tokens_per_s = batch * (steps - 1) / decode_s
+    roofline = batch * ctx.bandwidth / step_bytes
+    return {"batch": batch, "prompt_len": prompt_len, "new_tokens": steps, "prefill_s": prefill_s,
+            "decode_s": decode_s, "decode_tokens_per_s": tokens_per_s, "ms_per_decode_step": 1e3 * decode_s / (steps - 1),
+            "kv_gb_per_step": (step_bytes - weights) / 1e9, "roofline_tokens_per_s": roofline,
+            "roofline_fraction": tokens_per_s / roofline, "prefix_cache": counts}
+
+
+def part_decode(ctx: Context) -> dict[str, Any]:
+    """Decode through the project's HF backend at batch 1 and at batch 256 (smoke test: 1 and 8)."""
+    import torch
+
+    from sepo.backends.hf import HFBackend
+
+    model, tok = build_model(ctx, "llama")
+    backend = HFBackend(model.eval(), tok)
+    sizes = [(1, 16, 8), (8, 16, 8)] if ctx.tiny else [(1, 256, 64), (256, 256, 64)]
+    if ctx.cuda:
+        torch.cuda.reset_peak_memory_stats()
+    arms = [decode_arm(ctx, backend, *size) for size in sizes]
+    big = arms[-1]
+    counts = {k: sum(a["prefix_cache"][k] for a in arms) for k in arms[0]["prefix_cache"]}
+    figures = {
+        "model": model_label(ctx, "llama", model), "backend": "HFBackend.generate (prefix session)",
+        "weight_gb": weight_bytes_read(model) / 1e9, "bandwidth_tb_s": ctx.bandwidth / 1e12,
+        "batches": arms, "prefix_cache": counts,
+        # the batch-256 arm's figures at the top level, for the goal and the results table
+        **{k: big[k] for k in ("batch", "decode_tokens_per_s", "roofline_tokens_per_s", "roofline_fraction")},
+    }
+    if counts["stored"] == 0:
+        raise PartFailed(f"the backend never stored a full-attention cache ({counts})", figures)
+    return figures
+
+
+def attention_flops(model: Any, batch: int, length: int) -> float:
+    """Causal attention's FLOPs in one forward: scores and values, 2 x batch x heads x length^2 x head_dim a
+    layer (half of the full square each, 2 FLOPs a multiply-add)."""
+    cfg = model.config.get_text_config()
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return cfg.num_hidden_layers * 2 * batch * cfg.num_attention_heads * length**2 * head_dim
+
+
+def forward_flops(model: Any, batch: int, length: int, logits_tokens: int) -> float:
+    """Model FLOPs of one forward: 2 x (matmul parameters) per token for the body, 2 x the output projection
+    per token whose logits are computed, and causal attention (`attention_flops`)."""
+    embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    body = sum(p.numel() for p in model.parameters() if p.dim() == 2 and p is not embed and p is not head)
+    return 2 * body * batch * length + 2 * head.numel() * logits_tokens + attention_flops(model, batch, length)
+
+
+def part_flops(ctx: Context) -> dict[str, Any]:
+    """Prefill FLOP/s (no grad, last-token logits, as generate runs it) and the backward pass's FLOP/s with a
+    frozen base and LoRA r16 on q/k/v/o (as the recipe trains; no gradient checkpointing here), with MFU."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    model, _tok = build_model(ctx, "llama")
+    vocab = model.config.vocab_size
+    prefill_b, train_b, length = (2, 2, 32) if ctx.tiny else (8, 2, 2048)
+    gen = torch.Generator().manual_seed(0)
+    device = next(model.parameters()).device
+
+    def ids(batch: int) -> torch.Tensor:
+        return torch.randint(10, vocab, (batch, length), generator=gen).to(device)
+
+    model.eval()
+    prefill = []
+    with torch.inference_mode():
+        for _ in range(3):  # 1 warm-up, 2 timed
+            x = ids(prefill_b)
+            start = ctx.now()
+            model(input_ids=x, logits_to_keep=1)
+            prefill.append(ctx.now() - start)
+    prefill_s = sum(prefill[1:]) / 2
+    prefill_flops = forward_flops(model, prefill_b, length, prefill_b)
+    # counted on the base model, before LoRA's matrices join its parameters (their FLOPs are left out)
+    fwd = forward_flops(model, train_b, length, train_b * length)
+    attention = attention_flops(model, train_b, length)
+    lora = LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora)
+    peft_model.train()
+    forward, backward = [], []
+    for _ in range(3):
+        x = ids(train_b)
+        start = ctx.now()
+        loss = peft_model(input_ids=x, labels=x).loss
+        mid = ctx.now()
+        loss.backward()
+        end = ctx.now()
+        forward.append(mid - start)
+        backward.append(end - mid)
+        peft_model.zero_grad(set_to_none=True)
+    # frozen base: the backward computes input gradients only (one matmul per forward matmul) plus attention's
+    # backward (four products to the forward's two); the LoRA weight gradients are left out (r16: < 1 %)
+    bwd_flops = (fwd - attention) + 2 * attention
+    backward_s, forward_s = sum(backward[1:]) / 2, sum(forward[1:]) / 2
+    peak = ctx.peak_flops
+    return {
+        "model": model_label(ctx, "llama", model), "length": length,
+        "prefill": {"batch": prefill_b, "seconds": prefill_s, "flops": prefill_flops,
+                    "tflops_per_s": prefill_flops / prefill_s / 1e12, "mfu": prefill_flops / prefill_s / peak},
+        "train_forward": {"batch": train_b, "seconds": forward_s, "flops": fwd,
+                          "tflops_per_s": fwd / forward_s / 1e12, "mfu": fwd / forward_s / peak},
+        "backward": {"batch": train_b, "seconds": backward_s, "flops": bwd_flops,
+                     "tflops_per_s": bwd_flops / backward_s / 1e12, "mfu": bwd_flops / backward_s / peak},
+        "peak_tflops_per_s": peak / 1e12,
+        "counting": "2 x matmul parameters per token, output projection only where logits are taken, causal "
+                    "attention 2 x b x heads x L^2 x head_dim per layer; backward with a frozen base = input "
+                    "gradients (1 x the matmuls) + 2 x the attention; LoRA's own FLOPs left out",
+    }
+
+
+@dataclass
+class Part:
+    name: str
+    arch: str
+    estimate_s: float  # at full size on an H200: a guess until a device has run it (no GPU has yet)
+    estimate_tiny_s: float  # the smoke test on this project's 2-core CPU
+    run: Callable[[Context], dict[str, Any]]
+    generates: bool = True
+    trains: bool = False
+
+
+def parts(step_arch: str = "qwen3_5") -> list[Part]:
+    """Every part in order of value."""
+    return [
+        Part("grpo_step", step_arch, 200, 40, part_grpo_step, trains=True),
+        Part("rollout", "llama", 90, 10, part_rollout),
+        Part("decode", "llama", 30, 5, part_decode),
+        Part("flops", "llama", 25, 5, part_flops, generates=False),
+        Part("rollout_qwen3_5", "qwen3_5", 60, 10, part_rollout_arch("qwen3_5")),
+        Part("rollout_gemma4", "gemma4", 60, 10, part_rollout_arch("gemma4")),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------
+# running, recording
+
+
+def missed_goals(by_part: dict[str, dict[str, Any]]) -> list[str]:
+    """One message per goal of GOALS that the parts' figures miss (or lack)."""
     out = []
     for key, (bound, kind) in GOALS.items():
         part, name = key.split(".")
-        value = figures.get(part, {}).get(name)
+        value = by_part.get(part, {}).get(name)
         if value is None:
             out.append(f"{key}: not measured")
         elif (value < bound) if kind == "min" else (value > bound):
@@ -126,86 +509,211 @@ def missed_goals(figures: dict[str, Any]) -> list[str]:
     return out
 
 
-def run_parts(tiny: bool, cuda: bool) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
-    """Every part; a failing part is recorded with its traceback's last line and the others still run."""
-    import torch
+class Check:
+    """The run's state and its two files, rewritten whole (atomically) at every change."""
 
-    from benchmarks import overhead, rollout
+    def __init__(self, args: argparse.Namespace, found: dict[str, str], cuda: bool, start: float):
+        from sepo.provenance import git_sha, machine_info
 
-    parts = {
-        "rollout": lambda: (rollout.run(episodes=4, rounds=2, max_new_tokens=8, reference_episodes=2) if tiny
-                            else rollout.run(episodes=128, gpu=True, reference_episodes=4)),
-        "decode": lambda: (decode_roofline(True, False, batch=8, prompt_len=16, new_tokens=8) if tiny
-                           else decode_roofline(False, True, batch=256, prompt_len=256, new_tokens=64)),
-        "overhead": lambda: overhead.bench(quick=tiny, gpu=cuda),
-    }
-    figures, errors, seconds = {}, {}, {}
-    for name, part in parts.items():
-        start = time.perf_counter()
-        print(f"[gpu check] {name} ...", flush=True)
+        self.args, self.cuda, self.start = args, cuda, start
+        self.out = Path(args.out)
+        self.device = device_info(cuda)
+        every = {p.name: p for p in parts(args.step_arch)}
+        self.parts = [every[name] for name in args.parts.split(",")] if args.parts else list(every.values())
+        self.budget = args.budget_s
+        self.doc: dict[str, Any] = {
+            "schema": SCHEMA, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv), "git_sha": args.git_sha or git_sha(),
+            "git_sha_from": "--git-sha" if args.git_sha else "git rev-parse here",
+            "tiny": args.tiny, "gpu": cuda, "machine": machine_info(cuda), "device": self.device,
+            "versions": found, "budget_s": self.budget,
+            "estimate_s": {p.name: self.estimate(p) for p in self.parts},
+            "parts": [{"part": p.name, "arch": p.arch, "status": "pending"} for p in self.parts],
+            "prediction": None, "goals": {k: {"bound": b, "kind": kind} for k, (b, kind) in GOALS.items()},
+            "goals_enforced": not args.tiny, "missed_goals": None, "complete": False, "wall_s": 0.0,
+        }
+        self.running: dict[str, Any] | None = None
+
+    def estimate(self, part: Part) -> float:
+        return part.estimate_tiny_s if self.args.tiny else part.estimate_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def by_part(self) -> dict[str, dict[str, Any]]:
+        """Each finished part's figures by name (with the prediction's under grpo_step)."""
+        out = {e["part"]: dict(e.get("figures", {})) for e in self.doc["parts"] if e.get("figures")}
+        if self.doc["prediction"] and "grpo_step" in out:
+            out["grpo_step"]["hours_per_100_steps"] = self.doc["prediction"]["hours_per_100_steps"]
+        return out
+
+    def write(self) -> None:
+        from sepo.files import write_json_atomic, write_jsonl_atomic
+
+        self.doc["wall_s"] = round(self.elapsed(), 1)
+        write_json_atomic(self.out / "gpu_check.json", self.doc)
+        got = self.by_part()
+        figures = {k: got[p] for k, p in (("overhead", "grpo_step"), ("rollout", "rollout"), ("decode", "decode"))
+                   if p in got}
+        line = {"date": self.doc["date"], "machine": self.doc["machine"], "git_sha": self.doc["git_sha"],
+                "quick": self.args.tiny, "gpu": self.cuda, "parts": list(figures), "figures": figures,
+                "errors": {e["part"]: e["error"] for e in self.doc["parts"] if e.get("error")}}
+        write_jsonl_atomic(self.out / "results.jsonl", [line])
+
+    def print_estimate(self) -> None:
+        total = 0.0
+        log(f"estimate before starting ({'smoke test' if self.args.tiny else 'H200 guesses: no GPU has run this'}); "
+            f"no part starts after {self.budget:.0f} s:")
+        for p in self.parts:
+            total += self.estimate(p)
+            fits = "" if total <= self.budget else "  <- over the budget at this estimate: will be skipped unless faster"
+            print(f"    {p.name:<16} {p.arch:<8} ~{self.estimate(p):>4.0f} s   (cumulative {total:>4.0f} s){fits}", flush=True)
+
+    def run(self) -> None:
+        self.write()
+        self.print_estimate()
+        scale_num = scale_den = 0.0
+        for part, entry in zip(self.parts, self.doc["parts"]):
+            left = self.budget - self.elapsed()
+            scale = min(4.0, max(0.5, scale_num / scale_den)) if scale_den else 1.0
+            expected = self.estimate(part) * scale
+            if left <= 0 or expected > left:
+                why = (f"not started: the {self.budget:.0f} s budget was spent" if left <= 0 else
+                       f"skipped: its estimate {expected:.0f} s (x{scale:.2f}, from the finished parts) "
+                       f"would overrun the {left:.0f} s left of the {self.budget:.0f} s budget")
+                entry.update(status="skipped", note=why)
+                log(f"{part.name} ({part.arch}) {why}", self.start)
+                self.write()
+                continue
+            self.run_part(part, entry)
+            scale_num += entry["seconds"]
+            scale_den += self.estimate(part)
+        by_part = self.by_part()
+        self.doc["missed_goals"] = [] if self.args.tiny else missed_goals(by_part)
+        self.doc["complete"] = True
+        self.write()
+
+    def run_part(self, part: Part, entry: dict[str, Any]) -> None:
+        import torch
+
+        entry.update(status="running", started_at_s=round(self.elapsed(), 1))
+        self.running = entry
+        self.write()
+        log(f"{part.name} ({part.arch}) ...", self.start)
+
+        def progress(partial: dict[str, Any]) -> None:
+            entry["progress"] = partial
+            log(f"{part.name}: " + ", ".join(f"{k} {v}" for k, v in partial.items() if k != "figures_so_far"),
+                self.start)
+            if part.trains and partial.get("figures_so_far"):  # provisional until the part ends
+                self.doc["prediction"] = {**prediction(partial["figures_so_far"], self.args.tiny), "provisional": True}
+            self.write()
+
+        ctx = Context(tiny=self.args.tiny, cuda=self.cuda, device=self.device, progress=progress,
+                      step_arch=self.args.step_arch, deadline=self.start + self.budget)
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
         try:
-            figures[name] = part()
+            figures = part.run(ctx)
+            entry.update(status="ok", figures=figures)
+        except PartFailed as exc:
+            entry.update(status="failed", error=str(exc), figures=exc.figures)
         except Exception as exc:  # one broken part must not lose the others' figures
             traceback.print_exc()
-            errors[name] = f"{type(exc).__name__}: {exc}"
-        seconds[name] = time.perf_counter() - start
-        print(f"[gpu check] {name} done in {seconds[name]:.0f} s", flush=True)
-        if cuda:
+            entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        entry["seconds"] = round(time.perf_counter() - t0, 1)
+        if stopped := entry.pop("progress", {}).get("stopped"):
+            entry["note"] = f"stopped {stopped}"
+        if self.cuda:
+            entry["peak_gpu_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            entry.setdefault("figures", {})["peak_gpu_memory_gb"] = entry["peak_gpu_memory_gb"]
+        if part.generates and "figures" in entry:
+            entry["prefix_cache"] = entry["figures"].get("prefix_cache")
+        if part.trains and entry.get("figures"):
+            entry["seconds_per_step"] = entry["figures"].get("seconds_per_step")
+            self.doc["prediction"] = prediction(entry["figures"], self.args.tiny)
+        self.running = None
+        gc.collect()
+        if self.cuda:
             torch.cuda.empty_cache()
-    return figures, errors, seconds
+        self.write()
+        log(f"{part.name} {entry['status']} in {entry['seconds']:.0f} s" + (f": {entry['error']}" if entry.get("error") else ""),
+            self.start)
+
+    def killed(self, signum: int) -> None:
+        """SIGTERM (timeout's first signal): mark the part being run, write, and leave."""
+        if self.running is not None:
+            self.running.update(status="killed", error=f"signal {signum} after {self.elapsed():.0f} s")
+        self.doc["killed_by_signal"] = signum
+        self.write()
+
+    def summary(self) -> list[str]:
+        """The problems the exit status reports: failed parts and missed goals."""
+        problems = [f"part {e['part']} {e['status']}: {e.get('error', '')}" for e in self.doc["parts"]
+                    if e["status"] in ("failed", "killed")]
+        return problems + [f"goal missed: {m}" for m in self.doc["missed_goals"] or []]
 
 
 def main(argv: list[str] | None = None) -> int:
+    start = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON files (default $OUT)")
     parser.add_argument("--tiny", action="store_true", help="tiny model and sizes (with --cpu: the smoke test)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (only with --tiny)")
     parser.add_argument("--git-sha", default=None, help="the commit measured (default: git rev-parse, if git is there)")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="no part starts after this (default 360)")
+    parser.add_argument("--parts", default=None, help="run these parts, in this order (default every part, in order of value): "
+                        f"{', '.join(p.name for p in parts())}")
+    parser.add_argument("--step-arch", default="qwen3_5", choices=("qwen3_5", "llama", "gemma4"),
+                        help="the architecture of the grpo_step part (default the recipe's, Qwen 3.5)")
     args = parser.parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # every line out at once, even through a pipe
     try:
         if args.tiny != args.cpu:
             raise CheckError("--tiny and --cpu go together (the smoke test); the real check takes neither", 2)
+        unknown = set(args.parts.split(",")) - {p.name for p in parts()} if args.parts else set()
+        if unknown:
+            raise CheckError(f"unknown part(s) {sorted(unknown)}; choose from {[p.name for p in parts()]}", 2)
         found = versions()
         import torch
 
         if not args.cpu and not torch.cuda.is_available():
             raise CheckError("no CUDA device: this check needs the GPU (torch.cuda.is_available() is False); "
                              "it does not fall back to the CPU (use --tiny --cpu for the smoke test)", 2)
-        cuda = not args.cpu
-        start = time.perf_counter()
-        figures, errors, seconds = run_parts(args.tiny, cuda)
-        missed = [] if args.tiny else missed_goals(figures)
-        report(args, found, figures, errors, seconds, missed, time.perf_counter() - start, cuda)
-        problems = [f"part {k} failed: {v}" for k, v in errors.items()] + [f"goal missed: {m}" for m in missed]
-        if problems:
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        check = Check(args, found, cuda=not args.cpu, start=start)
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: (check.killed(signum), sys.exit(128 + signum)))
+        try:
+            check.run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        report(check)
+        if problems := check.summary():
             raise CheckError("; ".join(problems), 1)
     except CheckError as exc:
         print(f"[gpu check] FAILED: {exc.message}", file=sys.stderr, flush=True)
         return exc.code
-    print("[gpu check] every goal met" if not args.tiny else "[gpu check] smoke test passed", flush=True)
+    log("every goal met" if not args.tiny else "smoke test passed")
     return 0
 
 
-def report(args: argparse.Namespace, found: dict[str, str], figures: dict[str, Any], errors: dict[str, str],
-           seconds: dict[str, float], missed: list[str], wall_s: float, cuda: bool) -> None:
-    """Print the figures against their goals and write gpu_check.json and results.jsonl under `args.out`."""
+def report(check: Check) -> None:
+    """Print each part's status and the figures table."""
     from benchmarks.suite import table
-    from sepo.files import write_json_atomic, write_jsonl_atomic
-    from sepo.provenance import git_sha, machine_info
 
-    record = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine_info(cuda),
-        "git_sha": args.git_sha or git_sha(), "quick": args.tiny, "gpu": cuda, "parts": list(figures), "figures": figures,
-        "errors": errors,
-    }
-    check = {**record, "versions": found, "seconds": seconds, "wall_s": wall_s,
-             "goals": {k: {"bound": b, "kind": kind} for k, (b, kind) in GOALS.items()},
-             "goals_enforced": not args.tiny, "missed_goals": missed}
-    out = Path(args.out)
-    write_json_atomic(out / "gpu_check.json", check)
-    write_jsonl_atomic(out / "results.jsonl", [record])
-    print(table(figures))
-    print(f"[gpu check] wrote {out / 'gpu_check.json'} and {out / 'results.jsonl'} ({wall_s:.0f} s in all)")
+    for e in check.doc["parts"]:
+        extra = e.get("note") or e.get("error") or ""
+        print(f"    {e['part']:<16} {e['arch']:<8} {e['status']:<8} {e.get('seconds', '-')!s:>6} s  {extra}", flush=True)
+    got = check.by_part()
+    print(table({k: got[p] for k, p in (("overhead", "grpo_step"), ("rollout", "rollout"), ("decode", "decode"))
+                 if p in got}), flush=True)
+    if pred := check.doc["prediction"]:
+        print(f"[gpu check] prediction: {pred['hours_per_100_steps']:.2f} h per 100 steps of the recipe on the HF "
+              f"backend (the slower path; goal <= {pred['goal_hours_per_100_steps']:g} h with the recipe's vLLM)",
+              flush=True)
+    log(f"wrote {check.out / 'gpu_check.json'} and {check.out / 'results.jsonl'} ({check.elapsed():.0f} s in all)")
 
 
 if __name__ == "__main__":

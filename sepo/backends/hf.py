@@ -24,7 +24,7 @@ from transformers import (
 
 from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
-from sepo.backends.prefix_cache import PrefixCache, preallocated_cache
+from sepo.backends.prefix_cache import COUNTS, PrefixCache, preallocated_cache
 from sepo.rollout.chat import ChatRenderer
 
 
@@ -71,6 +71,7 @@ class HFBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
         self._prefix: PrefixCache | None = None
+        self.prefix_counts: dict[str, int] = dict.fromkeys(COUNTS, 0)  # summed over the closed sessions
         self._full_attention = False  # learnt from the first stored cache: safe to hand generate our own cache
 
     # --- construction --------------------------------------------------------------------------------
@@ -143,7 +144,8 @@ class HFBackend:
     @contextlib.contextmanager
     def prefix_session(self) -> Iterator[PrefixCache]:
         """Reuse key/value caches between the calls made inside this block (weights must not change).
-        A nested session shares the outer one's cache."""
+        A nested session shares the outer one's cache. When the outermost session closes, its cache's counts
+        (hits, misses, stored, refused) are added to `prefix_counts`."""
         if self._prefix is not None:
             yield self._prefix
             return
@@ -151,6 +153,8 @@ class HFBackend:
         try:
             yield self._prefix
         finally:
+            for name, n in self._prefix.counts().items():
+                self.prefix_counts[name] += n
             self._prefix = None
 
     # --- GenerationBackend ---------------------------------------------------------------------------

@@ -10,11 +10,21 @@ Layout: each stored row spans the same cache width; positions a later prompt doe
 padding, tokens generated after a row's stop token, a turn the rollout dropped) are masked to 0 in the
 attention mask, and position ids follow the mask's cumulative sum, exactly as `generate` computes them for
 left-padded batches. Only plain full-attention caches are reused (sliding-window and linear-attention
-layers keep state a hole in the mask would corrupt); other models silently take the plain path.
+layers keep state a hole in the mask would corrupt); other models take the plain path, and the refusal is
+counted (`PrefixCache.counts()`: `refused_cache_type`).
+
+Budget: unless `max_bytes` is given, a call's cache is kept only if it fits in `MEMORY_FRACTION` (half) of
+the memory free on its device at the time it is stored: on CUDA, `torch.cuda.mem_get_info` plus the blocks
+PyTorch's allocator holds unused, plus the cache being replaced; on the CPU, the available physical
+memory. Half, because the next call copies the rows it reuses into a fresh cache with room for its new
+tokens, so both are alive together. Every refusal is counted (`refused`, with the reason), so a run that
+silently re-encodes shows up in the counts the trainer logs (`sepo/prefix_cache/*`) and the GPU check
+reports.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -22,6 +32,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+MEMORY_FRACTION = 0.5  # of the device's free memory a stored cache may take (see the module doc)
+COUNTS = ("hits", "misses", "stored", "refused", "refused_cache_type", "refused_over_budget")
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -85,19 +98,61 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return k
 
 
-class PrefixCache:
-    """Key/value tensors of one batched call plus the token ids each row's valid positions hold."""
+def free_memory_bytes(device: torch.device) -> int:
+    """Bytes that could still be allocated on `device`: on CUDA the driver's free memory plus what PyTorch's
+    caching allocator holds reserved but unused; on the CPU the available physical memory."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
-    def __init__(self, max_bytes: int = 4 * 2**30):
-        self.max_bytes = max_bytes
+
+def _kv_bytes(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    """The bytes the key/value tensors keep alive (a preallocated layer's whole buffer, not only its view)."""
+    return sum(k.untyped_storage().nbytes() + v.untyped_storage().nbytes() for k, v in kv)
+
+
+class PrefixCache:
+    """Key/value tensors of one batched call plus the token ids each row's valid positions hold.
+
+    max_bytes: a fixed budget for the stored cache; None (the default) sizes it at every store from the
+    device's free memory (`memory_fraction` of it, see the module doc). The counts of planned calls (hits,
+    misses) and of stores (stored, refused and why) survive refusals; `counts()` returns them.
+    """
+
+    def __init__(self, max_bytes: int | None = None, memory_fraction: float = MEMORY_FRACTION):
+        if not 0 < memory_fraction <= 1:
+            raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
+        self.max_bytes, self.memory_fraction = max_bytes, memory_fraction
+        self.hits = self.misses = self.stored = self.refused = 0
+        self.refused_cache_type = self.refused_over_budget = 0
+        self.last_refusal: str | None = None
         self.clear()
 
     def clear(self) -> None:
+        """Drop the stored cache (the counts stay)."""
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.valid: torch.Tensor | None = None  # (rows, width) bool
         self.tokens: list[list[int]] = []  # per row: the ids at its valid positions, in order
         self.by_key: dict[int, dict[tuple[int, ...], list[int]]] = {}  # prompt length -> prompt ids -> rows
-        self.hits = self.misses = 0
+
+    def counts(self) -> dict[str, int]:
+        """hits/misses of planned calls, stored/refused stores (refused split by reason)."""
+        return {name: getattr(self, name) for name in COUNTS}
+
+    def budget(self, device: torch.device) -> int:
+        """The bytes a cache stored now may take: `max_bytes`, or `memory_fraction` of what is free on
+        `device` counting the cache held now (storing replaces it)."""
+        if self.max_bytes is not None:
+            return self.max_bytes
+        return int(self.memory_fraction * (free_memory_bytes(device) + _kv_bytes(self.kv)))
+
+    def _refuse(self, reason: str, message: str) -> bool:
+        self.clear()
+        self.refused += 1
+        setattr(self, f"refused_{reason}", getattr(self, f"refused_{reason}") + 1)
+        self.last_refusal = message
+        return False
 
     # --- planning a call -----------------------------------------------------------------------------
     def _row_for(self, ids: list[int]) -> tuple[int, int] | None:
@@ -117,7 +172,10 @@ class PrefixCache:
         self, prompts: list[list[int]], pad_id: int, device: torch.device, max_new_tokens: int
     ) -> CachedCall | None:
         """A call that reuses stored rows for every prompt, or None when some prompt extends no row."""
-        if not self.kv or not prompts:
+        if not prompts:
+            return None
+        if not self.kv:  # nothing stored (the session's first call, or the last store was refused)
+            self.misses += 1
             return None
         matches = [self._row_for(ids) for ids in prompts]
         if any(m is None for m in matches):
@@ -159,15 +217,16 @@ class PrefixCache:
         """Keep the call's cache. `sequences`/`attention_mask` are the fed suffix plus generated tokens and
         the fed mask; `valid_before` (rows, cache width before the call) marks reused positions; `kept[i]`
         is how many generated tokens of row i belong to its turn (up to and including its stop token).
-        Returns False (and stores nothing) for cache types that cannot be reused or when over budget."""
+        Returns False (stores nothing and counts a refusal) for cache types that cannot be reused or when
+        over budget (`budget`)."""
         layers = getattr(cache, "layers", None)
         if not layers or any(type(layer) not in (DynamicLayer, PreallocatedLayer) for layer in layers):
-            self.clear()
-            return False
+            kinds = sorted({type(layer).__name__ for layer in layers or ()}) or [type(cache).__name__]
+            return self._refuse("cache_type", f"not a full-attention cache ({', '.join(kinds)})")
         kv = [(layer.keys, layer.values) for layer in layers]
-        if sum(k.numel() * k.element_size() * 2 for k, _ in kv) > self.max_bytes:
-            self.clear()
-            return False
+        size, budget = _kv_bytes(kv), self.budget(kv[0][0].device)
+        if size > budget:
+            return self._refuse("over_budget", f"{size / 2**30:.2f} GiB over the budget of {budget / 2**30:.2f} GiB")
         width = kv[0][0].shape[2]
         fed = attention_mask.shape[1] - valid_before.shape[1]
         generated_cols = width - valid_before.shape[1] - fed  # the last sampled token is never cached
@@ -182,4 +241,5 @@ class PrefixCache:
         self.by_key = {}
         for row, ids in enumerate(prompts):
             self.by_key.setdefault(len(ids), {}).setdefault(tuple(ids), []).append(row)
+        self.stored += 1
         return True

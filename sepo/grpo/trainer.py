@@ -269,6 +269,8 @@ class SEPOTrainer(GRPOTrainer):
             timed = _TimedBackend(backend)
             results = self.play(rows, timed)
         rollout_s = time.perf_counter() - t0
+        for name, n in getattr(backend, "prefix_counts", {}).items():  # HF: KV reuse across rounds, per step
+            self._metrics[mode][f"sepo/prefix_cache/{name}"].append(float(n))
         for hook in self.rollout_hooks:
             hook(self, results)
         self._metrics[mode]["sepo/time/generation_s"].append(timed.seconds)
