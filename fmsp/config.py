@@ -42,6 +42,7 @@ FMSP_RANGES = {
     "sandbox_call_timeout_s": POSITIVE,
     "sandbox_cpu_s": COUNT,
     "sandbox_memory_mb": COUNT,
+    "torch_threads": Range(1, integer=True, optional=True),
 }
 
 
@@ -141,6 +142,9 @@ class FMSPConfig:
     report_to: str = field(default="none", metadata={"help": "none | wandb"})
     wandb_project: str = field(default="fmsp", metadata={"help": "wandb project"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op threads of the embedder and a local FM (unset: torch's "
+                                        "default); 1 on a shared small machine"})
 
     def __post_init__(self) -> None:
         from fmsp.domains import DOMAINS

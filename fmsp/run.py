@@ -146,6 +146,9 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         raise UsageError(f"output_dir {str(run_dir)!r} already holds a run; pass --resume true or choose another "
                          "output_dir")
     check_api_keys(config, fm=fm is None, embedder=embedder is None)
+    from sepo.recipes import set_torch_threads
+
+    set_torch_threads(config.torch_threads)
     domain = domain or build_domain(config)
     fm = fm or build_fm(config)
     embedder = embedder or build_embedder(config)
@@ -239,7 +242,9 @@ def _progress(config: FMSPConfig, completed: int) -> Any:
 def _init_wandb(config: FMSPConfig, run_dir: Path) -> Any:
     import wandb
 
-    return wandb.init(project=config.wandb_project, config=config.to_dict(), dir=str(run_dir),
+    from sepo.recipes import wandb_dir
+
+    return wandb.init(project=config.wandb_project, config=config.to_dict(), dir=wandb_dir(run_dir),
                       name=run_dir.name, resume="allow", id=f"fmsp-{run_dir.name}")  # fmt: skip
 
 

@@ -329,3 +329,69 @@ def test_model_card_names_the_base_model(tmp_path):
     assert name_base_model(path, str(tmp_path))
     assert f"fine-tuned version of the local checkpoint `{tmp_path}`" in path.read_text()
     assert not name_base_model(path, "default")  # nothing left to replace
+
+
+# --- one name per concept -------------------------------------------------------------------------
+
+
+def test_pool_dir_is_the_one_name_and_pools_dir_a_warning_alias(tmp_path):
+    """`pool_dir` for sepo train and sepo eval; `pools_dir` (eval's old name) still works, in a recipe and
+    on the command line, with a FutureWarning naming the new key."""
+    from trl import ModelConfig
+
+    from sepo.eval.config import EvalConfig
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import parse_config
+
+    out = ["--output_dir", str(tmp_path / "o")]
+    for types in ((EvalConfig,), (SEPOConfig, ModelConfig)):
+        assert parse_config(types, ["--pool_dir", "pools/x", *out], prog="p")[0].pool_dir == "pools/x"
+        with pytest.warns(FutureWarning, match=r"command line: --pools_dir is deprecated, use --pool_dir"):
+            assert parse_config(types, ["--pools_dir", "pools/y", *out], prog="p")[0].pool_dir == "pools/y"
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text("pools_dir: pools/z\n")
+        with pytest.warns(FutureWarning, match=rf"{recipe}, line 1: pools_dir is deprecated, use pool_dir"):
+            assert parse_config(types, ["--config", str(recipe), *out], prog="p")[0].pool_dir == "pools/z"
+    assert "pools_dir" in EvalConfig(pool_dir="d").play_settings()  # the stored name: old evaluations resume
+
+
+def test_torch_threads_on_every_command_that_runs_a_model(tmp_path):
+    from trl import ModelConfig
+
+    from fmsp.config import FMSPConfig
+    from sepo.eval.config import EvalConfig
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import parse_config
+    from sepo.sft.train import SEPOSFTConfig
+
+    out = ["--output_dir", str(tmp_path / "o")]
+    for types in ((SEPOConfig, ModelConfig), (SEPOSFTConfig,), (EvalConfig,), (FMSPConfig,)):
+        assert parse_config(types, ["--torch_threads", "1", *out], prog="p")[0].torch_threads == 1
+        with pytest.raises(ValueError, match="torch_threads must be an integer >= 1"):
+            parse_config(types, ["--torch_threads", "0", *out], prog="p")
+
+
+def test_prepare_machine_sets_threads_and_the_wandb_directory(tmp_path, monkeypatch):
+    """One rule for wandb's files (train, sft, eval, fmsp run): $WANDB_DIR when the user set it, else the
+    run's output_dir; and torch_threads reaches torch."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from sepo.recipes import prepare_machine, wandb_dir
+
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    threads = torch.get_num_threads()
+    try:
+        prepare_machine(SimpleNamespace(torch_threads=1, report_to=["wandb"], output_dir=str(tmp_path / "a")))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert wandb_dir(tmp_path / "a") == str(tmp_path / "a") and (tmp_path / "a").is_dir()
+    import os
+
+    assert os.environ["WANDB_DIR"] == str(tmp_path / "a")
+    prepare_machine(SimpleNamespace(torch_threads=None, report_to=["wandb"], output_dir=str(tmp_path / "b")))
+    assert os.environ["WANDB_DIR"] == str(tmp_path / "b")  # the next run (a study arm) gets its own
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "mine"))
+    assert wandb_dir(tmp_path / "c") == str(tmp_path / "mine")

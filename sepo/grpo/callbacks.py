@@ -43,7 +43,7 @@ def eval_config(args: Any) -> Any:
     return EvalConfig(
         models=[], games=list(args.games), game_params=dict(args.game_params),
         episodes_per_opponent=args.checkpoint_eval_episodes, temperature=args.temperature, top_p=args.top_p,
-        max_turn_tokens=args.max_turn_tokens, seed=args.seed + HELD_OUT_OFFSET, pools_dir=args.pool_dir,
+        max_turn_tokens=args.max_turn_tokens, seed=args.seed + HELD_OUT_OFFSET, pool_dir=args.pool_dir,
         enable_thinking=args.enable_thinking, output_dir=str(Path(args.output_dir) / EVAL_DIR),
         use_eval_lambdas=True, report_to="none", progress=False,
     )

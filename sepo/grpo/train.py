@@ -21,7 +21,7 @@ from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
 from sepo.models import check_model, resolve_model
-from sepo.recipes import parse_config
+from sepo.recipes import parse_config, prepare_machine
 
 
 def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
@@ -91,6 +91,7 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args, model_args = parse(list(sys.argv[1:] if argv is None else argv))
+    prepare_machine(args)
     trainer = build_trainer(args, model_args)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)

@@ -31,7 +31,7 @@ from sepo.checks import (
     check_ranges,
 )
 from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
-from sepo.recipes import fall_back_to_fp32, parse_config
+from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
@@ -47,6 +47,7 @@ SFT_RANGES = {
     "lora_alpha": POSITIVE,
     "lora_dropout": Range(0, 1, high_open=True),
     "max_train_rows": OPTIONAL_COUNT,
+    "torch_threads": OPTIONAL_COUNT,
 }
 
 
@@ -76,6 +77,9 @@ class SEPOSFTConfig(SFTConfig):
     lora_target_modules: str = field(default=LANGUAGE_MODEL_ATTENTION, metadata={"help": "PEFT regex"})
     merged_dir: str | None = field(default=None, metadata={"help": "where the merged model goes (default output_dir/merged)"})
     max_train_rows: int | None = field(default=None, metadata={"help": "cap on training rows (quick runs)"})
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op threads per process (unset: torch's default); 1 on a "
+                                        "shared small machine, where OpenMP spin-waiting slows every thread"})
 
     def __post_init__(self) -> None:
         check_ranges(self, SFT_RANGES)
@@ -214,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
     (config,) = parse_config((SEPOSFTConfig,), argv, prog="sepo sft", description=__doc__.split("\n\n")[0])
     check_model("model_name_or_path", config.model_name_or_path)
+    prepare_machine(config)
     merged = run_sft(config)
     print(f"merged checkpoint: {merged}")
     return 0
