@@ -19,7 +19,7 @@ COMMANDS: Commands = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch("sepo", COMMANDS, argv)
+    return dispatch("sepo", COMMANDS, argv, precheck=_precheck)
 
 
 if __name__ == "__main__":

@@ -395,3 +395,75 @@ def test_prepare_machine_sets_threads_and_the_wandb_directory(tmp_path, monkeypa
     assert os.environ["WANDB_DIR"] == str(tmp_path / "b")  # the next run (a study arm) gets its own
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "mine"))
     assert wandb_dir(tmp_path / "c") == str(tmp_path / "mine")
+
+
+# --- start-up: mistakes reported before TRL is imported ---------------------------------------------
+
+QUICK_MISTAKES = [  # (command line, the start of the message)
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--learnin_rate", "1"], "unknown option --learnin_rate"),
+    (["sft", "--config", "configs/sft/default.yaml", "--max-step", "2"], "unknown option --max-step"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--max_steps", "0"], "max_steps must be an integer"),
+    (["sft", "--learning_rate=-1"], "learning_rate must be a number >= 0"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--top_p", "2"], "top_p must be a number in (0, 1]"),
+    (["sft", "--model_name_or_path", "no/such/dir"], "model_name_or_path 'no/such/dir': no such directory"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--output_dir", "README.md"], "output_dir 'README.md' is a file"),
+]  # fmt: skip
+
+
+def test_mistakes_are_reported_before_trl_or_torch_is_imported(tmp_path):
+    """Each mistake gets the full parser's message (computed below, in this process) from a process that
+    never imported trl, transformers or torch; a recipe key typo names the recipe's line."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("games: [ipd]\nnum_generation: 4\n")
+    mistakes = [*QUICK_MISTAKES, (["train", "--config", str(recipe)], f"{recipe}, line 2: unknown key 'num_generation'")]
+    code = ("import json, sys\nfrom sepo.cli import main\nout = []\nfor argv in json.loads(sys.argv[1]):\n"
+            "    out.append([main(argv), [m for m in ('trl', 'transformers', 'torch') if m in sys.modules]])\n"
+            "print(json.dumps(out))\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps([m for m, _ in mistakes])], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results, lines = json.loads(proc.stdout), proc.stderr.strip().splitlines()
+    assert len(lines) == len(mistakes)
+    for (argv, start), (rc, imported), line in zip(mistakes, results, lines):
+        assert rc == 2 and imported == [], (argv, imported)
+        prefix = f"sepo {argv[0]}: error: "
+        assert line.startswith(prefix + start), (argv, line)
+        assert line == prefix + _full_parser_error(argv), argv  # the full parser (imports trl) says the same
+
+
+def _full_parser_error(argv: list[str]) -> str:
+    """What `sepo train` / `sepo sft` report for `argv` without the quick check (their own parse and checks)."""
+    from sepo.grpo.train import parse as train_parse
+    from sepo.models import check_model
+    from sepo.recipes import parse_config
+    from sepo.sft.train import SEPOSFTConfig
+
+    try:
+        if argv[0] == "train":
+            train_parse(argv[1:])
+        else:
+            (config,) = parse_config((SEPOSFTConfig,), argv[1:], prog="sepo sft")
+            check_model("model_name_or_path", config.model_name_or_path)
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError(f"the full parser accepts {argv}")
+
+
+def test_the_quick_check_knows_every_key_of_the_full_parsers():
+    """sepo.recipe_keys' key lists (the project's source + upstream_keys.json) against the live parsers: the
+    same recipe keys, and every option the full parser accepts (so it never rejects a valid flag)."""
+    from trl import ModelConfig
+
+    from sepo import recipe_keys
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import RecipeParser
+    from sepo.sft.train import SEPOSFTConfig
+
+    assert recipe_keys.upstream_keys() == recipe_keys.live_upstream_keys(), (
+        "TRL's keys changed: run `python -m sepo.recipe_keys` to rewrite sepo/upstream_keys.json")
+    for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,))):
+        parser = RecipeParser(types, prog=command)
+        keys, deprecated, options = recipe_keys.command_keys(command)
+        assert keys == set(parser._hints) and deprecated == parser._renamed, command
+        live = {o[2:].replace("-", "_") for a in parser._actions for o in a.option_strings if o.startswith("--")}
+        assert live <= options, (command, sorted(live - options))
