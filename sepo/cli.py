@@ -18,6 +18,13 @@ COMMANDS: Commands = {
 }
 
 
+def _precheck(command: str, argv: list[str]) -> None:
+    """Unknown keys of `sepo train` / `sepo sft` before their modules import TRL (sepo.recipe_keys)."""
+    from sepo import recipe_keys
+
+    recipe_keys.check("sepo", command, argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     return dispatch("sepo", COMMANDS, argv, precheck=_precheck)
 
