@@ -267,6 +267,27 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 # command-line types that HfArgumentParser does not provide
 
 
+def glued_key(value: Any) -> str | None:
+    """The first key of a (nested) mapping that YAML flow read as `key:value` glued together, with no value:
+    `{num_rounds:8}` is the key 'num_rounds:8' (YAML needs a space after the colon)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if item is None and isinstance(key, str) and ":" in key:
+                return key
+            found = glued_key(item)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        return next((k for k in map(glued_key, value) if k is not None), None)
+    return None
+
+
+def glued_message(key: str) -> str:
+    name, _, value = key.partition(":")
+    return (f"reads {key!r} as one key with no value: YAML flow needs a space after each colon "
+            f"('{{{name}: {value}}}'), or write JSON")
+
+
 def mapping_type(optional: bool = False, or_string: bool = False) -> Callable[[str], Any]:
     """Read a mapping written in JSON or YAML flow; `or_string`: text that does not start with `{` stays a
     string (e.g. a DeepSpeed config path)."""
@@ -282,6 +303,8 @@ def mapping_type(optional: bool = False, or_string: bool = False) -> Callable[[s
             value = None
         if not isinstance(value, dict):
             raise argparse.ArgumentTypeError(f"expects a mapping in JSON or YAML flow, e.g. '{{a: 1}}', got {text!r}")
+        if glued_key(value) is not None:
+            raise argparse.ArgumentTypeError(f"{text!r} {glued_message(glued_key(value))}")
         return value
 
     return mapping
@@ -405,6 +428,8 @@ class RecipeParser(CommandParser, HfArgumentParser):
                 value = coerce(dest, value, hint)
             except UsageError as exc:
                 raise UsageError(f"{where}: {exc}") from None
+            if _has_mapping(hint) and glued_key(value) is not None:
+                raise UsageError(f"{where}: {dest} {glued_message(glued_key(value))}")
             if base_dir is not None and dest in getattr(dtype, "_RECIPE_PATH_FIELDS", ()) and value is not None:
                 value = str(base_dir / Path(value).expanduser())  # an absolute value stays as it is
             for action in self._actions:

@@ -467,3 +467,22 @@ def test_the_quick_check_knows_every_key_of_the_full_parsers():
         assert keys == set(parser._hints) and deprecated == parser._renamed, command
         live = {o[2:].replace("-", "_") for a in parser._actions for o in a.option_strings if o.startswith("--")}
         assert live <= options, (command, sorted(live - options))
+
+
+def test_yaml_flow_without_spaces_is_a_clear_error(tmp_path, capsys):
+    """`{ipd:{num_rounds:8}}` is YAML for the key 'num_rounds:8' with no value; say so instead of failing
+    later with "unexpected keyword argument 'num_rounds:8'"."""
+    from sepo.eval.config import EvalConfig
+    from sepo.recipes import parse_config
+
+    err = error_of(capsys, sepo(["eval", "--game_params", "{ipd:{num_rounds:8}}", "--output_dir", str(tmp_path)]))
+    assert "argument --game_params/--game-params: '{ipd:{num_rounds:8}}' reads 'num_rounds:8' as one key with " \
+           "no value: YAML flow needs a space after each colon ('{num_rounds: 8}'), or write JSON" in err
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("games: [ipd]\ngame_params: {ipd: {num_rounds:8}}\n")
+    with pytest.raises(ValueError, match=rf"{recipe}, line 2: game_params reads 'num_rounds:8' as one key"):
+        parse_config((EvalConfig,), ["--config", str(recipe)], prog="sepo eval")
+    (cfg,) = parse_config((EvalConfig,), ["--game_params", "{ipd: {num_rounds: 8}}"], prog="sepo eval")
+    assert cfg.game_params == {"ipd": {"num_rounds": 8}}
+    (cfg,) = parse_config((EvalConfig,), ["--game_params", '{"ipd":{"num_rounds":8}}'], prog="sepo eval")
+    assert cfg.game_params == {"ipd": {"num_rounds": 8}}  # JSON needs no spaces
