@@ -269,6 +269,7 @@ def test_model_card_names_a_local_base_model(tmp_path, tiny_model_dir):
     _Capture(model=tiny_model_dir, args=args, callbacks=[ModelCardCallback(tiny_model_dir)]).train()
     card = (tmp_path / "run" / "README.md").read_text()
     assert f"fine-tuned version of the local checkpoint `{tiny_model_dir}`" in card and "[None]" not in card
+    assert f'model="{tmp_path / "run"}"' in card and 'model="None"' not in card
 
 
 def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):
@@ -360,6 +361,8 @@ def test_sepo_train_cli_recipe_overrides_and_wandb_offline(tmp_path, tiny_model_
     assert resolved["sepo"]["max_steps"] == 1 and resolved["sepo"]["credit"] == "per_pool"
     assert resolved["sepo"]["learning_rate"] == 1e-5 and resolved["model"]["lora_r"] == 16
     assert (out / "adapter_model.safetensors").is_file()
+    card = (out / "README.md").read_text()  # the final model's card (save_strategy no: no checkpoint wrote one)
+    assert f"local checkpoint `{tiny_model_dir}`" in card and f'model="{out}"' in card and "None" not in card
     runs = list(out.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(runs) == 1
     keys = _wandb_history_keys(runs[0])

@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         import wandb
 
         wandb.finish()  # flush the run (summary and history) before the process exits
+    if trainer.accelerator.is_main_process:
+        from sepo.model_card import final_card
+
+        final_card(trainer, model_args.model_name_or_path)
     return 0
 
 

@@ -123,8 +123,9 @@ def _processor_files(src: str) -> list[Path]:
     return [p for p in root.iterdir() if p.is_file() and p.suffix not in skip_suffixes and not p.name.startswith(".")]
 
 
-def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) -> Path:
-    """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor files."""
+def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path, card: str | None = None) -> Path:
+    """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor
+    files and, when given, the model card `card` (README.md)."""
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
     def build(tmp: Path) -> None:
@@ -139,6 +140,8 @@ def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) 
                 pass
         merged.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if card is not None:
+            (tmp / "README.md").write_text(card)
 
     return replace_dir_atomic(build, target)
 
@@ -168,7 +171,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
     from peft import LoraConfig
     from trl import SFTTrainer
 
-    from sepo.model_card import ModelCardCallback
+    from sepo.model_card import ModelCardCallback, final_card, merged_card
 
     dtype = (config.model_init_kwargs or {}).get("dtype") if isinstance(config.model_init_kwargs, dict) else None
     model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, dtype=dtype)
@@ -201,8 +204,9 @@ def run_sft(config: SEPOSFTConfig) -> Path:
                       json.dumps(config.to_dict(), indent=2, default=str))
     merged_dir = Path(config.merged_dir or Path(config.output_dir) / "merged")
     if trainer.accelerator.is_main_process:
+        card = merged_card(final_card(trainer, config.model_name_or_path), merged_dir)
         merge_and_save(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
-                       _source_path(config.model_name_or_path), merged_dir)
+                       _source_path(config.model_name_or_path), merged_dir, card=card)
     trainer.accelerator.wait_for_everyone()
     return merged_dir
 
