@@ -16,3 +16,17 @@ def test_tiny_model_generates_and_has_chat_template(arch):
     assert model.config.head_dim >= 32  # vLLM CPU attention needs it
     assert tok.eos_token_id == model.generation_config.eos_token_id
     assert torch.isfinite(model(**batch).logits).all()
+
+
+@pytest.mark.slow  # one SEPO-GRPO step with a checkpoint evaluation
+def test_tiny_model_command_and_the_smoke_recipe(tmp_path, capsys, monkeypatch):
+    """The README's smoke test of a setup: `sepo tiny-model --out DIR`, then the smoke recipe trains on it."""
+    from sepo.cli import main as sepo
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert sepo(["tiny-model", "--out", str(tmp_path / "tiny"), "--arch", "llama"]) == 0
+    assert "saved a tiny random-weight llama model" in capsys.readouterr().out
+    assert sepo(["train", "--config", "configs/sepo/smoke_tiny.yaml", "--model_name_or_path", str(tmp_path / "tiny"),
+                 "--output_dir", str(tmp_path / "run")]) == 0  # fmt: skip
+    assert (tmp_path / "run" / "checkpoint-1").is_dir() and (tmp_path / "run" / "checkpoints.json").is_file()
+    assert sepo(["tiny-model", "--out", "README.md"]) == 2  # a file, not a directory
