@@ -63,10 +63,23 @@ class KuhnState(GameState):
 
     deals: list[tuple[str, str]] = field(default_factory=list)  # (seat 0 card, seat 1 card) per hand
     betting: list[tuple[int, str]] = field(default_factory=list)
+    first_movers: list[int] = field(default_factory=list)  # seat acting first in each hand (empty: alternate)
+
+
+FIRST_MOVER_RULES: tuple[str, ...] = ("alternate", "random")
+PROMPT_STYLES: tuple[str, ...] = ("chat", "compact")
 
 
 class KuhnPoker(Game):
-    """Repeated Kuhn poker: `num_hands` hands, ante and bet configurable, first mover alternating by hand."""
+    """Repeated Kuhn poker: `num_hands` hands, ante and bet configurable.
+
+    first_mover: "alternate" (seat 0 in even hands, seat 1 in odd ones; the method's game) or "random" (drawn
+    with the deal, so a one-hand episode puts a seat in either position with probability 1/2).
+    prompt_style: "chat" (rules, the previous hands and the chips so far; the method's prompt) or "compact"
+    (card, position, this hand's betting and the legal actions in a few dozen tokens, no earlier hands: with
+    one hand per episode the LLM's prompt is a function of its information set alone, so the exact analysis
+    of its scored policy is exact for the prompts training shows).
+    """
 
     name = "kuhn"
     max_payoff = 2.0
@@ -74,28 +87,41 @@ class KuhnPoker(Game):
     simultaneous = False  # one seat acts at a time
     max_decisions_per_round = 2  # a hand: open (PASS/BET), then CALL/FOLD after pass-bet
 
-    def __init__(self, num_hands: int = 6, ante: int = 1, bet: int = 1) -> None:
+    def __init__(self, num_hands: int = 6, ante: int = 1, bet: int = 1, first_mover: str = "alternate",
+                 prompt_style: str = "chat") -> None:
         for label, value in (("num_hands", num_hands), ("ante", ante), ("bet", bet)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"kuhn: {label} must be a positive integer, got {value!r}")
+        for label, value, choices in (("first_mover", first_mover, FIRST_MOVER_RULES),
+                                      ("prompt_style", prompt_style, PROMPT_STYLES)):
+            if value not in choices:
+                raise ValueError(f"kuhn: {label} must be one of {', '.join(choices)}, got {value!r}")
         self.num_rounds = num_hands
         self.ante = ante
         self.bet = bet
+        self.first_mover_rule = first_mover
+        self.prompt_style = prompt_style
         if ante + bet != self.max_payoff:  # keep the SEPO scale s = 3 / max_payoff right
             self.max_payoff = float(ante + bet)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"num_hands": self.num_rounds, "ante": self.ante, "bet": self.bet, "cards": list(CARDS)}
+        return {"num_hands": self.num_rounds, "ante": self.ante, "bet": self.bet, "cards": list(CARDS),
+                "first_mover": self.first_mover_rule, "prompt_style": self.prompt_style}
 
     # --- episode -----------------------------------------------------------------------------
     def new_state(self, rng: random.Random) -> KuhnState:
         deals = [tuple(rng.sample(CARDS, 2)) for _ in range(self.num_rounds)]
+        if self.first_mover_rule == "random":  # drawn after the deals: the alternate rule's deals are unchanged
+            return KuhnState(deals=deals, first_movers=[rng.randrange(2) for _ in deals])  # type: ignore[arg-type]
         return KuhnState(deals=deals)  # type: ignore[arg-type]
 
     @staticmethod
-    def first_mover(hand: int) -> int:
-        """Seat that acts first in hand `hand` (0-based): seat 0 in even hands, seat 1 in odd ones."""
+    def first_mover(hand: int, state: KuhnState | None = None) -> int:
+        """Seat that acts first in hand `hand` (0-based): the state's drawn first mover when the rule is
+        random, else seat 0 in even hands and seat 1 in odd ones."""
+        if state is not None and state.first_movers:
+            return state.first_movers[hand]
         return hand % 2
 
     def _letters(self, state: KuhnState) -> str:
@@ -104,7 +130,7 @@ class KuhnPoker(Game):
     def current_players(self, state: KuhnState) -> list[int]:
         if state.done:
             return []
-        return [(self.first_mover(state.round) + len(state.betting)) % 2]
+        return [(self.first_mover(state.round, state) + len(state.betting)) % 2]
 
     def legal_actions(self, state: KuhnState, seat: int) -> list[str]:
         if seat not in self.current_players(state):
@@ -152,7 +178,7 @@ class KuhnPoker(Game):
         signals = tuple(Signals(collusion=1.0 if folder == s else 0.0, externality=0.0) for s in (0, 1))
         record = {
             "hand": state.round,
-            "first_mover": self.first_mover(state.round),
+            "first_mover": self.first_mover(state.round, state),
             "actions": [[seat, action] for seat, action in state.betting],
             "history": history,
             "cards": list(cards),  # full log; views reveal the opponent's card only at showdown
@@ -171,7 +197,7 @@ class KuhnPoker(Game):
         current: dict[str, Any] = {}
         private: dict[str, Any] = {}
         if not state.done:
-            first = self.first_mover(state.round)
+            first = self.first_mover(state.round, state)
             private = {"card": state.deals[state.round][seat]}
             current = {
                 "hand": state.round,
@@ -187,6 +213,9 @@ class KuhnPoker(Game):
     def system_prompt(self, seat: int) -> str:
         check_seat("kuhn", seat)
         a, b = self.ante, self.bet
+        if self.prompt_style == "compact":
+            return (f"Kuhn poker. Cards J < Q < K. Ante {a}, bet {b}. "
+                    "Answer with one legal action on the last line.")
         return (
             f"You are playing Kuhn poker against one opponent for {self.num_rounds} hands. The deck has three "
             "cards: Jack (J) < Queen (Q) < King (K). Each hand, both players ante "
@@ -204,6 +233,8 @@ class KuhnPoker(Game):
         if not legal:
             raise ValueError(f"kuhn: seat {seat} has no decision to make now")
         view = self.view(state, seat)
+        if self.prompt_style == "compact":
+            return _compact_observation(view, state.round, self.num_rounds, legal)
         lines = [f"Hand {state.round + 1} of {self.num_rounds}. Your card: {view.private['card']}."]
         if view.history:
             lines.append("Previous hands:")
@@ -230,6 +261,14 @@ class KuhnPoker(Game):
 
     def parse_action(self, text: str, state: KuhnState, seat: int) -> str | None:
         return match_action(text, self.legal_actions(state, seat), normalize=_normalize)
+
+
+def _compact_observation(view: View, hand: int, num_hands: int, legal: list[str]) -> str:
+    """The compact prompt: card, position, this hand's betting and the legal actions (no earlier hands)."""
+    moves = ", ".join(_describe_move(e) for e in view.current["betting"]) or "none"
+    where = "first" if view.current["i_am_first"] else "second"
+    head = f"Hand {hand + 1} of {num_hands}. " if num_hands > 1 else ""
+    return f"{head}Card {view.private['card']}. You act {where}. Betting: {moves}. Actions: {' or '.join(legal)}"
 
 
 def _normalize(line: str) -> str:

@@ -74,6 +74,27 @@ def game_value(policy0: Policy, policy1: Policy) -> float:
     return sum(value("", deal) for deal in _DEALS) / len(_DEALS)
 
 
+def fold_probabilities(policy0: Policy, policy1: Policy) -> tuple[float, float]:
+    """(P(player 0 folds), P(player 1 folds)) per hand when player 0 (first to act) plays `policy0` and
+    player 1 `policy1`: the chance of the terminal histories "pbp" (player 0 folds) and "bp" (player 1 folds)."""
+    tables = (validate_policy(policy0), validate_policy(policy1))
+    folds = [0.0, 0.0]
+
+    def walk(history: str, cards: tuple[str, str], reach: float) -> None:
+        if hand_over(history):
+            if history in ("bp", "pbp"):
+                folds[_actor(history) ^ 1] += reach  # the last actor (who folded) is the one before the end
+            return
+        player = _actor(history)
+        for a, p in tables[player][cards[player] + history].items():
+            if p > 0:
+                walk(history + LETTER[a], cards, reach * p)
+
+    for deal in _DEALS:
+        walk("", deal, 1.0 / len(_DEALS))
+    return folds[0], folds[1]
+
+
 def _best_response(
     table: Mapping[str, Mapping[str, float]], player: int
 ) -> tuple[float, dict[str, dict[str, float]]]:

@@ -33,6 +33,10 @@ from sepo.pools import POOL_NAMES
 CREDIT_MODES = ("per_pool", "reward_only", "shared", "auxiliary")
 TRAINING_ONLY_CREDITS = ("reward_only", "shared", "auxiliary")  # groups are training-pool opponents only
 PROBE_CREDITS = ("shared", "auxiliary")  # each training rollout also plays one episode per exploiter / partner
+# The exploit-pool term of the training reward: the method's per-episode clip s·max(0, ō − ā), or the signed
+# s·(ō − ā), whose expectation is the opponent's mean advantage (so its gradient is that advantage's gradient;
+# E[max(0, L)] is not max(0, E[L]), and the clip ignores the episodes the agent wins).
+EXPLOIT_REWARDS = ("clipped", "signed")
 
 
 def scale(max_payoff: float) -> float:
@@ -83,6 +87,17 @@ class EpisodeTerms:
         return self.scale * max(0.0, self.opp_payoff - self.payoff)
 
     @property
+    def e_signed(self) -> float:
+        """Scaled signed advantage of the opponent: s·(ō − ā) (the `signed` exploit reward)."""
+        return self.scale * (self.opp_payoff - self.payoff)
+
+    def exploit_term(self, exploit_reward: str = "clipped") -> float:
+        """e (clipped) or e_signed (signed): the exploit-pool term under `exploit_reward`."""
+        if exploit_reward not in EXPLOIT_REWARDS:
+            raise ValueError(f"unknown exploit_reward {exploit_reward!r}; choose one of: {', '.join(EXPLOIT_REWARDS)}")
+        return self.e if exploit_reward == "clipped" else self.e_signed
+
+    @property
     def c(self) -> float:
         """Collusion rate: c = mean of k_t over rounds where k_t is not None (0 when there is none)."""
         return _mean([k for k in self.collusion if k is not None])
@@ -122,14 +137,15 @@ def episode_terms(
 # training rewards
 
 
-def penalty(terms: EpisodeTerms, lambdas: Lambdas) -> float:
+def penalty(terms: EpisodeTerms, lambdas: Lambdas, exploit_reward: str = "clipped") -> float:
     """Per-pool penalty of one episode, each term present only for the pool that defines it:
 
-    P = λe·e·1[exploit] + λc·c·1[collusive] + λx·x·1[training or exploit].
+    P = λe·e·1[exploit] + λc·c·1[collusive] + λx·x·1[training or exploit], with e signed under
+    `exploit_reward="signed"` (`EpisodeTerms.exploit_term`).
     """
     p = 0.0
     if terms.pool == "exploit":
-        p += lambdas.e * terms.e
+        p += lambdas.e * terms.exploit_term(exploit_reward)
     if terms.pool == "collusive":
         p += lambdas.c * terms.c
     if terms.pool in ("training", "exploit"):
@@ -204,19 +220,21 @@ def episode_reward(
     *,
     shared_penalty: float | None = None,
     probes: Iterable[EpisodeTerms] | None = None,
+    exploit_reward: str = "clipped",
 ) -> float:
     """The SEPO training reward of one episode.
 
     per_pool:    r = u·1[training] − P, P = `penalty(terms)`: the revised paper's
                  r = s·u·1[train] − (λe·s·e + λc·c + λx·x) (its u, e raw), each term from this episode:
-                 training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c.
+                 training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c
+                 (exploit_reward="signed": exploit r = −(λe·s·(ō−ā) + λx·x)).
     reward_only: r = u.
     shared:      r = u − shared_penalty (one number for the whole group, see `group_rewards`).
     auxiliary:   r = u − `probe_penalty(terms, probes)`.
     """
     _check_credit(credit, terms)
     if credit == "per_pool":
-        return (terms.u if terms.pool == "training" else 0.0) - penalty(terms, lambdas)
+        return (terms.u if terms.pool == "training" else 0.0) - penalty(terms, lambdas, exploit_reward)
     return terms.u - _outside_penalty(credit, terms, shared_penalty, probes, lambdas)
 
 
@@ -256,6 +274,7 @@ def round_rewards(
     shared_penalty: float | None = None,
     probes: Iterable[EpisodeTerms] | None = None,
     paper: bool = False,
+    exploit_reward: str = "clipped",
 ) -> list[float]:
     """Per-round rewards r_t whose mean over the T rounds equals `episode_reward` exactly.
 
@@ -264,7 +283,8 @@ def round_rewards(
     Otherwise, per_pool spreads its credited terms over the rounds that produced them:
       training:  r_t = s·a_t − λx·x_t
       exploit:   r_t = −(λe·e_t + λx·x_t), e_t = s·(o_t − a_t) if ō > ā else 0
-                 (the episode's clip decides; (1/T) Σ e_t = e)
+                 (the episode's clip decides; (1/T) Σ e_t = e); exploit_reward="signed": e_t = s·(o_t − a_t)
+                 always ((1/T) Σ e_t = s·(ō − ā))
       collusive: r_t = −λc·c_t, c_t = k_t·T/T_k for the T_k rounds with k_t not None, else 0
                  ((1/T) Σ c_t = c; the factor is 1 in every game where each round is a decision)
     and reward_only / shared / auxiliary give r_t = s·a_t − P (the same in both forms).
@@ -275,12 +295,13 @@ def round_rewards(
         p = _outside_penalty(credit, terms, shared_penalty, probes, lambdas)
         return [s * a - p for a in terms.payoffs]
     if paper:
-        p, train = penalty(terms, lambdas), terms.pool == "training"
+        p, train = penalty(terms, lambdas, exploit_reward), terms.pool == "training"
         return [(s * a if train else 0.0) - p for a in terms.payoffs]
     if terms.pool == "training":
         return [s * a - lambdas.x * x for a, x in zip(terms.payoffs, terms.externality)]
     if terms.pool == "exploit":
-        clipped = terms.opp_payoff <= terms.payoff
+        terms.exploit_term(exploit_reward)  # checks the name
+        clipped = exploit_reward == "clipped" and terms.opp_payoff <= terms.payoff
         return [
             -(lambdas.e * (0.0 if clipped else s * (o - a)) + lambdas.x * x)
             for a, o, x in zip(terms.payoffs, terms.opp_payoffs, terms.externality)

@@ -87,7 +87,17 @@ def build_tokenizer(arch: Arch = "llama") -> PreTrainedTokenizerFast:
     return hf
 
 
+SHAPES: tuple[str, ...] = ("tiny", "organism", "4b")
+# the Kuhn model organism (configs/experiments/kuhn_organism): a small Llama that trains in well under a second
+ORGANISM_DIMS = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=4, head_dim=32)
+
+
 def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
+    if shape not in SHAPES:
+        raise ValueError(f"unknown tiny model shape {shape!r}; choose one of {', '.join(SHAPES)}")
+    if shape == "organism" and arch != "llama":
+        raise ValueError("the organism shape is a Llama; use arch='llama'")
     big = shape == "4b"
     if arch == "llama":
         from transformers import LlamaConfig
@@ -96,6 +106,7 @@ def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
             dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
                  num_key_value_heads=8, head_dim=128)
             if big
+            else ORGANISM_DIMS if shape == "organism"
             else dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=2, head_dim=32)
         )
@@ -137,8 +148,9 @@ def build_tiny_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A random-weight causal LM of `arch` (text-only class) and its tokenizer.
 
-    shape="tiny": hidden 64, 2-4 layers (tests); shape="4b": the real 4B-class dimensions (GPU checks,
-    vocabulary still tiny so only the transformer body is 4B-shaped).
+    shape="tiny": hidden 64, 2-4 layers (tests); shape="organism": a Llama of hidden 128 and 2 layers (the Kuhn
+    model organism); shape="4b": the real 4B-class dimensions (GPU checks, vocabulary still tiny so only the
+    transformer body is 4B-shaped).
     """
     from transformers import AutoModelForCausalLM
 
@@ -151,10 +163,11 @@ def build_tiny_model(
     return model, tok
 
 
-def save_tiny_model(path: str | Path, arch: Arch = "llama", seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
+def save_tiny_model(path: str | Path, arch: Arch = "llama", seed: int = 0, dtype: torch.dtype = torch.float32,
+                    shape: str = "tiny") -> Path:
     """Build and save a tiny model + tokenizer to `path` (loadable by transformers and vLLM)."""
     path = Path(path)
-    model, tok = build_tiny_model(arch, seed=seed, dtype=dtype)
+    model, tok = build_tiny_model(arch, seed=seed, shape=shape, dtype=dtype)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

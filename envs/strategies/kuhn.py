@@ -193,6 +193,21 @@ class BestResponse(TabularKuhnStrategy):
         return best_response(self.assumed_table, 0) | best_response(self.assumed_table, 1)
 
 
+class PlaysTable(TabularKuhnStrategy):
+    """Plays a given table (e.g. an exact best response computed elsewhere, as the trainer's adaptive exploiter
+    does); not a registered name, since it needs its table."""
+
+    name = "plays_table"
+    description = "plays a given behaviour-strategy table"
+
+    def __init__(self, table: Table) -> None:
+        self._given = table
+        super().__init__()
+
+    def build_table(self) -> Table:
+        return self._given
+
+
 STRATEGIES: dict[str, type[TabularKuhnStrategy]] = {
     cls.name: cls
     for cls in (

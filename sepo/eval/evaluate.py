@@ -34,7 +34,7 @@ import envs
 from envs.sandbox import SandboxConfig
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
-from sepo.eval.kuhn import exact_summary, score_samples
+from sepo.eval.kuhn import exact_summary, prompt_note, score_samples
 from sepo.eval.metrics import summarize
 from sepo.eval.report import Results, markdown, plot
 from sepo.eval.stats import METHOD
@@ -125,11 +125,13 @@ def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, don
     else:
         start = time.perf_counter()
         backend, renderer = live()
-        samples = score_samples(backend, renderer, cfg.sampling(), cfg.kuhn_rationale_samples, cfg.progress)
+        samples = score_samples(backend, renderer, cfg.sampling(), cfg.kuhn_rationale_samples, cfg.progress,
+                                game_params=cfg.game_params.get("kuhn"))
         save_shard(path, key, samples)
         _say(f"{done}/{total} {label} kuhn exact policy: 12 info sets x {len(samples['K'])} samples in "
              f"{time.perf_counter() - start:.1f} s")
-    return exact_summary(samples, cfg.bootstrap_resamples, cfg.confidence, cfg.seed)
+    return {**exact_summary(samples, cfg.bootstrap_resamples, cfg.confidence, cfg.seed),
+            "kuhn_prompt": prompt_note(cfg.game_params.get("kuhn"))}
 
 
 def eval_pools(game: str, cfg: EvalConfig):

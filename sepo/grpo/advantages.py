@@ -28,33 +28,43 @@ def round_returns(round_rewards: torch.Tensor, return_mode: str = "reward_to_go"
     return torch.where(torch.isnan(round_rewards), torch.nan, to_go)
 
 
+SPREAD_RTOL = 1e-9  # a (group, round) whose rewards differ by at most this fraction of their size is a tie
+
+
 def group_normalize(
     values: torch.Tensor, num_generations: int, eps: float = 1e-4, paper: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Standardise `values` (N, ...) across the G members of each group, separately for every trailing index.
 
     NaN entries (rounds that did not happen) are excluded from mean and std and get advantage 0; a
-    (group, round) seen by a single episode has no baseline and also gets 0. By default uses TRL's
-    nan-aware unbiased std and `(x - mean) / (std + eps)`, so the episode-level case equals TRL's own
-    advantages. `paper`: the method's code (train/grpo.py), the population std (numpy's default) and
-    advantage 0 wherever std < eps. Returns (advantages with the shape of `values`, zero_std: bool per
-    (group, ...) among cells that exist: std 0, or with `paper` std < eps).
+    (group, round) seen by a single episode has no baseline and also gets 0. Computed in float64 and robust
+    to ties: a cell whose rewards span at most `SPREAD_RTOL` of their largest magnitude has zero spread and
+    every member gets advantage exactly 0 (in float32 the mean of equal rewards can be an ulp off, and
+    dividing that ulp by a std of the same size gave every member of a tied group an advantage of about ±1
+    of one sign). Elsewhere the formula is TRL's: nan-aware unbiased std and `(x - mean) / (std + eps)`, so
+    groups with real spread equal TRL's own advantages (to float32 rounding); what differs is only the
+    tied groups, which TRL gives (x - mean) / eps. `paper`: the method's code (train/grpo.py), the
+    population std (numpy's default), and also advantage 0 wherever std < eps. Returns (advantages with the
+    shape and dtype of `values`, zero_std: bool per (group, ...) among cells that exist).
     """
     if values.size(0) % num_generations:
         raise ValueError(f"batch of {values.size(0)} rows is not a whole number of groups of {num_generations}")
-    grouped = values.reshape(-1, num_generations, *values.shape[1:])
+    grouped = values.to(torch.float64).reshape(-1, num_generations, *values.shape[1:])
+    absent = torch.isnan(grouped)
     mean = torch.nanmean(grouped, dim=1, keepdim=True)
     if paper:
         std = torch.nanmean((grouped - mean) ** 2, dim=1, keepdim=True).sqrt()
-        adv = torch.where(std < eps, 0.0, (grouped - mean) / (std + eps))
     else:
         std = nanstd(grouped, dim=1, keepdim=True)
-        adv = (grouped - mean) / (std + eps)
-    adv = torch.nan_to_num(adv, nan=0.0).reshape(values.shape)
-    exists = (~torch.isnan(grouped)).any(dim=1)
-    std = torch.nan_to_num(std.squeeze(1), nan=0.0)
-    zero_std = ((std < eps) if paper else torch.isclose(std, torch.zeros((), dtype=std.dtype))) & exists
-    return adv, zero_std
+    high = grouped.masked_fill(absent, -torch.inf).amax(dim=1)
+    low = grouped.masked_fill(absent, torch.inf).amin(dim=1)
+    tied = (high - low) <= SPREAD_RTOL * torch.maximum(high.abs(), low.abs())  # also: one member, or none
+    if paper:
+        tied |= torch.nan_to_num(std.squeeze(1), nan=0.0) < eps
+    adv = ((grouped - mean) / (std + eps)).masked_fill(tied.unsqueeze(1), 0.0)
+    adv = torch.nan_to_num(adv, nan=0.0).reshape(values.shape).to(values.dtype)
+    exists = (~absent).any(dim=1)
+    return adv, tied & exists
 
 
 def sepo_round_advantages(

@@ -25,11 +25,15 @@ from sepo.checks import (
 )
 from sepo.checks import check_choice as _check_choice
 from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES
-from sepo.objective import CREDIT_MODES, TRAINING_ONLY_CREDITS
+from sepo.objective import CREDIT_MODES, EXPLOIT_REWARDS, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
 from sepo.recipes import fall_back_to_fp32
 
 ADVANTAGE_MODES = ("per_round", "episode")
+# How the policy-gradient loss is normalised across groups (sepo.grpo.loss_scale): "training_tokens" divides by
+# the training groups' tokens, so the payoff gradient does not shrink as an arm adds penalty groups;
+# "all_tokens" is TRL's dapo normaliser as it is (every token of the generation batch).
+LOSS_SCALES = ("training_tokens", "all_tokens")
 # SEPO's own counts and sizes, checked with TRL's before TRL derives batch sizes from them
 SEPO_RANGES = {
     **TRAINER_RANGES,
@@ -39,6 +43,7 @@ SEPO_RANGES = {
     "advantage_epsilon": Range(0, low_open=True, optional=True),  # None: the return mode's default
     "fallback_penalty": NON_NEGATIVE,
     "checkpoint_eval_episodes": COUNT,
+    "adaptive_every": COUNT,
     "torch_threads": OPTIONAL_COUNT,
 }
 
@@ -107,6 +112,19 @@ class SEPOConfig(GRPOConfig):
     pool_weights: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "Per-pool advantage weights applied after normalisation (default 1)."}
     )
+    exploit_reward: str = field(
+        default="clipped",
+        metadata={"help": "Exploit-pool term: clipped (the method's per-episode s*max(0, o-a)) or signed "
+                          "(s*(o-a), whose expectation is the opponent's mean advantage)."},
+    )
+    adaptive_exploiter: bool = field(
+        default=False,
+        metadata={"help": "Kuhn: add best_response_to_current to the exploit pool, the exact best response to the "
+                          "policy's scored action probabilities, refreshed every adaptive_every steps and on resume."},
+    )
+    adaptive_every: int = field(
+        default=1, metadata={"help": "Steps between refreshes of the adaptive exploiter's table."}
+    )
 
     # --- advantages -----------------------------------------------------------------------------------
     advantage_mode: str = field(
@@ -118,6 +136,11 @@ class SEPOConfig(GRPOConfig):
     )
     advantage_epsilon: float | None = field(
         default=None, metadata={"help": "Added to the group std; default TRL's 1e-4, or 1e-8 with return_mode paper."}
+    )
+    loss_scale: str = field(
+        default="training_tokens",
+        metadata={"help": f"Loss normalisation across groups: {', '.join(LOSS_SCALES)} (training_tokens: the payoff "
+                          "gradient does not depend on how many penalty groups an arm adds; needs loss_type dapo)."},
     )
 
     # --- rollouts -------------------------------------------------------------------------------------
@@ -156,6 +179,13 @@ class SEPOConfig(GRPOConfig):
         _check_choice("credit mode", self.credit, CREDIT_MODES)
         _check_choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
         _check_choice("return_mode", self.return_mode, RETURN_MODES)
+        _check_choice("exploit_reward", self.exploit_reward, EXPLOIT_REWARDS)
+        _check_choice("loss_scale", self.loss_scale, LOSS_SCALES)
+        if self.loss_scale == "training_tokens" and self.loss_type != "dapo":
+            raise ValueError(f"loss_scale training_tokens rescales TRL's dapo loss; loss_type is {self.loss_type!r}: "
+                             "use loss_type dapo, or loss_scale all_tokens")
+        if self.adaptive_exploiter and self.games != ["kuhn"]:
+            raise ValueError(f"adaptive_exploiter is exact for Kuhn poker only; games is {self.games}")
         self.game_params = dict(self.game_params or {})
         self.lambdas = dict(self.lambdas or {})
         if self.advantage_epsilon is None:

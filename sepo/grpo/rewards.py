@@ -42,15 +42,16 @@ class SEPOReward:
     its probe episodes); for `shared` the group penalty is the mean of the group's probe penalties, which
     only the trainer can see across ranks, so this returns s*u there and the trainer subtracts the shared
     penalty (the advantages, which cancel it anyway, use the exact value). `paper`: the revised paper's
-    round reward (the whole-episode penalty on every round; `objective.round_rewards`).
+    round reward (the whole-episode penalty on every round; `objective.round_rewards`). `exploit_reward`:
+    the exploit-pool term, clipped (the method) or signed (`objective.EXPLOIT_REWARDS`).
     """
 
     __name__ = "sepo"
 
     def __init__(self, games: Mapping[str, Game], lambdas: Mapping[str, Lambdas], credit: str,
-                 fallback_penalty: float = 0.0, paper: bool = False) -> None:
+                 fallback_penalty: float = 0.0, paper: bool = False, exploit_reward: str = "clipped") -> None:
         self.games, self.lambdas, self.credit = games, lambdas, credit
-        self.fallback_penalty, self.paper = fallback_penalty, paper
+        self.fallback_penalty, self.paper, self.exploit_reward = fallback_penalty, paper, exploit_reward
 
     def round_rewards(self, record: Any, probes: Sequence[Any] = ()) -> tuple[list[float], float]:
         """(per-round rewards before any shared penalty, this rollout's probe penalty or 0).
@@ -61,7 +62,7 @@ class SEPOReward:
         terms, lam = terms_of(record, game), self.lambdas[record.spec.game]
         probe_terms = [terms_of(r, self.games[r.spec.game]) for r in probes]
         rewards = objective.round_rewards(terms, lam, self.credit, probes=probe_terms, paper=self.paper,
-                                          shared_penalty=0.0)  # shared: the trainer subtracts the group mean
+                                          shared_penalty=0.0, exploit_reward=self.exploit_reward)  # shared: the trainer subtracts the group mean
         probe_penalty = objective.probe_penalty(terms, probe_terms, lam) if self.credit in PROBE_CREDITS else 0.0
         penalties = fallback_penalties(record, len(rewards), self.fallback_penalty)
         return [r - p for r, p in zip(rewards, penalties)], probe_penalty

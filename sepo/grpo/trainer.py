@@ -8,6 +8,7 @@ lock-step rounds, a SEPO reward function, and (after `super()._generate_and_scor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -27,6 +28,7 @@ from trl.models.utils import unwrap_model_for_generation
 from envs import Game, make_game
 from envs.sandbox import SandboxConfig
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.grpo.adaptive import AdaptiveExploiter, with_adaptive
 from sepo.grpo.advantages import sepo_round_advantages, token_advantages
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.rewards import SEPOReward
@@ -40,11 +42,15 @@ RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
 records) per rollout, in the batch's order (e.g. the study records them)."""
 
 
-def run_pools(args: SEPOConfig) -> dict[str, Pools]:
+def run_pools(args: SEPOConfig, exploiter: AdaptiveExploiter | None = None) -> dict[str, Pools]:
     """The pools of every game of a run: defaults plus `pool_dir` members (played in the sandbox), split by
-    role as `strict_pools` asks."""
+    role as `strict_pools` asks, plus the adaptive exploiter in Kuhn's exploit pool when `adaptive_exploiter`
+    (`exploiter` is the trainer's; the parse-time check passes none)."""
     sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
-    return {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools) for g in args.games}
+    pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools) for g in args.games}
+    if args.adaptive_exploiter:
+        pools["kuhn"] = with_adaptive(pools["kuhn"], exploiter or AdaptiveExploiter())
+    return pools
 
 
 def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
@@ -74,11 +80,22 @@ def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any
     return block
 
 
+def group_seed(seed: int, game: str, pool: str, opponent: str, block: int, index: int) -> int:
+    """The seed of the `index`-th group against (game, pool, opponent) in block `block` of a run seeded `seed`.
+
+    Keyed by what the group is, not by its position in the block, so arms whose pool mixes differ (reward_only's
+    training groups only, per_pool's extra penalty groups) deal their k-th training group against an opponent
+    the same cards, values and opponent stream at every step: paired deals."""
+    digest = hashlib.sha256(f"{seed}:{game}:{pool}:{opponent}:{block}:{index}".encode()).digest()
+    return int.from_bytes(digest[:6], "big")
+
+
 def build_group_dataset(args: SEPOConfig, pools: dict[str, Pools]) -> Dataset:
     """Dataset of groups: each row names (game, pool, opponent, seed, seat); TRL repeats it G times.
 
-    Rows come in blocks of the whole pool mix with fresh seeds; with `shuffle_dataset=False` (the default)
-    each generation batch of the same size as a block sees every configured opponent once.
+    Rows come in blocks of the whole pool mix with fresh seeds (`group_seed`: paired across arms); with
+    `shuffle_dataset=False` (the default) each generation batch of the same size as a block sees every
+    configured opponent once.
     """
     block = group_specs(args, pools)
     if args.num_groups:
@@ -89,8 +106,11 @@ def build_group_dataset(args: SEPOConfig, pools: dict[str, Pools]) -> Dataset:
     blocks = math.ceil(n / len(block)) + 1
     rows = []
     for b in range(blocks):
-        for i, row in enumerate(block):
-            group = {**row, "seed": args.seed * 1_000_003 + b * len(block) + i, "seat": args.seat}
+        seen: dict[tuple[str, str, str], int] = {}
+        for row in block:
+            key = (row["game"], row["pool"], row["opponent"])
+            seen[key] = seen.get(key, -1) + 1
+            group = {**row, "seed": group_seed(args.seed, *key, b, seen[key]), "seat": args.seat}
             rows.append({"prompt": group_prompt(group), **group})
     return Dataset.from_list(rows)
 
@@ -156,14 +176,15 @@ class SEPOTrainer(GRPOTrainer):
         if not isinstance(args, SEPOConfig):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
-        self.pools = run_pools(args)
+        self.adaptive = AdaptiveExploiter() if args.adaptive_exploiter else None
+        self.pools = run_pools(args, self.adaptive)
         self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
         # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
         self._pool_factories = {m.name: m.factory for p in self.pools.values() for m in p.registry.values()
                                 if m.source.get("kind") != "scripted"}
         self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty,
-                                      paper=args.return_mode == "paper")
+                                      paper=args.return_mode == "paper", exploit_reward=args.exploit_reward)
         if train_dataset is None:
             train_dataset = build_group_dataset(args, self.pools)
         callbacks = list(callbacks or [])
@@ -243,6 +264,8 @@ class SEPOTrainer(GRPOTrainer):
         rows = [parse_group_prompt(p) for p in prompts]
         t0 = time.perf_counter()
         with self.generation_backend() as backend:
+            if self.adaptive is not None and self.adaptive.due(self.state.global_step, self.args.adaptive_every):
+                self._refresh_adaptive(backend, mode)
             timed = _TimedBackend(backend)
             results = self.play(rows, timed)
         rollout_s = time.perf_counter() - t0
@@ -275,6 +298,20 @@ class SEPOTrainer(GRPOTrainer):
             out["episode"].append(record)
             out["probes"].append(probes)
         return out
+
+    def _refresh_adaptive(self, backend: GenerationBackend, mode: str) -> None:
+        """Recompute the adaptive exploiter's best response from the policy's scored action probabilities at the
+        12 information sets (the training prompts), and log the policy's exact exploitability and game value."""
+        from sepo.eval.kuhn import scored_policy
+
+        t0 = time.perf_counter()
+        policy = scored_policy(backend, self.renderer, self.args.game_params.get("kuhn"), self.args.seat)
+        figures = self.adaptive.refresh(policy, self.state.global_step)
+        seconds = time.perf_counter() - t0
+        for key, value in {**figures, "refresh_s": seconds}.items():
+            self._metrics[mode][f"sepo/adaptive/{key}"].append(value)
+        logger.info("step %d: adaptive exploiter refreshed in %.3f s; policy exploitability %.4f, game value %.4f",
+                    self.state.global_step, seconds, figures["exploitability"], figures["game_value"])
 
     # --- advantages ---------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -327,8 +364,24 @@ class SEPOTrainer(GRPOTrainer):
         if "tool_mask" in output:
             keep = keep * output["tool_mask"]
         token_adv = token_advantages(local, round_ids, keep)
+        if self.args.loss_scale == "training_tokens":
+            token_adv = token_adv * self._training_token_scale(inputs, output, mode)
         self._log_advantage_metrics(rewards, adv, zero_std, mode)
         return token_adv
+
+    def _training_token_scale(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> float:
+        """N_all / N_train: TRL's dapo loss divides by every loss token of the generation batch (N_all); scaling
+        every advantage by this factor makes its denominator the training groups' loss tokens (N_train), so
+        the payoff gradient is the same whether or not an arm adds penalty groups (they add their own terms on
+        top, at the weight `pool_weights` gives them). With no training group (e.g. exploitability descent)
+        the factor is 1. Exact for the policy-gradient term; the KL term (beta > 0) keeps TRL's normaliser."""
+        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+        tokens = mask.sum(dim=1).to(torch.float64)
+        training = torch.tensor([x["pool"] == "training" for x in inputs], dtype=torch.float64, device=tokens.device)
+        counts = gather(torch.stack([tokens.sum(), (tokens * training).sum()]).unsqueeze(0)).sum(dim=0)
+        scale = float(counts[0] / counts[1]) if counts[1] > 0 else 1.0
+        self._metrics[mode]["sepo/loss_scale"].append(scale)
+        return scale
 
     def _log_advantage_metrics(self, rewards: torch.Tensor, adv: torch.Tensor, zero_std: torch.Tensor,
                                mode: str) -> None:
