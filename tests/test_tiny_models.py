@@ -29,4 +29,7 @@ def test_tiny_model_command_and_the_smoke_recipe(tmp_path, capsys, monkeypatch):
     assert sepo(["train", "--config", "configs/sepo/smoke_tiny.yaml", "--model_name_or_path", str(tmp_path / "tiny"),
                  "--output_dir", str(tmp_path / "run")]) == 0  # fmt: skip
     assert (tmp_path / "run" / "checkpoint-1").is_dir() and (tmp_path / "run" / "checkpoints.json").is_file()
+    out = capsys.readouterr().out  # the checkpoint evaluation says when it starts and what it found
+    assert "[sepo train] checkpoint-1: evaluating against the pools of ipd (1 episodes per opponent" in out
+    assert "[sepo train] checkpoint-1: evaluated J = " in out
     assert sepo(["tiny-model", "--out", "README.md"]) == 2  # a file, not a directory
