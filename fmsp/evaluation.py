@@ -446,7 +446,7 @@ def _safe(name: str) -> str:
 def _save_figure(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
+    write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))  # no label cut
     plt.close(fig)
 
 

@@ -66,6 +66,21 @@ def select(archive: Archive, selection: list[tuple[str, int]]) -> list[tuple[Arc
     return chosen
 
 
+def shortfall(archive: Archive, selection: list[tuple[str, int]], chosen: int) -> str | None:
+    """Why fewer than the selection asked for were exported (None when all were): only the active, FM-written
+    members are exported, so the retired ones and the seed baselines are counted out."""
+    asked = sum(count for _, count in selection)
+    if chosen >= asked:
+        return None
+    active = len(generated_members(archive))
+    retired = sum(e.origin != "baseline" and not e.active for e in archive.entries)
+    baselines = sum(e.origin == "baseline" for e in archive.entries)
+    spec = ",".join(f"{kind}:{count}" for kind, count in selection)
+    return (f"the selection {spec} asks for {asked}, but the {archive.side} archive has only {active} active "
+            f"FM-written member{'s' if active != 1 else ''} to export ({retired} retired by later ones and "
+            f"{baselines} seed baseline{'s' if baselines != 1 else ''} are never exported)")  # fmt: skip
+
+
 def policy_class_name(code: str) -> str:
     """The top-level class of `code` that defines `act` (exactly one is required)."""
     classes = [
@@ -149,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     check_output_dir("--out", args.out)
     try:
         selection = parse_selection(args.select)
-        entries = export(load_run(args.run), selection, args.pool, args.game, Path(args.out), args.side, args.prefix)
+        run = load_run(args.run)
+        entries = export(run, selection, args.pool, args.game, Path(args.out), args.side, args.prefix)
         loaded = load_pool_dir(args.out, args.game, SandboxConfig(unsafe=args.unsafe_sandbox))
     except (ValueError, FileNotFoundError, PoolError, SandboxUnavailable) as exc:
         raise UsageError(str(exc)) from exc
@@ -161,4 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  {e['name']:<28} {e['source']['selected_by']:<8} quality={e['source']['quality']}  "
             f"{safe_text(e['description'], 200)}"  # written by the FM
         )
+    why = shortfall(run.archives[args.side or POOL_SIDES[args.pool]], selection, len(entries))
+    if why:
+        print(f"exported {len(entries)}, not {sum(c for _, c in selection)}: {why}")
     return 0

@@ -90,7 +90,7 @@ class OpenAIChatFM:
         self.name = self.model
         self._openai = openai
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=self.timeout_s, max_retries=0)
-        self._endpoint = str(self._client.base_url)
+        self.endpoint = str(self._client.base_url)
 
     def _transient(self, exc: Exception) -> bool:
         o = self._openai
@@ -106,7 +106,7 @@ class OpenAIChatFM:
             except Exception as exc:
                 if not self._transient(exc) or retries >= self.max_retries:
                     self.usage.retries += retries
-                    raise FMError(f"{type(exc).__name__} from {self._endpoint} (model {self.model!r}) after "
+                    raise FMError(f"{type(exc).__name__} from {self.endpoint} (model {self.model!r}) after "
                                   f"{retries} retries: {exc}") from exc  # fmt: skip
                 time.sleep(self.backoff_s * 2**retries * (0.5 + random.random() / 2))
                 retries += 1

@@ -5,14 +5,21 @@ it records, e.g. Gandalf's password word list), `state.json` (last completed ite
 counters; written atomically at the end of every iteration), `iterations.jsonl` (one record per iteration),
 `archive/<side>/` (persisted after every accepted change) and `summary.json`. On restart the archives are
 rolled back to the last completed iteration, so an interrupted iteration is redone from the same state.
+
+An iteration whose FM call fails (outcome `fm_error`) is committed only once a later iteration succeeds or the
+run ends; after `max_consecutive_fm_errors` of them in a row the run stops with `FMUnavailable` (`fmsp run`
+prints one line and exits 1), and state.json still holds the iteration before the streak, so running the same
+command again redoes the failed iterations. Every run prints its iterations by outcome on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,9 +32,52 @@ from fmsp.domain import Domain
 from fmsp.embeddings import Embedder, make_embedder
 from fmsp.fm import FoundationModel, make_fm
 from fmsp.sandbox import Sandbox
-from fmsp.search import Counters, FMSPSearch
+from fmsp.search import Counters, FMSPSearch, IterationRecord
 from sepo.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
+
+OUTCOMES = ("add", "replace", "reject", "unit_test_failed", "eval_error", "fm_error")  # order of the summary line
+
+
+class FMUnavailable(RuntimeError):
+    """`max_consecutive_fm_errors` iterations in a row failed for an FM error: the run stopped, resumable."""
+
+
+def check_api_keys(config: FMSPConfig, fm: bool = True, embedder: bool = True) -> None:
+    """An OpenAI client needs a key unless it talks to a base URL of its own (a local server takes any key):
+    refuse early, naming the recipe key and the environment variable (the clients decide the same way)."""
+    base_env, key_env = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_API_KEY")
+    if fm and config.fm_provider == "openai" and not (config.fm_api_key or key_env or config.fm_base_url or base_env):
+        raise UsageError("fm_provider openai needs an API key: set fm_api_key (in the recipe or --fm_api_key) or "
+                         "the OPENAI_API_KEY environment variable; a local OpenAI-compatible server needs only "
+                         "fm_base_url")  # fmt: skip
+    if embedder and config.embedder == "openai" and not (config.embedder_api_key or key_env
+                                                         or config.embedder_base_url or base_env):  # fmt: skip
+        raise UsageError("embedder openai needs an API key: set embedder_api_key (in the recipe or "
+                         "--embedder_api_key) or the OPENAI_API_KEY environment variable; a local server needs "
+                         "only embedder_base_url")  # fmt: skip
+
+
+def outcome_line(outcomes: Counter) -> str:
+    """'12 iterations: 5 add, 1 replace, 4 reject, 2 fm_error' (outcomes that occurred, in OUTCOMES order)."""
+    total = sum(outcomes.values())
+    parts = [f"{outcomes[o]} {o}" for o in _ordered(outcomes)]
+    return f"{total} iteration{'s' if total != 1 else ''}" + (f": {', '.join(parts)}" if parts else "")
+
+
+def _ordered(outcomes: Counter) -> list[str]:
+    return [o for o in (*OUTCOMES, *sorted(set(outcomes) - set(OUTCOMES))) if outcomes[o]]
+
+
+def _stop_message(config: FMSPConfig, fm: FoundationModel, streak: list[IterationRecord]) -> str:
+    errors = [a["error"] for a in streak[-1].attempts if a.get("stage") == "fm"]
+    last = " ".join((errors[-1] if errors else "unknown error").split())[:400]
+    first, final = streak[0].iteration, streak[-1].iteration
+    span = f"iteration {first}" if first == final else f"iterations {first}-{final}"
+    endpoint = getattr(fm, "endpoint", None) or f"fm_provider {config.fm_provider}"
+    return (f"stopped after {len(streak)} iterations in a row failed for an FM error ({span}): endpoint {endpoint}, "
+            f"model {config.fm_model!r}; last error: {last} -- the run is resumable: once the FM answers, run "
+            f"the same command again ({span} will be redone)")  # fmt: skip
 
 
 def build_fm(config: FMSPConfig) -> FoundationModel:
@@ -96,6 +146,10 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     if state_path.exists() and not config.resume:
         raise UsageError(f"output_dir {str(run_dir)!r} already holds a run; pass --resume true or choose another "
                          "output_dir")
+    check_api_keys(config, fm=fm is None, embedder=embedder is None)
+    from sepo.recipes import set_torch_threads
+
+    set_torch_threads(config.torch_threads)
     domain = domain or build_domain(config)
     fm = fm or build_fm(config)
     embedder = embedder or build_embedder(config)
@@ -133,22 +187,38 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
 
     wandb_run = _init_wandb(config, run_dir) if config.report_to == "wandb" else None
     progress = _progress(config, completed)
+    outcomes = Counter(json.loads(line)["outcome"] for line in kept)
+    limit, streak = config.max_consecutive_fm_errors, []  # streak: the uncommitted fm_error iterations
+    committed = completed
     for iteration in range(completed + 1, config.iterations + 1):
         record = search.step(iteration)
         with open(records_path, "a") as fh:
             fh.write(json.dumps(asdict(record), default=str) + "\n")
-        _save_state(run_dir, iteration, rng, fm, search.counters)
+        outcomes[record.outcome] += 1
+        streak = [*streak, record] if record.outcome == "fm_error" and limit else []
+        if not streak:
+            _save_state(run_dir, iteration, rng, fm, search.counters)
+            committed = iteration
         if wandb_run is not None:
             wandb_run.log(_wandb_row(record, search), step=iteration)
         if progress is not None:
             progress.update(1)
             progress.set_postfix(side=record.side, outcome=record.outcome,
                                  **{s: len(a) for s, a in archives.items()})  # fmt: skip
+        if streak and len(streak) >= limit:
+            break
+    else:
+        if streak:  # fewer than `limit` FM errors at the end of the run: they are its last iterations
+            _save_state(run_dir, config.iterations, rng, fm, search.counters)
+            committed, streak = config.iterations, []
     if progress is not None:
         progress.close()
+    stopped = _stop_message(config, fm, streak) if streak else None
     summary = {
         "run_dir": str(run_dir), "variant": config.variant, "domain": domain.name,
-        "completed_iterations": max(completed, config.iterations), "archive_sizes": {s: len(a) for s, a in archives.items()},
+        "status": "stopped" if stopped else "finished", "stopped_because": stopped,
+        "completed_iterations": committed, "outcomes": {o: outcomes[o] for o in _ordered(outcomes)},
+        "archive_sizes": {s: len(a) for s, a in archives.items()},
         "archive_totals": {s: len(a.entries) for s, a in archives.items()}, "counters": asdict(search.counters),
         "fm_usage": asdict(fm.usage), "wall_s_this_session": time.monotonic() - t_start,
     }  # fmt: skip
@@ -156,6 +226,9 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     if wandb_run is not None:
         wandb_run.summary.update({k: v for k, v in summary.items() if isinstance(v, int | float)})
         wandb_run.finish()
+    print(f"fmsp run: {outcome_line(outcomes)} ({run_dir})", file=sys.stderr)
+    if stopped:
+        raise FMUnavailable(stopped)
     return summary
 
 
@@ -171,7 +244,9 @@ def _progress(config: FMSPConfig, completed: int) -> Any:
 def _init_wandb(config: FMSPConfig, run_dir: Path) -> Any:
     import wandb
 
-    return wandb.init(project=config.wandb_project, config=config.to_dict(), dir=str(run_dir),
+    from sepo.recipes import wandb_dir
+
+    return wandb.init(project=config.wandb_project, config=config.to_dict(), dir=wandb_dir(run_dir),
                       name=run_dir.name, resume="allow", id=f"fmsp-{run_dir.name}")  # fmt: skip
 
 
@@ -193,5 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(config)
     except SandboxUnavailable as exc:  # a missing OS layer: the message says what to install
         raise UsageError(str(exc)) from exc
+    except FMUnavailable as exc:  # not a usage mistake: a failure, exit 1 (the line says how to resume)
+        print(f"fmsp run: error: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(summary, indent=2))
     return 0

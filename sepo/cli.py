@@ -15,11 +15,19 @@ COMMANDS: Commands = {
     "eval": ("sepo.eval.evaluate", "evaluate checkpoints against the pools (JSON, markdown, plots)"),
     "study": ("sepo.eval.study.run", "the four-arm credit-assignment study"),
     "quickstart": ("sepo.quickstart", "data -> SFT -> SEPO-GRPO -> eval on the embedded model"),
+    "tiny-model": ("sepo.tiny_models", "save a tiny random-weight model for a smoke test of a setup"),
 }
 
 
+def _precheck(command: str, argv: list[str]) -> None:
+    """Unknown keys of `sepo train` / `sepo sft` before their modules import TRL (sepo.recipe_keys)."""
+    from sepo import recipe_keys
+
+    recipe_keys.check("sepo", command, argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return dispatch("sepo", COMMANDS, argv)
+    return dispatch("sepo", COMMANDS, argv, precheck=_precheck)
 
 
 if __name__ == "__main__":

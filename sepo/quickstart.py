@@ -1,4 +1,4 @@
-"""`sepo quickstart`: the whole pipeline on the embedded model, on a CPU, in minutes.
+"""`sepo quickstart`: the whole pipeline on the embedded model, on a CPU (about 15 min on 2 idle cores).
 
     stage 1  SFT warm-start on IPD demonstrator transcripts        (sepo sft   --config configs/quickstart/sft.yaml)
     stage 2  a few SEPO-GRPO steps from the SFT checkpoint          (sepo train --config configs/quickstart/sepo.yaml)

@@ -14,7 +14,8 @@ description and its default once; `--debug` shows tracebacks.
 
 A config lists in `_RECIPE_PATH_FIELDS` the keys that name files shipped with a recipe: a relative value
 written in the recipe resolves against the recipe's directory (given on the command line, against the
-working directory, like every other path).
+working directory, like every other path). It lists in `_DEPRECATED_KEYS` old names of its keys
+(`{old: new}`): the old name still works, in a recipe and on the command line, with a FutureWarning.
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ def _show(value: Any) -> str:
     if isinstance(value, list | tuple):
         return " ".join(map(str, value)) if value else "[]"
     return str(value)
+
+
+def _warn_deprecated(old: str, new: str, where: str) -> None:
+    warnings.warn(f"{where}: {old} is deprecated, use {new} (same meaning)", FutureWarning, stacklevel=2)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """`--old VALUE` for a renamed key: sets the new key's value, with a FutureWarning."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        _warn_deprecated(str(option_string), f"--{self.new}", "command line")
+        setattr(namespace, self.dest, values)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -249,6 +267,27 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 # command-line types that HfArgumentParser does not provide
 
 
+def glued_key(value: Any) -> str | None:
+    """The first key of a (nested) mapping that YAML flow read as `key:value` glued together, with no value:
+    `{num_rounds:8}` is the key 'num_rounds:8' (YAML needs a space after the colon)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if item is None and isinstance(key, str) and ":" in key:
+                return key
+            found = glued_key(item)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        return next((k for k in map(glued_key, value) if k is not None), None)
+    return None
+
+
+def glued_message(key: str) -> str:
+    name, _, value = key.partition(":")
+    return (f"reads {key!r} as one key with no value: YAML flow needs a space after each colon "
+            f"('{{{name}: {value}}}'), or write JSON")
+
+
 def mapping_type(optional: bool = False, or_string: bool = False) -> Callable[[str], Any]:
     """Read a mapping written in JSON or YAML flow; `or_string`: text that does not start with `{` stays a
     string (e.g. a DeepSpeed config path)."""
@@ -264,6 +303,8 @@ def mapping_type(optional: bool = False, or_string: bool = False) -> Callable[[s
             value = None
         if not isinstance(value, dict):
             raise argparse.ArgumentTypeError(f"expects a mapping in JSON or YAML flow, e.g. '{{a: 1}}', got {text!r}")
+        if glued_key(value) is not None:
+            raise argparse.ArgumentTypeError(f"{text!r} {glued_message(glued_key(value))}")
         return value
 
     return mapping
@@ -308,6 +349,7 @@ class RecipeParser(CommandParser, HfArgumentParser):
 
     def __init__(self, dataclass_types: Sequence[type], prog: str, description: str | None = None) -> None:
         self._hints: dict[str, tuple[Any, type]] = {}  # dest -> (type hint, dataclass)
+        self._renamed: dict[str, str] = {}  # a deprecated key -> its new name
         self._own_groups: list[argparse._ArgumentGroup] = []
         super().__init__(list(dataclass_types), prog=prog, description=description, epilog=RECIPE_EPILOG,
                          usage="%(prog)s [--config RECIPE.yaml] [--key value ...]")
@@ -345,6 +387,12 @@ class RecipeParser(CommandParser, HfArgumentParser):
             self._parse_dataclass_field(groups[mine], field)
             self._adapt(self._actions[before:], hints[field.name], plain, optional)
             self._hints[field.name] = (hints[field.name], dtype)
+        for old, new in getattr(dtype, "_DEPRECATED_KEYS", {}).items():
+            (main,) = [a for a in self._actions if a.dest == new and not a.option_strings[0].startswith("--no")]
+            groups[True].add_argument(f"--{old}", dest=new, action=_DeprecatedAlias, new=new, type=main.type,
+                                      nargs=main.nargs, metavar=main.metavar, default=argparse.SUPPRESS,
+                                      help=f"deprecated name of --{new}")  # fmt: skip
+            self._renamed[old] = new
 
     @staticmethod
     def _adapt(actions: list[argparse.Action], hint: Any, plain: Any, optional: bool) -> None:
@@ -370,6 +418,9 @@ class RecipeParser(CommandParser, HfArgumentParser):
         for key, value in values.items():
             dest = key.replace("-", "_")
             where = f"{source}, line {lines[key]}" if lines and key in lines else source
+            if dest in self._renamed:
+                _warn_deprecated(dest, self._renamed[dest], where)
+                dest = self._renamed[dest]
             if dest not in self._hints:
                 raise UsageError(f"{where}: unknown key {key!r}{did_you_mean(dest, self._hints)}")
             hint, dtype = self._hints[dest]
@@ -377,6 +428,8 @@ class RecipeParser(CommandParser, HfArgumentParser):
                 value = coerce(dest, value, hint)
             except UsageError as exc:
                 raise UsageError(f"{where}: {exc}") from None
+            if _has_mapping(hint) and glued_key(value) is not None:
+                raise UsageError(f"{where}: {dest} {glued_message(glued_key(value))}")
             if base_dir is not None and dest in getattr(dtype, "_RECIPE_PATH_FIELDS", ()) and value is not None:
                 value = str(base_dir / Path(value).expanduser())  # an absolute value stays as it is
             for action in self._actions:
@@ -435,6 +488,37 @@ def load_config(dtype: type, recipe: str | Path | None = None, overrides: dict[s
 
 # ------------------------------------------------------------------------------------------------
 # what a recipe cannot know: the machine
+
+
+def set_torch_threads(threads: int | None) -> None:
+    """`torch_threads` (every command that runs a model has the key): torch's intra-op threads; None leaves
+    torch's default (one per core). On a small shared machine 1 avoids OpenMP spin-waiting on busy cores."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+_WANDB_DIR_WE_SET: list[str] = []  # WANDB_DIR values prepare_machine exported (not the user's choice)
+
+
+def wandb_dir(output_dir: str | Path) -> str:
+    """The one rule for wandb's files, for every command: `$WANDB_DIR` when the user set it, else the run's
+    own output directory; wandb writes its `wandb/` folder (offline runs included) inside it."""
+    chosen = os.environ.get("WANDB_DIR")
+    return chosen if chosen and chosen not in _WANDB_DIR_WE_SET else str(output_dir)
+
+
+def prepare_machine(args: Any) -> None:
+    """For `sepo train` / `sepo sft` (and each study arm): apply `torch_threads`, and point wandb at
+    `wandb_dir(output_dir)` (TRL's wandb callback reads WANDB_DIR) when the run reports there."""
+    set_torch_threads(getattr(args, "torch_threads", None))
+    if "wandb" in (args.report_to or []):
+        target = wandb_dir(args.output_dir)
+        Path(target).mkdir(parents=True, exist_ok=True)
+        if os.environ.get("WANDB_DIR") != target:
+            os.environ["WANDB_DIR"] = target
+            _WANDB_DIR_WE_SET.append(target)
 
 
 def fall_back_to_fp32(args: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 
 from envs.sandbox.text import safe_text
 from sepo.checks import UsageError, debug_enabled, did_you_mean
@@ -39,9 +40,11 @@ def version() -> str:
         return __version__
 
 
-def dispatch(prog: str, commands: Commands, argv: list[str] | None = None) -> int:
+def dispatch(prog: str, commands: Commands, argv: list[str] | None = None,
+             precheck: Callable[[str, list[str]], None] | None = None) -> int:  # fmt: skip
     """Run `argv[0]`'s module with the remaining arguments. No command prints the usage and returns 2, as does
-    an unknown one; a UsageError from the command is printed and returns 2."""
+    an unknown one; a UsageError from the command is printed and returns 2. `precheck(command, arguments)`
+    runs before the command's module is imported (a mistake found there costs no heavy import)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(argv) and argv[0] == "--debug"
     while argv and argv[0] == "--debug":
@@ -61,6 +64,8 @@ def dispatch(prog: str, commands: Commands, argv: list[str] | None = None) -> in
               file=sys.stderr)
         return 2
     try:
+        if precheck is not None:
+            precheck(command, rest)
         module = importlib.import_module(commands[command][0])
         return int(module.main(rest) or 0)
     except UsageError as exc:

@@ -179,3 +179,25 @@ def save_tiny_model(path: str | Path, arch: Arch = "llama", seed: int = 0, dtype
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`sepo tiny-model --out DIR [--arch llama|qwen3_5|gemma4] [--seed N]`: a tiny random-weight model for a
+    smoke test of a setup (every stage runs on it in seconds; its play is noise)."""
+    from sepo.checks import check_output_dir
+    from sepo.recipes import CommandParser
+
+    parser = CommandParser(prog="sepo tiny-model", description=(main.__doc__ or "").split("\n")[0].strip("`"))
+    parser.add_argument("--out", required=True, help="where the model and tokenizer are saved")
+    parser.add_argument("--arch", choices=ARCHS, default="llama", help="architecture and chat template")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    args = parser.parse(argv)
+    check_output_dir("--out", args.out)
+    path = save_tiny_model(args.out, args.arch, seed=args.seed)
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    print(f"saved a tiny random-weight {args.arch} model ({config.model_type}, {config.num_hidden_layers} layers) "
+          f"to {path}; smoke-test with e.g. "
+          f"sepo train --config configs/sepo/smoke_tiny.yaml --model_name_or_path {path}")
+    return 0

@@ -114,3 +114,20 @@ def test_a_resumed_run_evaluates_the_checkpoint_whose_evaluation_was_cut(tmp_pat
     SEPOTrainer(model=tiny_model_dir, args=resumed).train(resume_from_checkpoint=str(run / "checkpoint-1"))
     data = json.loads((run / "checkpoints.json").read_text())
     assert [r["step"] for r in data["checkpoints"]] == [1, 2]
+
+
+def test_checkpoint_plot_of_a_one_step_run_is_readable(tmp_path):
+    """One checkpoint: a grid of panels (not a 2240x340 strip), the step itself as the only x tick, and y
+    limits that hold 0 and the whole interval (not matplotlib's 0.95-1.05 around a single value)."""
+    from PIL import Image
+
+    from sepo.eval.checkpoints import HEADLINE, checkpoint_figure, plot_checkpoints
+
+    record = {"step": 1, "games": {"ipd": {n: {"value": 1.0, "ci": [0.9, 1.1]} for n, _ in HEADLINE}}}
+    width, height = Image.open(plot_checkpoints([record], tmp_path / "c.png")).size
+    assert width / height < 2.5, (width, height)
+    fig = checkpoint_figure([record])
+    for ax in fig.axes[: len(HEADLINE)]:
+        low, high = ax.get_ylim()
+        assert low < 0 < 0.9 and 1.1 < high < 2, (ax.get_title(), low, high)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1"], ax.get_title()

@@ -329,3 +329,167 @@ def test_model_card_names_the_base_model(tmp_path):
     assert name_base_model(path, str(tmp_path))
     assert f"fine-tuned version of the local checkpoint `{tmp_path}`" in path.read_text()
     assert not name_base_model(path, "default")  # nothing left to replace
+
+
+# --- one name per concept -------------------------------------------------------------------------
+
+
+def test_pool_dir_is_the_one_name_and_pools_dir_a_warning_alias(tmp_path):
+    """`pool_dir` for sepo train and sepo eval; `pools_dir` (eval's old name) still works, in a recipe and
+    on the command line, with a FutureWarning naming the new key."""
+    from trl import ModelConfig
+
+    from sepo.eval.config import EvalConfig
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import parse_config
+
+    out = ["--output_dir", str(tmp_path / "o")]
+    for types in ((EvalConfig,), (SEPOConfig, ModelConfig)):
+        assert parse_config(types, ["--pool_dir", "pools/x", *out], prog="p")[0].pool_dir == "pools/x"
+        with pytest.warns(FutureWarning, match=r"command line: --pools_dir is deprecated, use --pool_dir"):
+            assert parse_config(types, ["--pools_dir", "pools/y", *out], prog="p")[0].pool_dir == "pools/y"
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text("pools_dir: pools/z\n")
+        with pytest.warns(FutureWarning, match=rf"{recipe}, line 1: pools_dir is deprecated, use pool_dir"):
+            assert parse_config(types, ["--config", str(recipe), *out], prog="p")[0].pool_dir == "pools/z"
+    assert "pools_dir" in EvalConfig(pool_dir="d").play_settings()  # the stored name: old evaluations resume
+
+
+def test_torch_threads_on_every_command_that_runs_a_model(tmp_path):
+    from trl import ModelConfig
+
+    from fmsp.config import FMSPConfig
+    from sepo.eval.config import EvalConfig
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import parse_config
+    from sepo.sft.train import SEPOSFTConfig
+
+    out = ["--output_dir", str(tmp_path / "o")]
+    for types in ((SEPOConfig, ModelConfig), (SEPOSFTConfig,), (EvalConfig,), (FMSPConfig,)):
+        assert parse_config(types, ["--torch_threads", "1", *out], prog="p")[0].torch_threads == 1
+        with pytest.raises(ValueError, match="torch_threads must be an integer >= 1"):
+            parse_config(types, ["--torch_threads", "0", *out], prog="p")
+
+
+def test_prepare_machine_sets_threads_and_the_wandb_directory(tmp_path, monkeypatch):
+    """One rule for wandb's files (train, sft, eval, fmsp run): $WANDB_DIR when the user set it, else the
+    run's output_dir; and torch_threads reaches torch."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from sepo.recipes import prepare_machine, wandb_dir
+
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    threads = torch.get_num_threads()
+    try:
+        prepare_machine(SimpleNamespace(torch_threads=1, report_to=["wandb"], output_dir=str(tmp_path / "a")))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert wandb_dir(tmp_path / "a") == str(tmp_path / "a") and (tmp_path / "a").is_dir()
+    import os
+
+    assert os.environ["WANDB_DIR"] == str(tmp_path / "a")
+    prepare_machine(SimpleNamespace(torch_threads=None, report_to=["wandb"], output_dir=str(tmp_path / "b")))
+    assert os.environ["WANDB_DIR"] == str(tmp_path / "b")  # the next run (a study arm) gets its own
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "mine"))
+    assert wandb_dir(tmp_path / "c") == str(tmp_path / "mine")
+
+
+# --- start-up: mistakes reported before TRL is imported ---------------------------------------------
+
+QUICK_MISTAKES = [  # (command line, the start of the message)
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--learnin_rate", "1"], "unknown option --learnin_rate"),
+    (["sft", "--config", "configs/sft/default.yaml", "--max-step", "2"], "unknown option --max-step"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--max_steps", "0"], "max_steps must be an integer"),
+    (["sft", "--learning_rate=-1"], "learning_rate must be a number >= 0"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--top_p", "2"], "top_p must be a number in (0, 1]"),
+    (["sft", "--model_name_or_path", "no/such/dir"], "model_name_or_path 'no/such/dir': no such directory"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--output_dir", "README.md"], "output_dir 'README.md' is a file"),
+]  # fmt: skip
+
+
+def test_mistakes_are_reported_before_trl_or_torch_is_imported(tmp_path):
+    """Each mistake gets the full parser's message (computed below, in this process) from a process that
+    never imported trl, transformers or torch; a recipe key typo names the recipe's line."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("games: [ipd]\nnum_generation: 4\n")
+    mistakes = [*QUICK_MISTAKES, (["train", "--config", str(recipe)], f"{recipe}, line 2: unknown key 'num_generation'")]
+    code = ("import json, sys\nfrom sepo.cli import main\nout = []\nfor argv in json.loads(sys.argv[1]):\n"
+            "    out.append([main(argv), [m for m in ('trl', 'transformers', 'torch') if m in sys.modules]])\n"
+            "print(json.dumps(out))\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps([m for m, _ in mistakes])], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results, lines = json.loads(proc.stdout), proc.stderr.strip().splitlines()
+    assert len(lines) == len(mistakes)
+    for (argv, start), (rc, imported), line in zip(mistakes, results, lines):
+        assert rc == 2 and imported == [], (argv, imported)
+        prefix = f"sepo {argv[0]}: error: "
+        assert line.startswith(prefix + start), (argv, line)
+        assert line == prefix + _full_parser_error(argv), argv  # the full parser (imports trl) says the same
+
+
+def _full_parser_error(argv: list[str]) -> str:
+    """What `sepo train` / `sepo sft` report for `argv` without the quick check (their own parse and checks)."""
+    from sepo.grpo.train import parse as train_parse
+    from sepo.models import check_model
+    from sepo.recipes import parse_config
+    from sepo.sft.train import SEPOSFTConfig
+
+    try:
+        if argv[0] == "train":
+            train_parse(argv[1:])
+        else:
+            (config,) = parse_config((SEPOSFTConfig,), argv[1:], prog="sepo sft")
+            check_model("model_name_or_path", config.model_name_or_path)
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError(f"the full parser accepts {argv}")
+
+
+def test_the_quick_check_knows_every_key_of_the_full_parsers():
+    """sepo.recipe_keys' key lists (the project's source + upstream_keys.json) against the live parsers: the
+    same recipe keys, and every option the full parser accepts (so it never rejects a valid flag)."""
+    from trl import ModelConfig
+
+    from sepo import recipe_keys
+    from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import RecipeParser
+    from sepo.sft.train import SEPOSFTConfig
+
+    assert recipe_keys.upstream_keys() == recipe_keys.live_upstream_keys(), (
+        "TRL's keys changed: run `python -m sepo.recipe_keys` to rewrite sepo/upstream_keys.json")
+    for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,))):
+        parser = RecipeParser(types, prog=command)
+        keys, deprecated, options = recipe_keys.command_keys(command)
+        assert keys == set(parser._hints) and deprecated == parser._renamed, command
+        live = {o[2:].replace("-", "_") for a in parser._actions for o in a.option_strings if o.startswith("--")}
+        assert live <= options, (command, sorted(live - options))
+
+
+def test_yaml_flow_without_spaces_is_a_clear_error(tmp_path, capsys):
+    """`{ipd:{num_rounds:8}}` is YAML for the key 'num_rounds:8' with no value; say so instead of failing
+    later with "unexpected keyword argument 'num_rounds:8'"."""
+    from sepo.eval.config import EvalConfig
+    from sepo.recipes import parse_config
+
+    err = error_of(capsys, sepo(["eval", "--game_params", "{ipd:{num_rounds:8}}", "--output_dir", str(tmp_path)]))
+    assert "argument --game_params/--game-params: '{ipd:{num_rounds:8}}' reads 'num_rounds:8' as one key with " \
+           "no value: YAML flow needs a space after each colon ('{num_rounds: 8}'), or write JSON" in err
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("games: [ipd]\ngame_params: {ipd: {num_rounds:8}}\n")
+    with pytest.raises(ValueError, match=rf"{recipe}, line 2: game_params reads 'num_rounds:8' as one key"):
+        parse_config((EvalConfig,), ["--config", str(recipe)], prog="sepo eval")
+    (cfg,) = parse_config((EvalConfig,), ["--game_params", "{ipd: {num_rounds: 8}}"], prog="sepo eval")
+    assert cfg.game_params == {"ipd": {"num_rounds": 8}}
+    (cfg,) = parse_config((EvalConfig,), ["--game_params", '{"ipd":{"num_rounds":8}}'], prog="sepo eval")
+    assert cfg.game_params == {"ipd": {"num_rounds": 8}}  # JSON needs no spaces
+
+
+def test_quickstart_help_states_its_measured_duration(capsys):
+    with pytest.raises(SystemExit):
+        sepo(["quickstart", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "in minutes" not in text and "about 15 min on 2 idle cores" in text  # 14.1 min measured (issue 25)

@@ -168,8 +168,8 @@ def test_eval_default_model_end_to_end(tmp_path):
     assert r["metrics"]["fallback_rate"]["value"] == r["metrics"]["parse_failure_rate"]["value"]
 
 
-def test_eval_with_a_pools_dir_plays_the_member_in_the_sandbox(tiny_model_dir, tmp_path):
-    """`sepo eval --pools_dir`: an FMSP-exported member is an exploit opponent, played from its own sandboxed
+def test_eval_with_a_pool_dir_plays_the_member_in_the_sandbox(tiny_model_dir, tmp_path):
+    """`sepo eval --pool_dir`: an FMSP-exported member is an exploit opponent, played from its own sandboxed
     process (never imported here), and no policy process outlives the evaluation."""
     import hashlib
     import sys
@@ -184,7 +184,7 @@ def test_eval_with_a_pools_dir_plays_the_member_in_the_sandbox(tiny_model_dir, t
     (tmp_path / "pool" / "manifest.json").write_text(json.dumps({"format": "sepo-pool-manifest/1", "members": [member]}))
     assert main(["--models", f"Tiny={tiny_model_dir}", "--games", "ipd", "--pools", "exploit", "--episodes_per_opponent",
                  "1", "--max_turn_tokens", "8", "--kuhn_rationale_samples", "1", "--progress", "false",
-                 "--pools_dir", str(tmp_path / "pool"), "--output_dir", str(tmp_path / "eval")]) == 0  # fmt: skip
+                 "--pool_dir", str(tmp_path / "pool"), "--output_dir", str(tmp_path / "eval")]) == 0  # fmt: skip
     ipd = json.loads((tmp_path / "eval" / "results.json").read_text())["results"]["Tiny"]["ipd"]
     assert ipd["episodes"]["exploit"] == 3  # always_defect, alternating_defect and the exported member
     assert (tmp_path / "eval" / "episodes" / "Tiny" / "ipd" / "exploit.fmsp_defector.json").is_file()

@@ -92,6 +92,19 @@ def test_export_round_trip_through_load_pool_dir(tmp_path, capsys):
     )  # C,C,C,D then mutual D
 
 
+def test_export_of_fewer_than_asked_says_why(tmp_path, capsys):
+    archive = make_ipd_run(tmp_path / "run")
+    archive.retire(archive.entries[0].id, 5, archive.entries[4].id)  # 4 active generated members remain
+    argv = ["--run", str(tmp_path / "run"), "--pool", "exploit", "--game", "ipd", "--out", str(tmp_path / "p")]
+    assert main([*argv, "--select", "top:3,diverse:2"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("exported 4, not 5: the selection top:3,diverse:2 asks for 5, but the exploiter archive has "
+                    "only 4 active FM-written members to export (1 retired by later ones and 1 seed baseline are "
+                    "never exported)")  # fmt: skip
+    assert main([*argv, "--select", "top:2,diverse:1"]) == 0
+    assert "not 3" not in capsys.readouterr().out  # all three exported: nothing to explain
+
+
 def test_export_errors_are_clear(tmp_path, capsys):
     from fmsp.cli import main as fmsp_main
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from fmsp_doubles import (
     ScriptedFMTestDouble,
     assert_honest_failed_iteration,
 )
+from vllm_server import free_port
 
 import fmsp.run as fmsp_run
 from envs.sandbox import SandboxConfig
@@ -82,6 +84,82 @@ def test_qdsp_run_bookkeeping(qdsp_run):
     dump = archive_dump(tmp_path)
     assert sum(e["origin"] == "baseline" for s in dump.values() for e in s) == 2
     assert summary["archive_sizes"] == {s: sum(e["removed_at"] is None for e in dump[s]) for s in dump}
+    assert summary["status"] == "finished" and summary["stopped_because"] is None
+    assert summary["outcomes"] == dict(Counter(r["outcome"] for r in recs))
+
+
+def test_outcome_line_counts_iterations_by_outcome():
+    line = fmsp_run.outcome_line(Counter({"fm_error": 2, "add": 3, "reject": 1}))
+    assert line == "6 iterations: 3 add, 1 reject, 2 fm_error"
+    assert fmsp_run.outcome_line(Counter()) == "0 iterations"
+
+
+def dead_endpoint() -> str:
+    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: connection refused
+
+
+def test_dead_endpoint_stops_the_run_and_resume_redoes_the_failed_iterations(tmp_path, embedder, capsys):
+    """A real OpenAI client against a closed local port: after 2 FM errors in a row the run stops, naming the
+    endpoint, the model and the error; state.json still holds iteration 0, so a resume with a working FM
+    redoes iterations 1 and 2."""
+    url = dead_endpoint()
+    kw = {"fm_base_url": url, "fm_model": "m-test", "fm_max_retries": 0, "fm_timeout_s": 2.0,
+          "max_consecutive_fm_errors": 2}  # fmt: skip
+    with pytest.raises(fmsp_run.FMUnavailable) as caught:
+        toy_run(tmp_path, embedder, "qdsp", 5, fm=fmsp_run.build_fm(FMSPConfig(fm_provider="openai", **kw)), **kw)
+    message = str(caught.value)
+    assert "\n" not in message and "stopped after 2 iterations in a row failed for an FM error (iterations 1-2)" in message
+    assert f"endpoint {url}/" in message and "model 'm-test'" in message and "APIConnectionError" in message
+    assert "fmsp run: 2 iterations: 2 fm_error" in capsys.readouterr().err
+    assert json.loads((tmp_path / "state.json").read_text())["completed_iteration"] == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["stopped_because"] == message
+    assert summary["completed_iterations"] == 0 and summary["outcomes"] == {"fm_error": 2}
+    assert [r["outcome"] for r in records(tmp_path)] == ["fm_error", "fm_error"]
+
+    resumed = toy_run(tmp_path, embedder, "qdsp", 3, max_consecutive_fm_errors=2)  # the FM answers again
+    assert resumed["status"] == "finished" and resumed["completed_iterations"] == 3
+    recs = records(tmp_path)
+    assert [r["iteration"] for r in recs] == [1, 2, 3] and "fm_error" not in {r["outcome"] for r in recs}
+
+
+def test_fewer_fm_errors_than_the_limit_are_committed(tmp_path, embedder):
+    """max_consecutive_fm_errors 0 never stops: every iteration is recorded as fm_error and committed."""
+    kw = {"fm_base_url": dead_endpoint(), "fm_max_retries": 0, "fm_timeout_s": 2.0, "max_consecutive_fm_errors": 0}
+    summary = toy_run(tmp_path, embedder, "qdsp", 3, fm=fmsp_run.build_fm(FMSPConfig(**kw)), **kw)
+    assert summary["status"] == "finished" and summary["outcomes"] == {"fm_error": 3}
+    assert json.loads((tmp_path / "state.json").read_text())["completed_iteration"] == 3
+
+
+def test_cli_dead_endpoint_exits_1_with_one_line(tmp_path, embedder, monkeypatch, capsys):
+    from fmsp.cli import main as fmsp_main
+
+    monkeypatch.setattr(fmsp_run, "build_embedder", lambda config: embedder)  # the module's, loaded once
+    url = dead_endpoint()
+    code = fmsp_main(["run", "--domain", "number_duel", "--domain_config", "{games: 1, rounds: 5}",
+                      "--fm_base_url", url, "--fm_max_retries", "0", "--fm_timeout_s", "2", "--iterations", "9",
+                      "--output_dir", str(tmp_path / "run"), "--progress", "false"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-2] == f"fmsp run: 3 iterations: 3 fm_error ({tmp_path / 'run'})"
+    assert err[-1].startswith("fmsp run: error: stopped after 3 iterations in a row failed for an FM error")
+    assert f"endpoint {url}/, model 'gpt-4o'; last error: APIConnectionError" in err[-1]
+
+
+def test_cli_missing_api_key_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from fmsp.cli import main as fmsp_main
+
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "run"
+    assert fmsp_main(["run", "--domain", "ipd", "--output_dir", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("fmsp run: error: fm_provider openai needs an API key")
+    assert "fm_api_key" in line and "OPENAI_API_KEY" in line and not out.exists()
+    args = ["run", "--domain", "ipd", "--output_dir", str(out), "--fm_provider", "scripted_test_double",
+            "--fm_policies_path", str(tmp_path), "--embedder", "openai"]  # fmt: skip
+    assert fmsp_main(args) == 2
+    assert "embedder_api_key" in capsys.readouterr().err and not out.exists()
 
 
 def hand_quality(entry, side: str, domain: NumberDuel) -> float:

@@ -55,6 +55,12 @@ def test_sft_trains_loss_falls_and_merged_checkpoint_reloads(tiny_model_dir, ipd
     tok = AutoTokenizer.from_pretrained(merged)
     assert tok.chat_template and not any(n.startswith("base_model") for n, _ in model.named_parameters())
     assert (Path(merged) / "config.json").is_file()
+    # the adapter's card and the merged checkpoint's card name the base and load their own directory
+    card, merged_card = (tmp_path / "run" / "README.md").read_text(), (Path(merged) / "README.md").read_text()
+    assert f"fine-tuned version of the local checkpoint `{tiny_model_dir}`" in card
+    assert f'model="{tmp_path / "run"}"' in card and "None" not in card
+    assert f'model="{merged}"' in merged_card and "merged into its base model" in merged_card
+    assert f"local checkpoint `{tiny_model_dir}`" in merged_card and "None" not in merged_card
 
 
 def test_cli_reads_yaml_recipe_with_overrides_and_resumes(tiny_model_dir, ipd_dataset, tmp_path):

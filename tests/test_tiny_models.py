@@ -28,3 +28,20 @@ def test_vocab_size_widens_the_model_but_not_the_tokenizer(arch):
     assert tok.decode([1500, 2047]) == ""
     with pytest.raises(ValueError, match="smaller than the tokenizer"):
         build_tiny_model(arch, vocab_size=100)
+
+
+@pytest.mark.slow  # one SEPO-GRPO step with a checkpoint evaluation
+def test_tiny_model_command_and_the_smoke_recipe(tmp_path, capsys, monkeypatch):
+    """The README's smoke test of a setup: `sepo tiny-model --out DIR`, then the smoke recipe trains on it."""
+    from sepo.cli import main as sepo
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert sepo(["tiny-model", "--out", str(tmp_path / "tiny"), "--arch", "llama"]) == 0
+    assert "saved a tiny random-weight llama model" in capsys.readouterr().out
+    assert sepo(["train", "--config", "configs/sepo/smoke_tiny.yaml", "--model_name_or_path", str(tmp_path / "tiny"),
+                 "--output_dir", str(tmp_path / "run")]) == 0  # fmt: skip
+    assert (tmp_path / "run" / "checkpoint-1").is_dir() and (tmp_path / "run" / "checkpoints.json").is_file()
+    out = capsys.readouterr().out  # the checkpoint evaluation says when it starts and what it found
+    assert "[sepo train] checkpoint-1: evaluating against the pools of ipd (1 episodes per opponent" in out
+    assert "[sepo train] checkpoint-1: evaluated J = " in out
+    assert sepo(["tiny-model", "--out", "README.md"]) == 2  # a file, not a directory

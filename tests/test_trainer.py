@@ -269,6 +269,7 @@ def test_model_card_names_a_local_base_model(tmp_path, tiny_model_dir):
     _Capture(model=tiny_model_dir, args=args, callbacks=[ModelCardCallback(tiny_model_dir)]).train()
     card = (tmp_path / "run" / "README.md").read_text()
     assert f"fine-tuned version of the local checkpoint `{tiny_model_dir}`" in card and "[None]" not in card
+    assert f'model="{tmp_path / "run"}"' in card and 'model="None"' not in card
 
 
 def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):
@@ -341,11 +342,12 @@ def test_two_lora_steps_per_game_with_real_rollouts(game, tmp_path, tiny_model_d
 
 
 def test_sepo_train_cli_recipe_overrides_and_wandb_offline(tmp_path, tiny_model_dir, monkeypatch):
-    """`sepo train --config <recipe> --key value`: resolved config saved, SEPO metrics in the wandb run files."""
+    """`sepo train --config <recipe> --key value`: resolved config saved, SEPO metrics in the wandb run files,
+    which go to output_dir/wandb (WANDB_DIR unset: the rule of every command)."""
     from sepo.grpo.train import main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.delenv("WANDB_DIR", raising=False)
     monkeypatch.setenv("WANDB_PROJECT", "sepo-test")
     out = tmp_path / "cli_run"
     rc = main(["--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", tiny_model_dir,
@@ -359,7 +361,9 @@ def test_sepo_train_cli_recipe_overrides_and_wandb_offline(tmp_path, tiny_model_
     assert resolved["sepo"]["max_steps"] == 1 and resolved["sepo"]["credit"] == "per_pool"
     assert resolved["sepo"]["learning_rate"] == 1e-5 and resolved["model"]["lora_r"] == 16
     assert (out / "adapter_model.safetensors").is_file()
-    runs = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    card = (out / "README.md").read_text()  # the final model's card (save_strategy no: no checkpoint wrote one)
+    assert f"local checkpoint `{tiny_model_dir}`" in card and f'model="{out}"' in card and "None" not in card
+    runs = list(out.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(runs) == 1
     keys = _wandb_history_keys(runs[0])
     for key in ("train/sepo/safety", "train/sepo/ipd/J", "train/sepo/ipd/training/u", "train/sepo/ipd/collusive/c",

@@ -76,15 +76,33 @@ def write_checkpoints(path: Path, records: Sequence[Mapping[str, Any]], confiden
 
 
 def plot_checkpoints(records: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """checkpoints.png: each headline metric against the step, one line per game, interval error bars."""
+    """checkpoints.png (see `checkpoint_figure`)."""
+    import matplotlib.pyplot as plt
+
+    fig = checkpoint_figure(records)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def checkpoint_figure(records: Sequence[Mapping[str, Any]]) -> Any:
+    """Each headline metric against the step, one line per game, interval error bars; a grid of panels (2 rows),
+    the checkpoints' steps as ticks, and y limits that hold 0, every value and every interval (a single
+    checkpoint is not blown up to a 0.95-1.05 axis)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(HEADLINE), figsize=(3.2 * len(HEADLINE), 3.4))
+    cols = (len(HEADLINE) + 1) // 2
+    fig, grid = plt.subplots(2, cols, figsize=(3.3 * cols, 6.4), squeeze=False)
+    axes = list(grid.flat)
     games = sorted({g for r in records for g in r["games"]})
+    steps_all = sorted({r["step"] for r in records}) or [0]
+    pad = max(0.5, 0.05 * (steps_all[-1] - steps_all[0]))
     for ax, (name, title) in zip(axes, HEADLINE):
+        seen = [0.0]
         for k, game in enumerate(games):
             points = [(r["step"], r["games"][game][name]) for r in records if game in r["games"]]
             points = [(s, e) for s, e in points if e["value"] is not None]
@@ -95,13 +113,23 @@ def plot_checkpoints(records: Sequence[Mapping[str, Any]], path: Path) -> Path:
             err = [[max(0.0, e["value"] - e["ci"][0]) if e["ci"] else 0.0 for _, e in points],
                    [max(0.0, e["ci"][1] - e["value"]) if e["ci"] else 0.0 for _, e in points]]
             ax.errorbar(steps, values, yerr=err, marker="o", capsize=3, color=f"C{k}", label=game)
-        ax.set(title=title, xlabel="step")
+            seen += values + [v - lo for v, lo in zip(values, err[0])] + [v + hi for v, hi in zip(values, err[1])]
+        low, high = min(seen), max(seen)
+        margin = max(0.08 * (high - low), 0.05 * max(1.0, abs(low), abs(high)))
+        ax.set(title=title, xlabel="step", ylim=(low - margin, high + margin),
+               xlim=(steps_all[0] - pad, steps_all[-1] + pad))  # fmt: skip
+        if len(steps_all) <= 8:
+            ax.set_xticks(steps_all)  # the checkpoints' own steps
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.axhline(0, color="black", linewidth=0.5)
-    axes[0].legend(fontsize=8)
+    for ax in axes[len(HEADLINE) :]:  # the spare panel holds the legend
+        ax.axis("off")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        (axes[-1] if len(axes) > len(HEADLINE) else axes[0]).legend(handles, labels, title="game", loc="center")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def write_checkpoint_report(cfg: Any, models: Sequence[tuple[str, str]], results: Mapping[str, Any]) -> Path:

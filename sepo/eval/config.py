@@ -42,6 +42,8 @@ class EvalConfig:
     base comes from adapter_config.json), each optionally labelled `Label=spec`; `checkpoints` adds every
     `checkpoint-<step>` directory of a training run, labelled `step-<step>`."""
 
+    _DEPRECATED_KEYS = {"pools_dir": "pool_dir"}  # the name `sepo train` and `fmsp export` use
+
     models: list[str] = field(default_factory=lambda: ["default"], metadata={"help": "[Label=]model specs"})
     checkpoints: str | None = field(
         default=None,
@@ -65,8 +67,8 @@ class EvalConfig:
     backend: str = field(default="hf", metadata={"help": "hf | vllm | openai"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (backend openai)"})
     dtype: str | None = field(default=None, metadata={"help": "model dtype, e.g. bfloat16 (default: as saved)"})
-    pools_dir: str | None = field(default=None, metadata={"help": "extra pool members (an `fmsp export` dir)"})
-    unsafe_sandbox: bool = field(default=False, metadata={"help": "play pools_dir members even where a sandbox "
+    pool_dir: str | None = field(default=None, metadata={"help": "extra pool members (an `fmsp export` dir)"})
+    unsafe_sandbox: bool = field(default=False, metadata={"help": "play pool_dir members even where a sandbox "
                                                                   "isolation layer is missing"})
     rng_key: str = field(default="", metadata={"help": "secret key of sandboxed pool members' rngs; empty: made "
                                                        "once, kept in output_dir/rng_key.json"})
@@ -113,5 +115,7 @@ class EvalConfig:
         """The keys that decide what is played (not how it is reported): a rerun reuses an opponent's
         episodes only when these are unchanged."""
         keys = ("episodes_per_opponent", "batch_episodes", "temperature", "top_p", "greedy", "max_turn_tokens",
-                "seed", "backend", "base_url", "dtype", "pools_dir", "enable_thinking")
-        return {k: getattr(self, k) for k in keys}
+                "seed", "backend", "base_url", "dtype", "pool_dir", "enable_thinking")
+        settings = {k: getattr(self, k) for k in keys}
+        settings["pools_dir"] = settings.pop("pool_dir")  # its stored name: evaluations stored before stay valid
+        return settings

@@ -136,8 +136,8 @@ def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, don
 
 
 def eval_pools(game: str, cfg: EvalConfig):
-    """The pools of `game`, with `pools_dir` members played in the sandbox."""
-    return load_pools(game, extra_dir=cfg.pools_dir, sandbox=SandboxConfig(unsafe=cfg.unsafe_sandbox))
+    """The pools of `game`, with `pool_dir` members played in the sandbox."""
+    return load_pools(game, extra_dir=cfg.pool_dir, sandbox=SandboxConfig(unsafe=cfg.unsafe_sandbox))
 
 
 def _units_per_game(cfg: EvalConfig) -> dict[str, int]:
@@ -216,16 +216,15 @@ def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Resul
 
 def run_eval(cfg: EvalConfig) -> Results:
     """Evaluate every model on every game (resuming stored batches), write every output; return the results."""
+    from sepo.recipes import set_torch_threads
+
     out_dir = Path(cfg.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output_dir={cfg.output_dir!r} is a file, not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     persist_run_rng_key(out_dir, cfg.rng_key)  # keys the rngs of sandboxed pool members (envs.sandbox.rng)
     models = model_specs(cfg)
-    if cfg.torch_threads:
-        import torch
-
-        torch.set_num_threads(cfg.torch_threads)
+    set_torch_threads(cfg.torch_threads)
     results, stored = evaluate_models(cfg, models)
     write_outputs(cfg, models, results, stored)
     return results

@@ -53,7 +53,9 @@ def log_run(cfg: Any, results: dict[str, Any], stored: dict[tuple[str, str], dic
     """One wandb run (job_type eval): metrics, plots and the sample-episode table."""
     import wandb
 
-    run = wandb.init(project=cfg.wandb_project, job_type="eval", config=asdict(cfg), dir=str(cfg.output_dir))
+    from sepo.recipes import wandb_dir
+
+    run = wandb.init(project=cfg.wandb_project, job_type="eval", config=asdict(cfg), dir=wandb_dir(cfg.output_dir))
     for label, per in results.items():
         for game, result in per.items():
             run.log(entry_logs(f"{label}/{game}", result_entries(result)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def eval_config(args: Any) -> Any:
     return EvalConfig(
         models=[], games=list(args.games), game_params=dict(args.game_params),
         episodes_per_opponent=args.checkpoint_eval_episodes, temperature=args.temperature, top_p=args.top_p,
-        max_turn_tokens=args.max_turn_tokens, seed=args.seed + HELD_OUT_OFFSET, pools_dir=args.pool_dir,
+        max_turn_tokens=args.max_turn_tokens, seed=args.seed + HELD_OUT_OFFSET, pool_dir=args.pool_dir,
         enable_thinking=args.enable_thinking, output_dir=str(Path(args.output_dir) / EVAL_DIR),
         use_eval_lambdas=True, report_to="none", progress=False,
     )
@@ -118,9 +119,14 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     checkpoint = out / f"checkpoint-{step}"
     backend = HFBackend.from_trainer_model(model, tokenizer)
     renderer = ChatRenderer(tokenizer, enable_thinking=cfg.enable_thinking)
-    label = f"step-{step}"
+    label, start = f"step-{step}", time.perf_counter()
+    print(f"[sepo train] checkpoint-{step}: evaluating against the pools of {', '.join(cfg.games)} "
+          f"({cfg.episodes_per_opponent} episodes per opponent, held-out seeds)", flush=True)  # fmt: skip
     results, _ = evaluate_models(cfg, [(label, str(checkpoint))], lambda _: (backend, renderer))
     record = checkpoint_record(step, str(checkpoint), results[label])
+    safety = record.get("safety")
+    print(f"[sepo train] checkpoint-{step}: evaluated J = {'n/a' if safety is None else f'{safety:.3f}'} in "
+          f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     records = [r for r in _records(out) if r["step"] != step] + [record]
     data = write_checkpoints(out / CHECKPOINTS_FILE, records, cfg.confidence, cfg.bootstrap_resamples)
     plot_checkpoints(data["checkpoints"], out / CHECKPOINTS_PLOT)

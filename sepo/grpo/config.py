@@ -44,6 +44,7 @@ SEPO_RANGES = {
     "fallback_penalty": NON_NEGATIVE,
     "checkpoint_eval_episodes": COUNT,
     "adaptive_every": COUNT,
+    "torch_threads": OPTIONAL_COUNT,
 }
 
 
@@ -56,6 +57,7 @@ class SEPOConfig(GRPOConfig):
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["game_params", "pool_mix", "lambdas", "pool_weights"]
+    _DEPRECATED_KEYS = {"pools_dir": "pool_dir"}  # one name across sepo train / sepo eval / fmsp export
 
     # --- overridden GRPO defaults (the method's SEPO stage) ---------------------------------------------
     learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (Kuhn recipes: 3e-6)."})
@@ -166,6 +168,11 @@ class SEPOConfig(GRPOConfig):
     checkpoint_eval_episodes: int = field(
         default=16, metadata={"help": "Episodes per (pool, opponent) when a saved checkpoint is evaluated."}
     )
+
+    # --- the machine ----------------------------------------------------------------------------------
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op threads per process (unset: torch's default); 1 on a "
+                                        "shared small machine, where OpenMP spin-waiting slows every thread"})
 
     def __post_init__(self) -> None:
         check_ranges(self, SEPO_RANGES)

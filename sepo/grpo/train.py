@@ -22,7 +22,7 @@ from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
 from sepo.models import check_model, resolve_model
-from sepo.recipes import parse_config
+from sepo.recipes import parse_config, prepare_machine
 
 
 def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
@@ -92,6 +92,7 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args, model_args = parse(list(sys.argv[1:] if argv is None else argv))
+    prepare_machine(args)
     # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
     persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
     trainer = build_trainer(args, model_args)
@@ -103,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         import wandb
 
         wandb.finish()  # flush the run (summary and history) before the process exits
+    if trainer.accelerator.is_main_process:
+        from sepo.model_card import final_card
+
+        final_card(trainer, model_args.model_name_or_path)
     return 0
 
 

@@ -31,7 +31,7 @@ from sepo.checks import (
     check_ranges,
 )
 from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
-from sepo.recipes import fall_back_to_fp32, parse_config
+from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
@@ -47,6 +47,7 @@ SFT_RANGES = {
     "lora_alpha": POSITIVE,
     "lora_dropout": Range(0, 1, high_open=True),
     "max_train_rows": OPTIONAL_COUNT,
+    "torch_threads": OPTIONAL_COUNT,
 }
 
 
@@ -76,6 +77,9 @@ class SEPOSFTConfig(SFTConfig):
     lora_target_modules: str = field(default=LANGUAGE_MODEL_ATTENTION, metadata={"help": "PEFT regex"})
     merged_dir: str | None = field(default=None, metadata={"help": "where the merged model goes (default output_dir/merged)"})
     max_train_rows: int | None = field(default=None, metadata={"help": "cap on training rows (quick runs)"})
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op threads per process (unset: torch's default); 1 on a "
+                                        "shared small machine, where OpenMP spin-waiting slows every thread"})
 
     def __post_init__(self) -> None:
         check_ranges(self, SFT_RANGES)
@@ -119,8 +123,9 @@ def _processor_files(src: str) -> list[Path]:
     return [p for p in root.iterdir() if p.is_file() and p.suffix not in skip_suffixes and not p.name.startswith(".")]
 
 
-def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) -> Path:
-    """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor files."""
+def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path, card: str | None = None) -> Path:
+    """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor
+    files and, when given, the model card `card` (README.md)."""
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
     def build(tmp: Path) -> None:
@@ -135,6 +140,8 @@ def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path) 
                 pass
         merged.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if card is not None:
+            (tmp / "README.md").write_text(card)
 
     return replace_dir_atomic(build, target)
 
@@ -164,7 +171,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
     from peft import LoraConfig
     from trl import SFTTrainer
 
-    from sepo.model_card import ModelCardCallback
+    from sepo.model_card import ModelCardCallback, final_card, merged_card
 
     dtype = (config.model_init_kwargs or {}).get("dtype") if isinstance(config.model_init_kwargs, dict) else None
     model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, dtype=dtype)
@@ -197,8 +204,9 @@ def run_sft(config: SEPOSFTConfig) -> Path:
                       json.dumps(config.to_dict(), indent=2, default=str))
     merged_dir = Path(config.merged_dir or Path(config.output_dir) / "merged")
     if trainer.accelerator.is_main_process:
+        card = merged_card(final_card(trainer, config.model_name_or_path), merged_dir)
         merge_and_save(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
-                       _source_path(config.model_name_or_path), merged_dir)
+                       _source_path(config.model_name_or_path), merged_dir, card=card)
     trainer.accelerator.wait_for_everyone()
     return merged_dir
 
@@ -214,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
     (config,) = parse_config((SEPOSFTConfig,), argv, prog="sepo sft", description=__doc__.split("\n\n")[0])
     check_model("model_name_or_path", config.model_name_or_path)
+    prepare_machine(config)
     merged = run_sft(config)
     print(f"merged checkpoint: {merged}")
     return 0

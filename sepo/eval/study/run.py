@@ -35,8 +35,10 @@ def _say(msg: str) -> None:
 def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     """Train one arm (recording its rollouts); returns its wall time, log statistics and output paths."""
     from sepo.grpo.train import build_trainer, save_resolved_config
+    from sepo.recipes import prepare_machine
 
     args, model_args = arm_configs(cfg, arm)
+    prepare_machine(args)
     start = time.perf_counter()
     out = Path(args.output_dir)
     trainer = build_trainer(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE)])
