@@ -98,8 +98,7 @@ class SEPOConfig(GRPOConfig):
     )
     rng_key: str = field(
         default="",
-        metadata={"help": "Secret key of sandboxed pool members' rngs (envs.sandbox.rng); empty: made once per run, "
-                          "kept in output_dir/rng_key.json. Give every arm of a study the same key to pair them."},
+        metadata={"help": "Secret key of sandboxed members' rngs; empty: made once (output_dir/rng_key.json)."},
     )
     seat: int = field(default=0, metadata={"help": "Seat of the LLM (0 or 1)."})
     num_groups: int | None = field(
@@ -117,20 +116,6 @@ class SEPOConfig(GRPOConfig):
     pool_weights: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "Per-pool advantage weights applied after normalisation (default 1)."}
     )
-    exploit_reward: str = field(
-        default="clipped",
-        metadata={"help": "Exploit-pool term: clipped (the method's per-episode s*max(0, o-a)) or signed "
-                          "(s*(o-a), whose expectation is the opponent's mean advantage)."},
-    )
-    adaptive_exploiter: bool = field(
-        default=False,
-        metadata={"help": "Kuhn: add best_response_to_current to the exploit pool, the exact best response to the "
-                          "policy's scored action probabilities, refreshed every adaptive_every steps and on resume."},
-    )
-    adaptive_every: int = field(
-        default=1, metadata={"help": "Steps between refreshes of the adaptive exploiter's table."}
-    )
-
     # --- advantages -----------------------------------------------------------------------------------
     advantage_mode: str = field(
         default="per_round", metadata={"help": f"Normalisation: {', '.join(ADVANTAGE_MODES)} (episode = ablation)."}
@@ -142,12 +127,6 @@ class SEPOConfig(GRPOConfig):
     advantage_epsilon: float | None = field(
         default=None, metadata={"help": "Added to the group std; default TRL's 1e-4, or 1e-8 with return_mode paper."}
     )
-    loss_scale: str = field(
-        default="training_tokens",
-        metadata={"help": f"Loss normalisation across groups: {', '.join(LOSS_SCALES)} (training_tokens: the payoff "
-                          "gradient does not depend on how many penalty groups an arm adds; needs loss_type dapo)."},
-    )
-
     # --- rollouts -------------------------------------------------------------------------------------
     max_turn_tokens: int = field(default=64, metadata={"help": "Max new tokens per action turn."})
     enable_thinking: bool = field(default=False, metadata={"help": "Chat-template thinking for action turns."})
@@ -173,6 +152,24 @@ class SEPOConfig(GRPOConfig):
     torch_threads: int | None = field(
         default=None, metadata={"help": "torch intra-op threads per process (unset: torch's default); 1 on a "
                                         "shared small machine, where OpenMP spin-waiting slows every thread"})
+
+    # --- exploitability: penalty forms, adaptive exploiter, loss normalisation across groups -------------
+    exploit_reward: str = field(
+        default="clipped",
+        metadata={"help": "Exploit-pool term: clipped (the method's s*max(0, o-a) per episode) or signed (s*(o-a))."},
+    )
+    adaptive_exploiter: bool = field(
+        default=False,
+        metadata={"help": "Kuhn: add best_response_to_current (the exact best response to the policy) to the exploit pool."},
+    )
+    adaptive_every: int = field(
+        default=1, metadata={"help": "Steps between refreshes of the adaptive exploiter's table."}
+    )
+    loss_scale: str = field(
+        default="training_tokens",
+        metadata={"help": f"Loss normaliser: {', '.join(LOSS_SCALES)} (training_tokens: the payoff gradient does not "
+                          "shrink as penalty groups are added; needs loss_type dapo)."},
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self, SEPO_RANGES)
