@@ -90,11 +90,11 @@ class SEPOConfig(GRPOConfig):
         metadata={"help": "Keep every opponent in one pool (default: pools separated by role, as the method)."},
     )
     pool_dir: str | None = field(
-        default=None, metadata={"help": "Directory of FMSP-exported pool members (manifest.json) added to the pools."}
+        default=None, metadata={"help": "Directory of FMSP-exported pool members (manifest.json)."}
     )
     unsafe_sandbox: bool = field(
         default=False,
-        metadata={"help": "Play pool_dir members even where a sandbox isolation layer is missing (the present ones apply)."},
+        metadata={"help": "Play pool_dir members even where a sandbox layer is missing."},
     )
     rng_key: str = field(
         default="",
