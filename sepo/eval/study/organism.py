@@ -158,9 +158,8 @@ def demonstrator_table(weights: Mapping[str, float]) -> dict[str, dict[str, floa
 
 
 def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
-    """Answer-only SFT of the organism on the demonstrator (the project's SFT stage, full fine-tuning; batches of
-    `batch_size` rows, default all of them); the merged checkpoint under root/warm_start/merged (reused when
-    present)."""
+    """Answer-only SFT of the organism on the demonstrator (the project's SFT stage, full fine-tuning, every row
+    in each batch); the merged checkpoint under root/warm_start/merged (reused when present)."""
     merged = root / "warm_start" / "merged"
     if (merged / "config.json").exists():
         return merged
@@ -176,7 +175,7 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
     DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(data))
     return run_sft(SEPOSFTConfig(
         output_dir=str(root / "warm_start"), model_name_or_path=str(model), dataset_path=str(data),
-        use_peft=False, max_steps=int(ws["steps"]), per_device_train_batch_size=int(ws.get("batch_size", len(rows))),
+        use_peft=False, max_steps=int(ws["steps"]), per_device_train_batch_size=len(rows),
         learning_rate=float(ws["learning_rate"]), lr_scheduler_type="constant", warmup_steps=0,
         save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
         gradient_checkpointing=False, seed=int(recipe["model"]["seed"]), disable_tqdm=True, logging_steps=10,

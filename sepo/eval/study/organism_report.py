@@ -10,6 +10,7 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.eval.stu
 - curves.png: exploitability, game value, J and u_train against steps with those intervals and reference
   lines, and the payoff-exploitability plane: each arm's final (u_train, exploitability) beside the frontier.
 - curves.md: the final checkpoints' table and the issue's goals, each marked met or missed as measured.
+- references.json: the exact optima and frontier with the λ and weights they were computed for (reused).
 """
 
 from __future__ import annotations
@@ -56,13 +57,30 @@ def below(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
     return a["high"] < b["low"]
 
 
-def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
+def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
+    """`sepo.eval.kuhn_optimum.references` (minutes of exact optimisation), kept in `path` with the λ and weights
+    it was computed for, and recomputed when either differs."""
+    import json
+    from dataclasses import asdict
+
+    from sepo.eval.kuhn_optimum import references
+
+    key = {"lambdas": asdict(lambdas), "weights": list(weights)}
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return stored["references"]
+    refs = references(lambdas, weights)
+    write_json_atomic(path, {"key": key, "references": refs})
+    return refs
+
+
+def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice)."""
     import json
 
     from envs import make_game
     from envs.kuhn_exact import exploitability
-    from sepo.eval.kuhn_optimum import references
     from sepo.objective import resolve_lambdas
 
     runs = finished(root, "report")
@@ -77,7 +95,7 @@ def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
     start = any_run["checkpoints"][0]
     params = recipe["train"]["game_params"][GAME]
     lambdas = resolve_lambdas(make_game(GAME, **params))
-    refs = references(lambdas, FRONTIER_WEIGHTS)
+    refs = cached_references(out / "references.json", lambdas, FRONTIER_WEIGHTS)
     choice_path = root / "runs" / "pilot" / "choice.json"
     return {
         "arms": arms,
@@ -219,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = build_results(recipe, Path(recipe["output_dir"]))
+    results = build_results(recipe, Path(recipe["output_dir"]), out)
     write_json_atomic(out / "results.json", results)
     plot(results, out / "curves.png")
     write_text_atomic(out / "curves.md", markdown(results))
