@@ -131,12 +131,16 @@ def test_advantage_plumbing_with_test_double(tmp_path, tiny_model_dir):
     inputs, out = trainer.captured[0]
     adv, mask = out["advantages"], out["completion_mask"] * out["tool_mask"]
     assert adv.shape == out["completion_ids"].shape  # (B, T) per token
-    # Expected: per-round normalisation of the objective's per-round rewards, broadcast to model tokens.
+    # Expected: per-round normalisation of the objective's per-round rewards, broadcast to model tokens, times
+    # the loss scale N_all / N_train (loss_scale training_tokens: TRL's dapo loss then divides by training tokens)
     rewards = torch.tensor([trainer.sepo_reward.round_rewards(x["episode"])[0] for x in inputs])
     expected, _ = sepo_round_advantages(rewards, 4)
+    training = torch.tensor([x["pool"] == "training" for x in inputs])
+    scale = (mask.sum() / mask[training].sum()).item()
+    assert scale > 1.0  # the exploit and collusive groups hold loss tokens too
     for i, x in enumerate(inputs):
         for t, (r, f) in enumerate(zip(x["round_ids"], x["forced_mask"])):
-            want = expected[i, r].item() if (out["tool_mask"][i, t] and not f) else 0.0
+            want = scale * expected[i, r].item() if (out["tool_mask"][i, t] and not f) else 0.0
             assert adv[i, t].item() == pytest.approx(want, abs=1e-6)
     # env tokens and forced tokens carry zero advantage and are outside the loss mask (mask_forced_tokens)
     forced = torch.zeros_like(adv, dtype=torch.bool)
@@ -273,8 +277,9 @@ def test_model_card_names_a_local_base_model(tmp_path, tiny_model_dir):
 
 
 def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):
-    """With advantage_mode=episode, SEPO's advantage equals TRL's scalar group advantage on model tokens."""
-    trainer = _train_double(tmp_path, tiny_model_dir, advantage_mode="episode", max_steps=1)
+    """With advantage_mode=episode, SEPO's advantage equals TRL's scalar group advantage on model tokens (with TRL's
+    own loss normaliser, loss_scale all_tokens; training_tokens multiplies every advantage by N_all / N_train)."""
+    trainer = _train_double(tmp_path, tiny_model_dir, advantage_mode="episode", max_steps=1, loss_scale="all_tokens")
     inputs, out = trainer.captured[0]
     trl_adv = torch.tensor(trainer._logs["advantages"])[: len(inputs)]
     keep = (out["completion_mask"] * out["tool_mask"]).bool()
