@@ -160,7 +160,8 @@ figures-study: install
 
 # The Kuhn experiment (configs/experiments/kuhn_default.yaml): SFT warm start, then per_pool and reward_only
 # SEPO-GRPO with every checkpoint evaluated (exact exploitability, J, u, e, c), then the learning curves
-# (curves.json, curves.png, curves.md; the README's Kuhn experiment figures). ~45 min on the 2-core CPU.
+# (curves.json, curves.png, curves.md; the README's Kuhn experiment figures). ~45 min on the 2-core CPU with one
+# training seed; the recipe's 3 seeds train and evaluate 3 runs per arm (not yet measured).
 KX := runs/experiments/kuhn_default
 figures-kuhn-experiment: install
 	rm -rf $(KX)

@@ -128,6 +128,14 @@ def test_config_errors_are_clear(tmp_path, capsys):
     assert "unknown arm(s) ['nope']; the config defines: shared" in capsys.readouterr().err
     assert main(["--config", str(good)]) == 2
     assert "unknown training key(s) ['lora_rr']" in capsys.readouterr().err
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump({"output_dir": "x", "train": {}, "arms": {"a": {}}, "seeds": [1, 1]}))
+    with pytest.raises(ValueError, match="`seeds` must be distinct"):
+        StudyConfig.from_yaml(twice)
+    good.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "o"), "train": {"games": ["ipd"]},
+                                    "arms": {"shared": {"credit": "shared", "seed": 3}}}))
+    assert main(["--config", str(good)]) == 2
+    assert "`seed` is set by the study's `seeds`" in capsys.readouterr().err
 
 
 def test_study_configs_parse():
@@ -137,7 +145,7 @@ def test_study_configs_parse():
         cfg = StudyConfig.from_yaml(f"configs/study/{name}.yaml")
         cfg.train.update(bf16=False, use_cpu=True, use_vllm=False)  # the GPU recipe, validated on this CPU
         assert list(cfg.arms) == ["reward_only", "shared", "auxiliary", "per_pool"]
-        args = {arm: arm_configs(cfg, arm)[0] for arm in cfg.arms}
+        args = {arm: arm_configs(cfg, arm, cfg.seeds[0])[0] for arm in cfg.arms}
         assert [a.credit for a in args.values()] == ["reward_only", "shared", "auxiliary", "per_pool"]
         # the arms differ only in the penalty path: same game, lambdas, return mode and training groups
         assert {a.return_mode for a in args.values()} == {"paper"}
@@ -170,14 +178,22 @@ def test_end_to_end_study_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
     assert main(["--config", str(path)]) == 0
     out = tmp_path / "study"
     report = json.loads((out / "report.json").read_text())
-    assert set(report["eval"]) == {"shared", "auxiliary"}
+    # a recipe without `seeds:` is one run per arm at train.seed, reported as before: the same rows and keys
+    # (the run named by its arm) plus the seeds and the across-seed section, which says it has no interval
+    assert set(report) == {"config", "games", "model", "machine", "arms", "eval", "checkpoints", "differences",
+                           "intervals", "checks", "wall_seconds", "seeds", "across_seeds"}
+    assert report["seeds"] == [0] and report["across_seeds"]["differences"] == {}
+    assert set(report["eval"]) == {"shared", "auxiliary"} and set(report["arms"]) == {"shared", "auxiliary"}
+    assert set(report["differences"]["final"]) == {"auxiliary − shared"}
+    j = report["across_seeds"]["arms"]["shared"]["final"]["safety"]
+    assert j["n"] == 1 and j["mean"] == j["low"] == j["high"] == report["eval"]["shared"]["metrics"]["safety"]["value"]
     for arm in ("shared", "auxiliary"):
         m = report["eval"][arm]["metrics"]
         assert {"u", "e", "c", "x", "safety", "nra_gtbench"} <= set(m)
         stats = report["arms"][arm]
         assert len(stats["abs_adv_per_round"]) == 2 and stats["steps"] == 1
         assert 0.0 <= stats["frac_zero_std_rounds"] <= 1.0
-        batches = (out / arm / "train" / "episodes.jsonl").read_text().splitlines()
+        batches = (out / arm / "seed_0" / "episodes.jsonl").read_text().splitlines()
         episodes = json.loads(batches[0])["episodes"]
         assert len(batches) == 1 and len(episodes) == 2  # one training group of G = 2
         probes = [(p["spec"]["pool"], p["spec"]["opponent"]) for p in episodes[0]["probes"]]
@@ -194,10 +210,11 @@ def test_end_to_end_study_on_a_tiny_model(tmp_path, tiny_model_dir, capsys):
     for heading in ("## Evaluation", "## Per-round advantage statistics", "## Exact checks"):
         assert heading in md
     assert "| shared | " in md and "| auxiliary | " in md and "**PASS**" in md
+    assert "## Across training seeds (seeds 0)\n\nn=1, no interval across seeds" in md
     assert (out / "study.png").stat().st_size > 1000
     assert "Four-arm credit study" in capsys.readouterr().out
     # a rerun resumes: arms trained with the same keys are reused, a changed arm is trained again
-    trained = out / "shared" / "train" / "trainer_state.json"
+    trained = out / "shared" / "seed_0" / "trainer_state.json"
     stamp = trained.stat().st_mtime_ns
     config["arms"]["auxiliary"]["learning_rate"] = 5e-4
     path.write_text(yaml.safe_dump(config))

@@ -25,8 +25,8 @@ def _entries(expl: dict, j: dict) -> dict:
             "c": _entry(0.0)}
 
 
-def _write_arm(study: Path, arm: str, records: list[tuple[int, dict]]) -> None:
-    out = study / arm / "train"
+def _write_arm(study: Path, arm: str, records: list[tuple[int, dict]], seed: int = 42) -> None:
+    out = study / arm / f"seed_{seed}"
     out.mkdir(parents=True)
     rows = [{"step": s, "checkpoint": f"checkpoint-{s}", "safety": e["safety"]["value"], "games": {"kuhn": e}}
             for s, e in records]
@@ -86,6 +86,9 @@ def test_curves_values_and_difference_rule(study: Path, tmp_path: Path) -> None:
     assert "| 2 | +0.100 [−0.183, +0.383] |" in md
     assert "J rose (**+0.800" in md
     assert (out / "curves.png").stat().st_size > 0
+    # one training seed: the curves are named by their arms as before; no interval across seeds
+    assert data["seeds"] == [42] and data["across_seeds"]["between_arms"] == {}
+    assert "n=1, no interval across seeds" in md and "one seed per arm" in md
 
 
 def test_missing_arm_is_a_clear_error(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -94,15 +97,57 @@ def test_missing_arm_is_a_clear_error(study: Path, tmp_path: Path, capsys: pytes
 
 
 def test_experiment_recipe_evaluates_its_start_as_the_callback_evaluates_checkpoints() -> None:
-    """Step 0 of the curves is the study's "base" row: its eval settings must be the training callback's."""
+    """Step 0 of the curves is the study's "base" row: its eval settings must be the training callback's (the
+    eval seed that of the first training seed; the callback evaluates each training seed on its own seed)."""
     from sepo.eval.study.config import StudyConfig, arm_configs
     from sepo.grpo.callbacks import eval_config
 
     cfg = StudyConfig.from_yaml("configs/experiments/kuhn_default.yaml")
-    assert sorted(cfg.arms) == ["per_pool", "reward_only"]
+    assert sorted(cfg.arms) == ["per_pool", "reward_only"] and cfg.seeds == [42, 43, 44]
     for arm in cfg.arms:
-        args, _ = arm_configs(cfg, arm)
-        callback = eval_config(args)
-        for key, value in cfg.eval.items():
-            assert getattr(callback, key) == value, (arm, key)
-        assert callback.episodes_per_opponent > 1  # an interval in every stratum
+        for seed in cfg.seeds:
+            args, _ = arm_configs(cfg, arm, seed)
+            callback = eval_config(args)
+            assert args.seed == seed and callback.seed == seed + 1000
+            for key, value in cfg.eval.items():
+                if key != "seed" or seed == cfg.seeds[0]:
+                    assert getattr(callback, key) == value, (arm, seed, key)
+            assert callback.episodes_per_opponent > 1  # an interval in every stratum
+
+
+def test_two_seed_curves_give_t_intervals_across_seeds(tmp_path: Path) -> None:
+    """Two arms x two seeds: per arm and step the mean across seeds with its t-interval, and the paired arm
+    difference (at each seed, then the t-interval), each equal to a hand computation from the per-seed values."""
+    from scipy import stats
+
+    expl = {("per_pool", 1): 0.30, ("per_pool", 2): 0.40, ("reward_only", 1): 0.10, ("reward_only", 2): 0.15}
+    for (arm, seed), value in expl.items():
+        _write_arm(tmp_path, arm, [(2, _entries(_entry(value, value - 0.05, value + 0.05), _entry(-value)))], seed)
+    out = tmp_path / "out"
+    assert main(["--study", str(tmp_path), "--out", str(out)]) == 0
+    data = json.loads((out / "curves.json").read_text())
+    assert data["seeds"] == [1, 2]
+    assert sorted(data["curves"]) == ["per_pool/seed_1", "per_pool/seed_2", "reward_only/seed_1", "reward_only/seed_2"]
+    assert sorted(data["between_arms"]) == [f"per_pool/seed_{s} − reward_only/seed_{s}" for s in (1, 2)]
+    half = stats.t.ppf(0.975, 1) * math.sqrt(((0.30 - 0.35) ** 2 + (0.40 - 0.35) ** 2) / 1) / math.sqrt(2)
+    (step,) = data["across_seeds"]["curves"]["per_pool"]
+    t = step["exploitability"]
+    assert step["step"] == 2 and t["values"] == {"1": 0.30, "2": 0.40} and t["n"] == 2
+    assert [t["mean"], t["low"], t["high"]] == pytest.approx([0.35, 0.35 - half, 0.35 + half])
+    assert step["J"]["mean"] == pytest.approx(-0.35)
+    # paired: differences 0.20 and 0.25 at the two seeds; mean 0.225, sd = 0.05 / sqrt(2)
+    (row,) = data["across_seeds"]["between_arms"]["per_pool − reward_only"]
+    half = stats.t.ppf(0.975, 1) * (0.05 / math.sqrt(2)) / math.sqrt(2)
+    d = row["exploitability"]
+    assert d["values"] == pytest.approx({"1": 0.20, "2": 0.25})
+    assert [d["mean"], d["low"], d["high"]] == pytest.approx([0.225, 0.225 - half, 0.225 + half])
+    md = (out / "curves.md").read_text()
+    assert "## Across training seeds (seeds 1, 2)" in md and "### per_pool − reward_only per step" in md
+    assert "only 2 training seeds" in md and (out / "curves.png").stat().st_size > 0
+
+
+def test_arms_with_different_seeds_are_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _write_arm(tmp_path, "per_pool", [(2, _entries(_entry(0.3), _entry(-0.3)))], seed=1)
+    _write_arm(tmp_path, "reward_only", [(2, _entries(_entry(0.3), _entry(-0.3)))], seed=2)
+    assert main(["--study", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "different seeds" in capsys.readouterr().err

@@ -1,18 +1,23 @@
 """The study's evaluation on a tiny model: every arm's final and best checkpoints side by side with intervals,
-and the differences between arms with paired intervals, marked when they exclude zero."""
+and the differences between arms with paired intervals, marked when they exclude zero; with two training seeds,
+the intervals across seeds (checked against scipy's t quantile) and a resume that reuses every finished
+(arm, seed)."""
 
 from __future__ import annotations
 
 import json
+import math
 
+import pytest
 import yaml
 
 from sepo.eval.study.report import report_markdown
 from sepo.eval.study.run import main
 
 
-def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, tiny_model_dir):
-    config = {
+def recipe(tmp_path, tiny_model_dir) -> dict:
+    """Two arms on the tiny model, every checkpoint evaluated by the training callback."""
+    return {
         "output_dir": str(tmp_path / "study"),
         "eval_base": False,
         "train": {
@@ -28,6 +33,10 @@ def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, 
                               "per_device_train_batch_size": 4}},
         "eval": {"episodes_per_opponent": 2, "max_turn_tokens": 4, "progress": False, "bootstrap_resamples": 200},
     }
+
+
+def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, tiny_model_dir):
+    config = recipe(tmp_path, tiny_model_dir)
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["--config", str(path)]) in (0, 1)  # 1 only if the exact check failed, which is not tested here
@@ -35,7 +44,7 @@ def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, 
     report = json.loads((out / "report.json").read_text())
     for arm in ("reward_only", "per_pool"):
         ck = report["checkpoints"][arm]
-        curve = json.loads((out / arm / "train" / "checkpoints.json").read_text())
+        curve = json.loads((out / arm / "seed_0" / "checkpoints.json").read_text())
         assert ck["final_step"] == 2 and [r["step"] for r in ck["curve"]] == [1, 2]
         assert ck["best_step"] == curve["best"]["step"]
         labels = ck["labels"]
@@ -53,6 +62,71 @@ def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, 
     assert md == report_markdown(json.loads((out / "report.json").read_text()))
     assert "| reward_only | final | 2 |" in md and "## Differences between arms" in md
     assert "## Evaluated J per checkpoint" in md and "| per_pool | " in md
+
+
+def hand_t_interval(values: list[float]) -> tuple[float, float, float]:
+    """mean, low, high of the 95% t-interval, computed here from scipy's t quantile and the sample sd."""
+    from scipy import stats
+
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def test_two_seed_study_reports_intervals_across_seeds_and_resumes(tmp_path, tiny_model_dir, capsys):
+    config = recipe(tmp_path, tiny_model_dir)
+    config["seeds"] = [0, 1]
+    config["train"]["max_steps"] = 1  # one checkpoint per run, evaluated by the callback
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["--config", str(path)]) in (0, 1)
+    out = tmp_path / "study"
+    report = json.loads((out / "report.json").read_text())
+    arms, seeds = ("per_pool", "reward_only"), (0, 1)  # the arms in the recipe's order (yaml sorts the keys)
+    assert report["seeds"] == [0, 1]
+    assert set(report["eval"]) == {f"{arm}/seed_{s}" for arm in arms for s in seeds}
+    summaries = [json.loads((out / a / f"seed_{s}" / "study_arm.json").read_text()) for a in arms for s in seeds]
+    assert [(r["arm"], r["seed"]) for r in summaries] == [(a, s) for a in arms for s in seeds]
+    assert set(report["differences"]["final"]) == {f"per_pool/seed_{s} − reward_only/seed_{s}" for s in seeds}
+    across = report["across_seeds"]
+    widths = []
+    for arm in arms:
+        for name in ("safety", "u", "e", "c", "x"):
+            values = [report["eval"][f"{arm}/seed_{s}"]["metrics"][name]["value"] for s in seeds]
+            t = across["arms"][arm]["final"][name]
+            assert t["values"] == {"0": values[0], "1": values[1]} and t["n"] == 2
+            assert [t["mean"], t["low"], t["high"]] == pytest.approx(hand_t_interval(values))
+            widths.append(t["high"] - t["low"])
+        (step,) = across["arms"][arm]["curve"]  # the callback's J at step 1, across the seeds
+        values = [report["checkpoints"][f"{arm}/seed_{s}"]["curve"][0]["games"]["ipd"]["safety"]["value"]
+                  for s in seeds]
+        assert step["step"] == 1
+        assert [step["safety"]["mean"], step["safety"]["low"], step["safety"]["high"]] == pytest.approx(
+            hand_t_interval(values))
+    assert max(widths) > 0  # the seeds differ, so the hand computation is not vacuous
+    for name in ("safety", "u", "e", "c", "x"):  # paired: the difference at each seed, then its interval
+        d = across["differences"]["final"]["per_pool − reward_only"][name]
+        diffs = [report["eval"][f"per_pool/seed_{s}"]["metrics"][name]["value"]
+                 - report["eval"][f"reward_only/seed_{s}"]["metrics"][name]["value"] for s in seeds]
+        assert [d["values"]["0"], d["values"]["1"]] == pytest.approx(diffs)
+        assert [d["mean"], d["low"], d["high"]] == pytest.approx(hand_t_interval(diffs))
+    md = (out / "report.md").read_text()
+    assert md == report_markdown(report)
+    assert "## Across training seeds (seeds 0, 1)" in md and "Paired differences across seeds, final" in md
+    assert "| reward_only/seed_1 | final | 1 |" in md
+    # resume: every finished (arm, seed) is reused; one whose summary is gone is trained again, alone
+    states = {(a, s): out / a / f"seed_{s}" / "trainer_state.json" for a in arms for s in seeds}
+    stamps = {k: p.stat().st_mtime_ns for k, p in states.items()}
+    (out / "per_pool" / "seed_1" / "study_arm.json").unlink()
+    capsys.readouterr()
+    assert main(["--config", str(path)]) in (0, 1)
+    printed = capsys.readouterr().out
+    for run in ("per_pool/seed_0", "reward_only/seed_0", "reward_only/seed_1"):
+        assert f"{run} already trained with these keys" in printed
+    assert "per_pool/seed_1 ({" in printed and printed.count("- training") == 1
+    assert [k for k, p in states.items() if p.stat().st_mtime_ns != stamps[k]] == [("per_pool", 1)]
 
 
 def test_difference_table_marks_intervals_that_exclude_zero():

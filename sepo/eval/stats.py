@@ -11,10 +11,13 @@ None (not a zero-width interval that would claim certainty).
 
 `paired_difference` resamples the same unit indices in two samples played on the same seeds (the same
 opponents, seeds and seats for two models), so the interval of a difference keeps the pairing.
+
+`t_interval` is the other kind: the Student t-interval of a mean across training seeds (one value per seed).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -97,3 +100,17 @@ def paired_difference(a: Strata, b: Strata, statistic: Statistic, resamples: int
         out[name] = {"diff": point[name], "ci": None if ci is None else list(ci), "excludes_zero": excludes,
                      "paired": paired}
     return out
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean and the two-sided t-interval of the mean across `values` (training seeds): mean ± t(n−1)·sd/√n with
+    the sample sd (n − 1); n = 1 gives no width."""
+    from scipy import stats
+
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return {"mean": mean, "low": mean, "high": mean, "n": n}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}

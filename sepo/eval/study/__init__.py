@@ -1,6 +1,7 @@
 """`sepo study --config configs/study/<name>.yaml`: the four-arm credit-assignment study of the revised paper.
 
-The same game, model, seeds and steps are trained once per arm; the arms differ only in the penalty's
+The same game, model, seeds and steps are trained once per arm and training seed (the recipe's `seeds:`,
+default [train.seed], each run in <output_dir>/<arm>/seed_<s>/); the arms differ only in the penalty's
 gradient path (`sepo.objective`, `credit:`), then are evaluated side by side with `sepo eval`:
 
   reward_only  training-pool groups, reward u: GRPO on the game's payoff alone;
@@ -16,10 +17,11 @@ The report (report.md, report.json, study.png in the output dir) gives per arm, 
 its best by evaluated J, u / e / c / x, J, NRA and the fallback rate from `sepo eval` with 95% bootstrap
 intervals, every pair of arms' differences with paired intervals (marked when they exclude zero), the
 evaluated J per checkpoint, the per-round advantage statistics from the trainer's log history,
-and two checks computed on the study's own recorded rollouts: (1) on identical batches the shared arm's
-advantages equal the reward-only arm's to 1e-6 while its rewards differ; (2) the probe part of the
-auxiliary penalty is uncorrelated with the credited episode's actions and own score (|r| within
-3/sqrt(n)), contrasted with the per-pool penalty, which is a function of them.
+with several seeds the mean across seeds and its 95% t-interval per arm and checkpoint and the paired arm
+differences across seeds, and two checks computed on the study's own recorded rollouts (the seeds pooled):
+(1) on identical batches the shared arm's advantages equal the reward-only arm's to 1e-6 while its rewards
+differ; (2) the probe part of the auxiliary penalty is uncorrelated with the credited episode's actions and
+own score (|r| within 3/sqrt(n)), contrasted with the per-pool penalty, which is a function of them.
 
 The modules: config.py (recipe, arms), record.py (recorded rollouts), checks.py (the exact checks),
 report.py (report.md, study.png), run.py (the `sepo study` entry point), curves.py (the arms' learning curves

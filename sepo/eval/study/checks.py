@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from envs.base import Lambdas
 from sepo import objective
-from sepo.eval.study.config import EPISODES_FILE, StudyConfig, arm_configs
+from sepo.eval.study.config import EPISODES_FILE, StudyConfig, arm_configs, arm_dir
 from sepo.eval.study.record import read_batches, terms_from_dict
 from sepo.objective import PROBE_CREDITS, EpisodeTerms
 
@@ -142,18 +141,19 @@ def per_pool_contrast(batches: list[dict[str, Any]], max_payoff: float, lambdas:
 
 
 def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
-    """Both checks, on the recorded rollouts of the study's arms (check 1 on every arm that played probes)."""
+    """Both checks, on the recorded rollouts of the study's arms, each arm's training seeds pooled (check 1
+    on every arm that played probes)."""
     import envs
     from sepo.objective import resolve_lambdas
 
     out: dict[str, Any] = {"shared_equals_reward_only": {}, "auxiliary_uncorrelated": None, "per_pool_contrast": None}
     worst = 0.0
     for arm in arms:
-        args, _ = arm_configs(cfg, arm)
+        args, _ = arm_configs(cfg, arm, cfg.seeds[0])  # the seeds differ in nothing the checks read
         game_name = args.games[0]
         game = envs.make_game(game_name, **args.game_params.get(game_name, {}))
         lambdas = resolve_lambdas(game, args.lambdas.get(game_name))
-        batches = read_batches(Path(args.output_dir) / EPISODES_FILE)
+        batches = [b for seed in cfg.seeds for b in read_batches(arm_dir(cfg, arm, seed) / EPISODES_FILE)]
         if args.credit in PROBE_CREDITS:
             per_batch = [shared_equals_reward_only([terms_from_dict(ep, game.max_payoff) for ep in b["episodes"]],
                                                    [_probe_terms(ep, game.max_payoff) for ep in b["episodes"]],

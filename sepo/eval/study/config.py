@@ -25,6 +25,13 @@ class StudyConfig:
     arms: dict[str, dict[str, Any]]  # arm name -> overrides of `train` (credit, lambdas, pool_weights, ...)
     eval: dict[str, Any] = field(default_factory=dict)  # sepo.eval.evaluate.EvalConfig keys
     eval_base: bool = True  # evaluate the starting checkpoint too, as the row "base"
+    seeds: list[int] | None = None  # training seeds, the same for every arm (paired); default [train.seed]
+
+    def __post_init__(self) -> None:
+        if self.seeds is None:
+            self.seeds = [self.train.get("seed", 42)]  # 42: TrainingArguments' default seed
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"study config: `seeds` must be distinct and non-empty, got {self.seeds}")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> StudyConfig:
@@ -46,19 +53,31 @@ class StudyConfig:
         return cfg
 
 
-def arm_dir(cfg: StudyConfig, arm: str) -> Path:
-    """Where an arm trains: its checkpoints, recorded rollouts and study_arm.json summary."""
-    return Path(cfg.output_dir) / arm / "train"
+def arm_dir(cfg: StudyConfig, arm: str, seed: int) -> Path:
+    """Where an arm trains with one seed: its checkpoints, recorded rollouts and study_arm.json summary."""
+    return Path(cfg.output_dir) / arm / f"seed_{seed}"
 
 
-def arm_configs(cfg: StudyConfig, arm: str) -> tuple[Any, Any]:
-    """(SEPOConfig, ModelConfig) of one arm: the shared train keys, the arm's overrides, its own output dir."""
+def run_label(cfg: StudyConfig, arm: str, seed: int) -> str:
+    """The name of one trained (arm, seed) in the report: the arm's name when the study has one seed."""
+    return arm if len(cfg.seeds) == 1 else f"{arm}/seed_{seed}"
+
+
+def arm_keys(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
+    """The recipe keys of one (arm, seed): the shared train keys, the arm's overrides, the seed."""
+    return {**cfg.train, **cfg.arms[arm], "seed": seed}
+
+
+def arm_configs(cfg: StudyConfig, arm: str, seed: int) -> tuple[Any, Any]:
+    """(SEPOConfig, ModelConfig) of one (arm, seed): its recipe keys and its own output dir."""
     from trl import ModelConfig
 
     from sepo.grpo.config import SEPOConfig
 
-    keys = {**cfg.train, **cfg.arms[arm], "output_dir": str(arm_dir(cfg, arm))}
-    keys.setdefault("run_name", f"study-{arm}")
+    if "seed" in cfg.arms[arm]:
+        raise ValueError(f"arm {arm!r}: `seed` is set by the study's `seeds`, not per arm")
+    keys = {**arm_keys(cfg, arm, seed), "output_dir": str(arm_dir(cfg, arm, seed))}
+    keys.setdefault("run_name", "study-" + run_label(cfg, arm, seed).replace("/", "-"))
     sepo_fields = {f.name for f in dataclasses.fields(SEPOConfig) if f.init}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig) if f.init}
     unknown = sorted(set(keys) - sepo_fields - model_fields)
@@ -69,19 +88,18 @@ def arm_configs(cfg: StudyConfig, arm: str) -> tuple[Any, Any]:
     return args, model_args
 
 
-def arm_digest(cfg: StudyConfig, arm: str) -> str:
-    """A fingerprint of everything that defines an arm's training (its merged recipe keys)."""
-
-    merged = {**cfg.train, **cfg.arms[arm]}
+def arm_digest(cfg: StudyConfig, arm: str, seed: int) -> str:
+    """A fingerprint of everything that defines one (arm, seed)'s training (its merged recipe keys)."""
+    merged = arm_keys(cfg, arm, seed)
     return hashlib.sha256(json.dumps(merged, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def finished_arm(cfg: StudyConfig, arm: str) -> dict[str, Any] | None:
-    """The summary of an arm already trained with the same recipe keys (so a rerun resumes the study)."""
-    path = arm_dir(cfg, arm) / ARM_SUMMARY
+def finished_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any] | None:
+    """The summary of an (arm, seed) already trained with the same recipe keys (so a rerun resumes the study)."""
+    path = arm_dir(cfg, arm, seed) / ARM_SUMMARY
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("config_digest") == arm_digest(cfg, arm) else None
+    return summary if summary.get("config_digest") == arm_digest(cfg, arm, seed) else None
 
 

@@ -15,6 +15,12 @@ d − sqrt((a − a_lo)² + (b_hi − b)²), d + sqrt((a_hi − a)² + (b − b_
 the checkpoints are evaluated on the same seeds, so where the pairing correlates them positively the interval
 is wider than a paired bootstrap's (conservative). The study's own report.md gives paired bootstrap differences
 of the final and best checkpoints.
+
+With several training seeds (the recipe's `seeds:`, one <arm>/seed_<s>/ each) every run is a curve of its own,
+named <arm>/seed_<s>, the first-minus-second differences are per seed, and "across_seeds" adds per arm and step
+each metric's mean over the seeds with its 95% t-interval (`sepo.eval.stats.t_interval`), and the paired
+first-minus-second arm difference at each seed, then its t-interval. Step 0 (the shared start) has no spread
+across seeds.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from sepo.eval.report import cell
-from sepo.eval.study.config import StudyConfig, arm_dir
+from sepo.eval.study.config import StudyConfig, arm_dir, run_label
+from sepo.eval.study.report import SEED_METHOD, across, seed_cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
@@ -43,22 +50,37 @@ def point(step: int, entries: Mapping[str, Any]) -> dict[str, Any]:
     return {"step": step, **{name: entries.get(key) for name, key in METRICS}}
 
 
-def read_curves(study_dir: str | Path, arms: Sequence[str], game: str) -> dict[str, list[dict[str, Any]]]:
-    """Each arm's points by step: step 0 from the study's report.json "base" row when there is one, then every
-    record of <arm>/train/checkpoints.json."""
+def study_seeds(study_dir: str | Path, arms: Sequence[str]) -> list[int]:
+    """The training seeds of a study's arms (their <arm>/seed_<s>/ directories), the same for every arm."""
+    found = {arm: sorted(int(p.name.removeprefix("seed_")) for p in (Path(study_dir) / arm).glob("seed_*"))
+             for arm in arms}
+    for arm, seeds in found.items():
+        if not seeds:
+            raise ValueError(f"arm {arm!r}: no {Path(study_dir) / arm}/seed_<s>/ directory")
+    if any(seeds != found[arms[0]] for seeds in found.values()):
+        raise ValueError(f"the arms were trained with different seeds: {found}")
+    return found[arms[0]]
+
+
+def read_curves(study_dir: str | Path, arms: Sequence[str], game: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """Each arm's points by step, per training seed: step 0 from the study's report.json "base" row when there
+    is one, then every record of <arm>/seed_<s>/checkpoints.json."""
     from sepo.eval.checkpoints import CHECKPOINTS_FILE
 
     study = Path(study_dir)
     report = study / "report.json"
     base = json.loads(report.read_text())["eval"].get("base") if report.is_file() else None
-    curves = {}
+    start = [point(0, {**base["metrics"], "exploitability": base.get("exploitability")})] if base else []
+    cfg = StudyConfig(output_dir=str(study), train={}, arms={}, seeds=study_seeds(study, arms))
+    curves: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for arm in arms:
-        path = arm_dir(StudyConfig(output_dir=str(study), train={}, arms={}), arm) / CHECKPOINTS_FILE
-        if not path.is_file():
-            raise ValueError(f"arm {arm!r}: no {path} (was the arm trained with keep_best_by_safety?)")
-        records = json.loads(path.read_text())["checkpoints"]
-        start = [point(0, {**base["metrics"], "exploitability": base.get("exploitability")})] if base else []
-        curves[arm] = start + [point(r["step"], r["games"][game]) for r in records]
+        curves[arm] = {}
+        for seed in cfg.seeds:
+            path = arm_dir(cfg, arm, seed) / CHECKPOINTS_FILE
+            if not path.is_file():
+                raise ValueError(f"arm {arm!r}: no {path} (was the arm trained with keep_best_by_safety?)")
+            records = json.loads(path.read_text())["checkpoints"]
+            curves[arm][seed] = start + [point(r["step"], r["games"][game]) for r in records]
     return curves
 
 
@@ -82,14 +104,57 @@ def differences(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str
             for p in first if p["step"] > 0 and p["step"] in by_step]
 
 
-def curves_summary(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    """The curves, each arm's change from its first to its last point, and first − second arm per step."""
+def _value(p: Mapping[str, Any], name: str) -> float | None:
+    return p[name]["value"] if p[name] else None
+
+
+def seed_curve(per_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per step every seed evaluated: each metric `across` the seeds."""
+    by_seed = {s: {p["step"]: p for p in pts} for s, pts in per_seed.items()}
+    steps = sorted(set.intersection(*(set(b) for b in by_seed.values())))
+    return [{"step": step, **{name: across({s: _value(b[step], name) for s, b in by_seed.items()})
+                              for name, _ in METRICS}} for step in steps]
+
+
+def seed_differences(first: Mapping[int, Sequence[Mapping[str, Any]]],
+                     second: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """first − second at each seed, then `across` the seeds, per metric at every trained step (> 0) that both
+    arms evaluated at every seed."""
+    a, b = seed_curve(first), {p["step"]: p for p in seed_curve(second)}
+    out = []
+    for p in a:
+        if p["step"] == 0 or p["step"] not in b:
+            continue
+        row: dict[str, Any] = {"step": p["step"]}
+        for name, _ in METRICS:
+            x, y = p[name], b[p["step"]][name]
+            row[name] = None if x is None or y is None else across(
+                {int(s): x["values"][s] - y["values"][s] for s in x["values"]})
+        out.append(row)
+    return out
+
+
+def curves_summary(curves: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]) -> dict[str, Any]:
+    """Per run (arm and seed) its curve and its change from its first to its last point, first − second arm
+    per step at each seed; per arm its curve across the seeds, and first − second across the seeds (>= 2)."""
     arms = list(curves)
-    change = {arm: {"from_step": pts[0]["step"], "to_step": pts[-1]["step"],
+    seeds = list(curves[arms[0]])
+    cfg = StudyConfig(output_dir="", train={}, arms={}, seeds=seeds)
+    runs = {run_label(cfg, arm, s): pts for arm in arms for s, pts in curves[arm].items()}
+    change = {run: {"from_step": pts[0]["step"], "to_step": pts[-1]["step"],
                     **{name: difference(pts[-1][name], pts[0][name]) for name, _ in METRICS}}
-              for arm, pts in curves.items() if len(pts) > 1}
-    between = {f"{arms[0]} − {arms[1]}": differences(curves[arms[0]], curves[arms[1]])} if len(arms) == 2 else {}
-    return {"interval_method": INTERVAL_METHOD, "curves": dict(curves), "change": change, "between_arms": between}
+              for run, pts in runs.items() if len(pts) > 1}
+    between, between_seeds = {}, {}
+    if len(arms) == 2:
+        for s in seeds:
+            la, lb = run_label(cfg, arms[0], s), run_label(cfg, arms[1], s)
+            between[f"{la} − {lb}"] = differences(runs[la], runs[lb])
+        if len(seeds) >= 2:
+            between_seeds[f"{arms[0]} − {arms[1]}"] = seed_differences(curves[arms[0]], curves[arms[1]])
+    return {"interval_method": INTERVAL_METHOD, "seeds": seeds, "curves": runs, "change": change,
+            "between_arms": between,
+            "across_seeds": {"method": SEED_METHOD, "curves": {arm: seed_curve(curves[arm]) for arm in arms},
+                             "between_arms": between_seeds}}
 
 
 def _diff_cell(d: Mapping[str, Any] | None) -> str:
@@ -106,6 +171,35 @@ def _verdict(name: str, d: Mapping[str, Any] | None, up: str = "rose", down: str
     if d["excludes_zero"]:
         return f"{name} {up if d['diff'] > 0 else down} ({_diff_cell(d)}, the interval excludes zero)"
     return f"{name}: no difference at this sample size ({_diff_cell(d)}, the interval contains zero)"
+
+
+def _seed_diff_cell(t: Mapping[str, Any] | None) -> str:
+    text = seed_cell(t)
+    return f"**{text}** *" if t is not None and (t["low"] > 0 or t["high"] < 0) else text
+
+
+def _seed_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The section across training seeds: per arm and step the mean [t-interval], and first − second arm."""
+    seeds = summary["seeds"]
+    lines = ["", f"## Across training seeds (seeds {', '.join(map(str, seeds))})", ""]
+    if len(seeds) == 1:
+        return lines + ["n=1, no interval across seeds: every interval above is over evaluation sampling of the one "
+                        "trained model per arm."]
+    names = [name for name, _ in METRICS]
+    across_seeds = summary["across_seeds"]
+    lines += [f"Each cell: mean over the n = {len(seeds)} seeds [95% interval] ({across_seeds['method']}); "
+              "per-seed values in curves.json.", ""]
+    for arm, pts in across_seeds["curves"].items():
+        lines += [f"### {arm}", "", "| step | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines += [f"| {p['step']} | " + " | ".join(seed_cell(p[n], signed=n != "exploitability") for n in names)
+                  + " |" for p in pts]
+        lines.append("")
+    for pair, rows in across_seeds["between_arms"].items():
+        lines += [f"### {pair} per step, paired across seeds (the difference at each seed, then the t-interval; "
+                  "**bold** * = it excludes zero)", "",
+                  "| step | " + " | ".join(f"Δ{n}" for n in names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines += [f"| {r['step']} | " + " | ".join(_seed_diff_cell(r[n]) for n in names) + " |" for r in rows]
+    return lines
 
 
 def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
@@ -129,26 +223,37 @@ def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
         if rows:
             lines += ["", f"At the last common step ({rows[-1]['step']}): "
                       + "; ".join(_verdict(f"Δ{n}", rows[-1][n], "is positive", "is negative") for n in PLOTTED) + "."]
-    lines += ["", "What this does not show: one seed per arm; no correction for the number of comparisons; "
-              "an interval covers the evaluation's sampling (episodes; rationales per info set for exploitability) of "
-              "fixed weights, not the spread between training seeds, so a difference between arms shows that the "
-              "two trained policies differ, not that the credit caused it; exploitability is that of the policy "
+    lines += _seed_lines(summary)
+    seeds = len(summary["seeds"])
+    spread = ("not the spread between training seeds, so a difference between arms shows that the two trained "
+              "policies differ, not that the credit caused it" if seeds == 1 else
+              f"not the spread between training seeds, which only the t-intervals across the {seeds} seeds cover")
+    lines += ["", f"What this does not show: {'one seed per arm' if seeds == 1 else f'only {seeds} training seeds'}; "
+              "no correction for the number of comparisons; "
+              f"{'an' if seeds == 1 else 'a per-run'} interval covers the evaluation's sampling (episodes; rationales "
+              f"per info set for exploitability) of fixed weights, {spread}; exploitability is that of the policy "
               "scored at the 12 info sets (sepo/eval/kuhn.py), J, u, e, c those of sampled play against the pools "
               "at a few episodes per opponent.", "", "![curves](curves.png)", ""]
     return "\n".join(lines)
 
 
 def plot_curves(summary: Mapping[str, Any], path: Path) -> Path:
-    """curves.png: exploitability and J against the step, one line per arm with its 95% interval as a band."""
+    """curves.png: exploitability and J against the step, one line per arm with its 95% interval as a band
+    (with several training seeds: the mean across them and its t-interval)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PLOTTED), figsize=(5.5 * len(PLOTTED), 3.8))
+    several = len(summary["seeds"]) >= 2  # then the mean across seeds with its t-interval, else each run's own
+    lines = summary["across_seeds"]["curves"] if several else summary["curves"]
     for ax, name in zip(axes, PLOTTED):
-        for k, (arm, pts) in enumerate(summary["curves"].items()):
-            got = [(p["step"], p[name]) for p in pts if p[name] is not None and p[name]["value"] is not None]
+        for k, (arm, pts) in enumerate(lines.items()):
+            got = [(p["step"], p[name]) for p in pts if p[name] is not None]
+            if several:
+                got = [(s, {"value": t["mean"], "ci": [t["low"], t["high"]]}) for s, t in got]
+            got = [(s, e) for s, e in got if e["value"] is not None]
             if not got:
                 continue
             steps = [s for s, _ in got]
@@ -157,7 +262,8 @@ def plot_curves(summary: Mapping[str, Any], path: Path) -> Path:
             if banded:
                 ax.fill_between([s for s, _ in banded], [c[0] for _, c in banded], [c[1] for _, c in banded],
                                 color=f"C{k}", alpha=0.2)
-        ax.set(title=f"{name} (95% interval bands)", xlabel="step")
+        kind = "t-interval across seeds" if several else "95% interval bands"
+        ax.set(title=f"{name} ({kind})", xlabel="step")
         ax.legend(fontsize=8)
     fig.tight_layout()
     write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
@@ -180,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     from sepo.recipes import CommandParser
 
     parser = CommandParser(prog="python -m sepo.eval.study.curves", description=__doc__.splitlines()[0])
-    parser.add_argument("--study", required=True, help="a study's output_dir (its <arm>/train/checkpoints.json)")
+    parser.add_argument("--study", required=True, help="a study's output_dir (its <arm>/seed_<s>/checkpoints.json)")
     parser.add_argument("--arms", default="per_pool,reward_only", help="two arms, the first minus the second")
     parser.add_argument("--game", default="kuhn", help="the evaluated game to read")
     parser.add_argument("--out", required=True, help="where curves.json, curves.png and curves.md go")

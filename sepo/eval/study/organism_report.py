@@ -16,30 +16,17 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.eval.stu
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sepo.eval.stats import t_interval
 from sepo.eval.study.organism import GAME, finished, load_recipe
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 METRICS = ("exploitability", "game_value", "J", "u_train")
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
-
-
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
-    """Mean and the two-sided t-interval of the mean across `values` (training seeds); n = 1 gives no width."""
-    from scipy import stats
-
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return {"mean": mean, "low": mean, "high": mean, "n": n}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
 def intervals(seeds: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:

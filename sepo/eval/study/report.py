@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sepo.eval.report import DASH, bars, cell
+from sepo.eval.stats import t_interval
 
 
 def advantage_statistics(log_history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -29,6 +31,58 @@ def advantage_statistics(log_history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 DIFFERENCE_METRICS = ("safety", "u", "e", "c", "x")
+SEED_METRICS = (*DIFFERENCE_METRICS, "exploitability")  # exploitability: Kuhn only
+SEED_METHOD = "Student t-interval of the mean across training seeds (sample sd, n − 1 degrees of freedom)"
+
+
+def across(values: Mapping[int, float | None]) -> dict[str, Any] | None:
+    """The per-seed values of one metric, their mean and 95% t-interval across the seeds (None when a seed
+    lacks the metric)."""
+    if any(v is None for v in values.values()):
+        return None
+    return {"values": {str(s): v for s, v in values.items()}, **t_interval(list(values.values()))}
+
+
+def _value(entries: Mapping[str, Any], metric: str) -> float | None:
+    entry = entries.get(metric)
+    return entry["value"] if entry else None
+
+
+def across_seeds(runs: Mapping[str, Mapping[int, str]], evals: Mapping[str, Any],
+                 checkpoints: Mapping[str, Mapping[str, Any]], game: str) -> dict[str, Any]:
+    """Per arm (runs: arm -> seed -> run label): for its final and best checkpoints every SEED_METRICS value
+    of the study's eval, and per step of the training callback's curve (the steps every seed evaluated) its
+    J and exploitability, each as `across` the seeds; with at least 2 seeds, every pair of arms' per-seed
+    differences (a − b at each seed, then `across`)."""
+
+    def entries(label: str) -> dict[str, Any]:
+        return {**evals[label]["metrics"], "exploitability": evals[label].get("exploitability")}
+
+    def kind_values(arm: str, kind: str, metric: str) -> dict[int, float | None]:
+        return {s: _value(entries(checkpoints[label]["labels"][kind]), metric) for s, label in runs[arm].items()}
+
+    seeds = list(next(iter(runs.values())))
+    out: dict[str, Any] = {"method": SEED_METHOD, "seeds": seeds, "arms": {}, "differences": {}}
+    for arm, labels in runs.items():
+        curves = {s: {r["step"]: r["games"][game] for r in checkpoints[label]["curve"]} for s, label in labels.items()}
+        steps = sorted(set.intersection(*(set(c) for c in curves.values())))
+        out["arms"][arm] = {
+            **{kind: {m: across(kind_values(arm, kind, m)) for m in SEED_METRICS} for kind in ("final", "best")},
+            "curve": [{"step": step, **{m: across({s: _value(c[step], m) for s, c in curves.items()})
+                                        for m in ("safety", "exploitability")}} for step in steps],
+        }
+    arms = list(runs)
+    if len(seeds) >= 2:
+        for kind in ("final", "best"):
+            out["differences"][kind] = {}
+            for i, a in enumerate(arms):
+                for b in arms[i + 1 :]:
+                    diffs = {}
+                    for m in SEED_METRICS:
+                        va, vb = kind_values(a, kind, m), kind_values(b, kind, m)
+                        diffs[m] = across({s: None if va[s] is None or vb[s] is None else va[s] - vb[s] for s in va})
+                    out["differences"][kind][f"{a} − {b}"] = diffs
+    return out
 _COLUMNS = [("u", "u"), ("e", "e"), ("c", "c"), ("x", "x"), ("J", "safety"), ("NRA (GTBench)", "nra_gtbench"),
             ("NRA (method)", "nra_sepo"), ("Fallback", "fallback_rate")]
 
@@ -76,6 +130,50 @@ def _differences(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def seed_cell(t: Mapping[str, Any] | None, signed: bool = True) -> str:
+    """An `across` entry as `mean [low, high]`, bold with * for a difference whose interval excludes zero."""
+    return DASH if t is None else cell({"value": t["mean"], "ci": [t["low"], t["high"]]}, signed=signed)
+
+
+def _diff_seed_cell(t: Mapping[str, Any] | None) -> str:
+    text = seed_cell(t)
+    return f"**{text}** *" if t is not None and (t["low"] > 0 or t["high"] < 0) else text
+
+
+def _across_seeds(report: dict[str, Any]) -> list[str]:
+    """The section of intervals across training seeds: per arm and checkpoint, per callback step, and the
+    paired arm differences; one line when there is one seed."""
+    seeds = report["across_seeds"]
+    n = len(seeds["seeds"])
+    lines = ["", f"## Across training seeds (seeds {', '.join(map(str, seeds['seeds']))})", ""]
+    if n == 1:
+        return lines + ["n=1, no interval across seeds: every interval above is over evaluation episodes of the "
+                        "one trained model per arm."]
+    metrics = [m for m in SEED_METRICS if any(a[k][m] for a in seeds["arms"].values() for k in ("final", "best"))]
+    names = ["J" if m == "safety" else m for m in metrics]
+    lines += [f"Each cell: mean over the n = {n} seeds [95% interval] ({seeds['method']}); per-seed values in "
+              "report.json. Best = each seed's own best checkpoint by the callback's J (their steps may differ).",
+              "", "| Arm | Checkpoint | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    for arm, a in seeds["arms"].items():
+        for kind in ("final", "best"):
+            lines.append(f"| {arm} | {kind} | " + " | ".join(seed_cell(a[kind][m], m != "exploitability")
+                                                           for m in metrics) + " |")
+    curves = {arm: a["curve"] for arm, a in seeds["arms"].items() if a["curve"]}
+    if curves:
+        lines += ["", "Evaluated J per checkpoint (training callback), across seeds:", "",
+                  "| Arm | " + " | ".join(f"step {r['step']}" for r in max(curves.values(), key=len)) + " |",
+                  "|---" * (1 + len(max(curves.values(), key=len))) + "|"]
+        lines += [f"| {arm} | " + " | ".join(seed_cell(r["safety"]) for r in curve) + " |"
+                  for arm, curve in curves.items()]
+    for kind, pairs in seeds["differences"].items():
+        lines += ["", f"Paired differences across seeds, {kind} checkpoints (a − b at each seed, then the "
+                  "t-interval; **bold** * = it excludes zero):", "",
+                  "| A − B | " + " | ".join(f"Δ{name}" for name in names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines += [f"| {pair} | " + " | ".join(_diff_seed_cell(d[m]) for m in metrics) + " |"
+                  for pair, d in pairs.items()]
+    return lines
+
+
 def report_markdown(report: dict[str, Any]) -> str:
     """The study report: eval metrics per arm (final and best checkpoints, with intervals), the differences
     between arms, per-round advantage statistics, the two checks, wall times."""
@@ -102,6 +200,8 @@ def report_markdown(report: dict[str, Any]) -> str:
                   "**bold** * = the 95% interval excludes zero (a difference); otherwise the arms are not "
                   "distinguishable at this sample size. No correction for the number of comparisons."]
         lines += _differences(report)
+    if report.get("across_seeds"):  # reports written before the study had `seeds:` have none
+        lines += _across_seeds(report)
     curves = {arm: ck["curve"] for arm, ck in report.get("checkpoints", {}).items() if ck["curve"]}
     if curves:
         lines += ["", "## Evaluated J per checkpoint (training callback, checkpoints.json)", "",

@@ -21,9 +21,16 @@ from sepo.eval.study.config import (
     arm_digest,
     arm_dir,
     finished_arm,
+    run_label,
 )
 from sepo.eval.study.record import RolloutRecorder
-from sepo.eval.study.report import DIFFERENCE_METRICS, advantage_statistics, plot_report, report_markdown
+from sepo.eval.study.report import (
+    DIFFERENCE_METRICS,
+    across_seeds,
+    advantage_statistics,
+    plot_report,
+    report_markdown,
+)
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.provenance import machine
 
@@ -32,12 +39,13 @@ def _say(msg: str) -> None:
     print(f"[sepo study] {msg}", flush=True)
 
 
-def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
-    """Train one arm (recording its rollouts); returns its wall time, log statistics and output paths."""
+def train_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
+    """Train one arm with one seed (recording its rollouts); returns its wall time, log statistics and output
+    paths."""
     from sepo.grpo.train import build_trainer, save_resolved_config
     from sepo.recipes import prepare_machine
 
-    args, model_args = arm_configs(cfg, arm)
+    args, model_args = arm_configs(cfg, arm, seed)
     prepare_machine(args)
     start = time.perf_counter()
     out = Path(args.output_dir)
@@ -47,8 +55,9 @@ def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     trainer.save_model(args.output_dir)
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     seconds = time.perf_counter() - start
-    summary = {"arm": arm, "credit": args.credit, "lambdas": args.lambdas, "pool_weights": args.pool_weights,
-               "train_seconds": seconds, "model_dir": str(out), "config_digest": arm_digest(cfg, arm),
+    summary = {"arm": arm, "seed": seed, "credit": args.credit, "lambdas": args.lambdas,
+               "pool_weights": args.pool_weights, "train_seconds": seconds, "model_dir": str(out),
+               "config_digest": arm_digest(cfg, arm, seed),
                **advantage_statistics(trainer.state.log_history)}
     write_json_atomic(out / ARM_SUMMARY, summary)
     del trainer
@@ -56,13 +65,13 @@ def train_arm(cfg: StudyConfig, arm: str) -> dict[str, Any]:
     return summary
 
 
-def arm_checkpoints(cfg: StudyConfig, arm: str) -> dict[str, Any]:
-    """An arm's final step, its best checkpoint by evaluated J (from the training callback's best.json, None
-    without one) and its per-checkpoint curve (checkpoints.json records)."""
+def arm_checkpoints(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
+    """An (arm, seed)'s final step, its best checkpoint by evaluated J (from the training callback's best.json,
+    None without one) and its per-checkpoint curve (checkpoints.json records)."""
     from sepo.eval.checkpoints import CHECKPOINTS_FILE
     from sepo.grpo.callbacks import BEST_DIR, BEST_FILE
 
-    out = arm_dir(cfg, arm)
+    out = arm_dir(cfg, arm, seed)
     state = out / "trainer_state.json"
     final = json.loads(state.read_text())["global_step"] if state.is_file() else None
     best = json.loads((out / BEST_FILE).read_text()) if (out / BEST_FILE).is_file() else None
@@ -72,26 +81,28 @@ def arm_checkpoints(cfg: StudyConfig, arm: str) -> dict[str, Any]:
             "curve": curve}
 
 
-def eval_labels(arm: str, checkpoints: dict[str, Any]) -> dict[str, str]:
-    """The eval labels of an arm's final and best checkpoints (the same label when best is the final one or
+def eval_labels(run: str, checkpoints: dict[str, Any]) -> dict[str, str]:
+    """The eval labels of a run's final and best checkpoints (the same label when best is the final one or
     was not kept)."""
     separate = checkpoints["best_step"] is not None and checkpoints["best_step"] != checkpoints["final_step"]
-    return {"final": arm, "best": f"{arm}@best" if separate else arm}
+    return {"final": run, "best": f"{run}@best" if separate else run}
 
 
-def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], checkpoints: dict[str, dict[str, Any]]) -> tuple:
-    """`sepo eval` of the base model (optional) and every arm's final and best checkpoints, side by side on
-    the same seeds (stored opponents are resumed, so a rerun re-evaluates nothing already played). Returns
-    (results, stored episode rows, eval config)."""
+def evaluate_arms(cfg: StudyConfig, runs: dict[str, dict[int, str]],
+                  checkpoints: dict[str, dict[str, Any]]) -> tuple:
+    """`sepo eval` of the base model (optional) and every (arm, seed)'s final and best checkpoints (runs: arm
+    -> seed -> run label), side by side on the same eval seeds (stored opponents are resumed, so a rerun
+    re-evaluates nothing already played). Returns (results, stored episode rows, eval config)."""
     from sepo.eval.config import EvalConfig
     from sepo.eval.evaluate import evaluate_models, write_outputs
 
     models = [("base", cfg.train["model_name_or_path"])] if cfg.eval_base else []
-    for arm in arms:
-        labels = eval_labels(arm, checkpoints[arm])
-        models.append((labels["final"], str(arm_dir(cfg, arm))))
-        if labels["best"] != labels["final"]:
-            models.append((labels["best"], checkpoints[arm]["best_dir"]))
+    for arm, labels_of in runs.items():
+        for seed, run in labels_of.items():
+            labels = eval_labels(run, checkpoints[run])
+            models.append((labels["final"], str(arm_dir(cfg, arm, seed))))
+            if labels["best"] != labels["final"]:
+                models.append((labels["best"], checkpoints[run]["best_dir"]))
     keys = {"games": list(cfg.train.get("games", ["ipd"])),
             "game_params": dict(cfg.train.get("game_params") or {}), **cfg.eval, "models": [f"{label}={model}" for label, model in models],
             "output_dir": str(Path(cfg.output_dir) / "eval")}  # the trained game unless `eval` says otherwise
@@ -101,58 +112,67 @@ def evaluate_arms(cfg: StudyConfig, arms: Sequence[str], checkpoints: dict[str, 
     return results, stored, ecfg
 
 
-def arm_differences(arms: Sequence[str], checkpoints: dict[str, dict[str, Any]], game: str, results: dict,
-                    stored: dict, ecfg: Any) -> dict[str, dict[str, Any]]:
-    """For the best and for the final checkpoints: every pair of arms' differences in J, u, e, c, x with
-    paired bootstrap intervals (same eval seeds), and whether each interval excludes zero."""
+def arm_differences(runs: dict[str, dict[int, str]], checkpoints: dict[str, dict[str, Any]], game: str,
+                    results: dict, stored: dict, ecfg: Any) -> dict[str, dict[str, Any]]:
+    """For the best and for the final checkpoints: at every training seed, every pair of arms' differences in
+    J, u, e, c, x with paired bootstrap intervals (same eval seeds), and whether each interval excludes zero."""
     from envs import make_game
     from envs.base import Lambdas
     from sepo.eval.metrics import compare
 
     game_obj = make_game(game, **ecfg.game_params.get(game, {}))
+    arms = list(runs)
+    seeds = list(runs[arms[0]])
     out: dict[str, dict[str, Any]] = {}
     for kind in ("best", "final"):
         out[kind] = {}
-        for i, a in enumerate(arms):
-            for b in arms[i + 1 :]:
-                la, lb = eval_labels(a, checkpoints[a])[kind], eval_labels(b, checkpoints[b])[kind]
-                lambdas = Lambdas(**results[la][game]["lambdas"])
-                out[kind][f"{a} − {b}"] = compare(stored[(la, game)], stored[(lb, game)], game_obj.max_payoff,
-                                                  lambdas, DIFFERENCE_METRICS, ecfg.bootstrap_resamples,
-                                                  ecfg.confidence, ecfg.seed)
+        for seed in seeds:
+            for i, a in enumerate(arms):
+                for b in arms[i + 1 :]:
+                    ra, rb = runs[a][seed], runs[b][seed]
+                    la, lb = eval_labels(ra, checkpoints[ra])[kind], eval_labels(rb, checkpoints[rb])[kind]
+                    lambdas = Lambdas(**results[la][game]["lambdas"])
+                    out[kind][f"{ra} − {rb}"] = compare(stored[(la, game)], stored[(lb, game)],
+                                                        game_obj.max_payoff, lambdas, DIFFERENCE_METRICS,
+                                                        ecfg.bootstrap_resamples, ecfg.confidence, ecfg.seed)
     return out
 
 
 def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = None,
               report_only: bool = False, retrain: bool = False) -> dict[str, Any]:
-    """Train every arm (unless report_only), evaluate them side by side, run the checks, write the report.
-    An arm already trained with the same recipe keys is reused unless `retrain`."""
+    """Train every arm once per training seed (unless report_only), evaluate them side by side, run the checks,
+    write the report. An (arm, seed) already trained with the same recipe keys is reused unless `retrain`."""
     arms = list(arms or cfg.arms)
     unknown = [a for a in arms if a not in cfg.arms]
     if unknown:
         raise ValueError(f"unknown arm(s) {unknown}; the config defines: {', '.join(cfg.arms)}")
+    runs = {arm: {seed: run_label(cfg, arm, seed) for seed in cfg.seeds} for arm in arms}
     for arm in arms:
-        arm_configs(cfg, arm)  # fail fast on a bad arm before any training
+        arm_configs(cfg, arm, cfg.seeds[0])  # fail fast on a bad arm before any training
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     summaries = {}
-    for i, arm in enumerate(arms, 1):
+    todo = [(arm, seed) for arm in arms for seed in cfg.seeds]
+    for i, (arm, seed) in enumerate(todo, 1):
+        run = runs[arm][seed]
         if report_only:
-            summaries[arm] = json.loads((arm_dir(cfg, arm) / ARM_SUMMARY).read_text())
+            summaries[run] = json.loads((arm_dir(cfg, arm, seed) / ARM_SUMMARY).read_text())
             continue
-        done = None if retrain else finished_arm(cfg, arm)
+        done = None if retrain else finished_arm(cfg, arm, seed)
         if done is not None:
-            _say(f"arm {i}/{len(arms)}: {arm} already trained with these keys ({done['model_dir']}): reused")
-            summaries[arm] = done
+            _say(f"run {i}/{len(todo)}: {run} already trained with these keys ({done['model_dir']}): reused")
+            summaries[run] = done
             continue
-        _say(f"arm {i}/{len(arms)}: {arm} ({cfg.arms[arm]}) - training")
-        summaries[arm] = train_arm(cfg, arm)
-        _say(f"arm {arm} trained in {summaries[arm]['train_seconds']:.0f} s")
+        _say(f"run {i}/{len(todo)}: {run} ({cfg.arms[arm]}, seed {seed}) - training")
+        summaries[run] = train_arm(cfg, arm, seed)
+        _say(f"{run} trained in {summaries[run]['train_seconds']:.0f} s")
     game = list(cfg.train.get("games", ["ipd"]))[0]
-    checkpoints = {arm: arm_checkpoints(cfg, arm) for arm in arms}
-    _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + arms) + " (final and best)")
-    results, stored, ecfg = evaluate_arms(cfg, arms, checkpoints)
+    checkpoints = {runs[arm][seed]: arm_checkpoints(cfg, arm, seed) for arm, seed in todo}
+    checkpoints = {run: {**ck, "labels": eval_labels(run, ck)} for run, ck in checkpoints.items()}
+    _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + list(checkpoints)) + " (final and best)")
+    results, stored, ecfg = evaluate_arms(cfg, runs, checkpoints)
+    evals = {label: per[game] for label, per in results.items()}
     _say("exact checks on the recorded rollouts")
     report = {
         "config": config_name,
@@ -160,10 +180,12 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         "model": cfg.train.get("model_name_or_path"),
         "machine": machine(),
         "arms": summaries,
-        "eval": {label: per[game] for label, per in results.items()},
-        "checkpoints": {arm: {**ck, "labels": eval_labels(arm, ck)} for arm, ck in checkpoints.items()},
-        "differences": arm_differences(arms, checkpoints, game, results, stored, ecfg),
+        "seeds": cfg.seeds,
+        "eval": evals,
+        "checkpoints": checkpoints,
+        "differences": arm_differences(runs, checkpoints, game, results, stored, ecfg),
         "intervals": {"method": METHOD, "confidence": ecfg.confidence, "resamples": ecfg.bootstrap_resamples},
+        "across_seeds": across_seeds(runs, evals, checkpoints, game),
         "checks": exact_checks(cfg, arms),
         "wall_seconds": time.perf_counter() - start,
     }
@@ -185,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", help="comma-separated subset of the recipe's arms (default: all)")
     parser.add_argument("--report_only", action="store_true",
                         help="report on already trained arms (their stored eval episodes are reused)")
-    parser.add_argument("--retrain", action="store_true", help="train every arm again, even those already trained with the same keys")
+    parser.add_argument("--retrain", action="store_true",
+                        help="train every (arm, seed) again, even those already trained with the same keys")
     ns = parser.parse(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     try:
