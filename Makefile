@@ -177,7 +177,7 @@ figures-kuhn-experiment: install
 # time on one thread each (about an hour on 2 idle cores); a stopped run keeps its finished (arm, seed) runs.
 KO := runs/experiments/kuhn_organism
 figures-kuhn-organism: install
-	$(RECORD) benchmarks/kuhn_organism --title "Kuhn model organism: exact exploitability of every arm across seeds" \
+	$(RECORD) benchmarks/kuhn_organism/record --title "Kuhn model organism: exact exploitability of every arm across seeds" \
 	  --copy benchmarks/kuhn_organism/curves.md -- sh -c '\
 	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.eval.study.organism --config configs/experiments/kuhn_organism/study.yaml && \
 	  $(BIN)/python -m sepo.eval.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
