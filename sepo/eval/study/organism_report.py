@@ -41,7 +41,7 @@ def intervals(seeds: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def below(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
     """Interval a lies entirely below interval b."""
-    return a["high"] < b["low"]
+    return bool(a["high"] < b["low"])
 
 
 def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     if ed and ro:
         e = ed["exploitability"]
         out.append(("exploitability_descent ends at exploitability <= 0.05 (mean over seeds)",
-                    e["mean"] <= 0.05, _fmt(e)))
+                    bool(e["mean"] <= 0.05), _fmt(e)))
         out.append(("exploitability_descent's interval lies below reward_only's", below(e, ro["exploitability"]),
                     f"{_fmt(e)} vs {_fmt(ro['exploitability'])}"))
     adaptive = [a for a in final if a.startswith("per_pool_adaptive_w")]
@@ -182,7 +182,7 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     per_step = {arm: results["arms"][arm]["seconds_per_step"]["mean"] for arm in results["arms"]}
     slowest = max(per_step, key=per_step.get)
     out.append(("a SEPO-GRPO step of the organism takes <= 1 s (slowest arm, mean over its seeds, eval included)",
-                per_step[slowest] <= 1.0, f"{slowest}: {per_step[slowest]:.2f} s"))
+                bool(per_step[slowest] <= 1.0), f"{slowest}: {per_step[slowest]:.2f} s"))
     return out
 
 
