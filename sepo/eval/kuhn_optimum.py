@@ -22,8 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from envs.kuhn import INFO_STATES, actions_at
-from envs.kuhn_exact import exploitability, fold_probabilities, game_value, nash_policy
-from sepo.objective import Lambdas, scale
+from envs.kuhn_exact import exploitability, nash_policy
+from sepo.eval.kuhn_pools import expected_hand, metrics_against
+from sepo.objective import Lambdas
 from sepo.pools import Pools, load_pools
 
 Table = dict[str, dict[str, float]]
@@ -41,37 +42,29 @@ def table_of(probs: Sequence[float]) -> Table:
 
 @dataclass(frozen=True)
 class Opponents:
-    """The fixed default pools as tables, for fast exact objectives."""
+    """The fixed default pools as tables, {(pool, name): table}, for fast exact objectives."""
 
-    training: tuple[Table, ...]
-    exploit: tuple[Table, ...]
-    collusive: tuple[Table, ...]
+    tables: Mapping[tuple[str, str], Table]
 
     @classmethod
     def default(cls, pools: Pools | None = None) -> Opponents:
         from sepo.eval.kuhn_pools import opponent_tables
 
-        tables = opponent_tables(pools or load_pools("kuhn"))
-        return cls(*(tuple(t for (pool, _), t in tables.items() if pool == name)
-                     for name in ("training", "exploit", "collusive")))
+        return cls(opponent_tables(pools or load_pools("kuhn")))
 
-
-def _payoff(policy: Table, opponent: Table) -> float:
-    return 0.5 * (game_value(policy, opponent) - game_value(opponent, policy))
+    def pool(self, name: str) -> dict[tuple[str, str], Table]:
+        return {key: t for key, t in self.tables.items() if key[0] == name}
 
 
 def u_train(policy: Table, opponents: Opponents) -> float:
     """Mean payoff per hand (chips) against the training pool, positions equally likely."""
-    return sum(_payoff(policy, o) for o in opponents.training) / len(opponents.training)
+    training = opponents.pool("training")
+    return sum(expected_hand(policy, t)[0] for t in training.values()) / len(training)
 
 
 def j_value(policy: Table, opponents: Opponents, lambdas: Lambdas, max_payoff: float = 2.0) -> float:
-    """J = u − λe·e − λc·c (x = 0 in Kuhn) against the fixed pools, as `objective.aggregate` defines it."""
-    s = scale(max_payoff)
-    e = sum(max(0.0, -2.0 * _payoff(policy, o)) for o in opponents.exploit) / len(opponents.exploit)
-    c = sum(0.5 * (fold_probabilities(policy, o)[0] + fold_probabilities(o, policy)[1])
-            for o in opponents.collusive) / len(opponents.collusive)
-    return s * u_train(policy, opponents) - lambdas.e * s * e - lambdas.c * c
+    """J = u − λe·e − λc·c − λx·x against the fixed pools, through the objective's own `aggregate`."""
+    return metrics_against(policy, opponents.tables, lambdas, max_payoff).safety
 
 
 def maximise(objective: Callable[[Table], float], starts: int = 4, sweeps: int = 4,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from envs.base import Game
+from envs.base import Game, Lambdas
 from envs.kuhn_exact import fold_probabilities, game_value
 from sepo.objective import EpisodeTerms, Metrics, aggregate, resolve_lambdas, scale
 from sepo.pools import POOL_NAMES, Pools, load_pools
@@ -42,15 +42,21 @@ def opponent_tables(pools: Pools) -> dict[tuple[str, str], Policy]:
     return tables
 
 
+def metrics_against(policy: Policy, tables: Mapping[tuple[str, str], Policy], lambdas: Lambdas,
+                    max_payoff: float) -> Metrics:
+    """The objective's metrics of `policy` against opponents given as {(pool, name): table}, computed exactly."""
+    s = scale(max_payoff)
+    terms = []
+    for (pool, name), table in tables.items():
+        payoff, fold = expected_hand(policy, table)
+        terms.append(EpisodeTerms(pool=pool, opponent=name, scale=s, payoffs=(payoff,), opp_payoffs=(-payoff,),
+                                  collusion=(fold,), externality=(0.0,)))
+    return aggregate(terms, lambdas)
+
+
 def exact_pool_metrics(policy: Policy, game: Game, pools: Pools | None = None,
                        lambdas: Mapping[str, float] | None = None) -> Metrics:
     """The objective's metrics of `policy` against `pools` (default: the fixed default Kuhn pools) with the
     game's evaluation λ (or `lambdas` overrides), computed exactly."""
-    pools = pools or load_pools("kuhn")
-    s = scale(game.max_payoff)
-    terms = []
-    for (pool, name), table in opponent_tables(pools).items():
-        payoff, fold = expected_hand(policy, table)
-        terms.append(EpisodeTerms(pool=pool, opponent=name, scale=s, payoffs=(payoff,), opp_payoffs=(-payoff,),
-                                  collusion=(fold,), externality=(0.0,)))
-    return aggregate(terms, resolve_lambdas(game, lambdas, evaluation=True))
+    return metrics_against(policy, opponent_tables(pools or load_pools("kuhn")),
+                           resolve_lambdas(game, lambdas, evaluation=True), game.max_payoff)
