@@ -13,9 +13,10 @@ import random
 import pytest
 
 from envs.base import Lambdas
-from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState, actions_at
+from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState
 from envs.kuhn_exact import fold_probabilities, game_value, nash_policy
 from envs.strategies.kuhn import STRATEGIES
+from sepo.eval.kuhn_optimum import table_of
 from sepo.eval.kuhn_pools import exact_pool_metrics, expected_hand
 from sepo.pools import POOL_NAMES, load_pools
 
@@ -27,12 +28,7 @@ def _table(name: str) -> dict[str, dict[str, float]]:
 
 
 def _random_policy(rng: random.Random) -> dict[str, dict[str, float]]:
-    policy = {}
-    for info in INFO_STATES:
-        passive, aggressive = actions_at(info[1:])
-        p = rng.random()
-        policy[info] = {passive: 1.0 - p, aggressive: p}
-    return policy
+    return table_of([rng.random() for _ in INFO_STATES])  # the same draws, in INFO_STATES order
 
 
 def _sample(row, rng: random.Random) -> str:
