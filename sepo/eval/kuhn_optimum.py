@@ -123,7 +123,3 @@ def references(train_lambdas: Lambdas, weights: Sequence[float],
         "frontier": frontier,
     }
 
-
-def frontier_point(refs: Mapping[str, object], w: float) -> Mapping[str, float] | None:
-    """The frontier entry at weight `w`, if computed."""
-    return next((p for p in refs["frontier"] if p["w"] == w), None)  # type: ignore[index]

@@ -67,11 +67,6 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
     return recipe
 
 
-def arm_names(recipe: Mapping[str, Any], w: float | None = None) -> list[str]:
-    """The arms with the adaptive arm's weight filled in (`{w}` in a name)."""
-    return [name.format(w=_w(w)) if "{w}" in name else name for name in recipe["arms"]]
-
-
 def _w(w: float | None) -> str:
     if w is None:
         raise ValueError("the adaptive arm's weight w is not chosen yet")
@@ -85,7 +80,7 @@ def arm_overrides(recipe: Mapping[str, Any], arm: str) -> dict[str, Any]:
             prefix = template.split("{w}")[0]
             if arm.startswith(prefix):
                 w = float(arm[len(prefix):])
-                return {**_fill(keys, w)}
+                return _fill(keys, w)
         elif template == arm:
             return dict(keys)
     raise KeyError(f"no arm {arm!r} in the recipe; arms: {', '.join(recipe['arms'])}")
