@@ -9,9 +9,10 @@ per-round normalisation), each evaluated every `eval_every` steps by `exact_chec
 the 12 information sets on the training prompts, its exact exploitability and game value, and J and u
 against the fixed default pools computed exactly from that table (no sampled episodes).
 
-Phases, fixed before anything runs: `pilot` (the exploit weight w of `per_pool_adaptive_w{w}`, chosen by the
-recipe's rule: the lowest mean final exploitability over the pilot seeds), then `report` (the reported arms on
-fresh seeds). Runs go in parallel processes, one thread each; every finished (arm, seed) is written at once
+Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
+groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice), `pilot` (the exploit
+weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule: the lowest mean final exploitability over
+the pilot seeds), then `report` (the reported arms on fresh seeds). Runs go in parallel processes, one thread each; every finished (arm, seed) is written at once
 (`runs/<phase>/<arm>/seed_<s>.json`), so a stopped study keeps what it finished and a rerun skips it.
 `sepo.eval.study.organism_report` turns the runs into results.json, curves.png and curves.md.
 """
@@ -238,6 +239,27 @@ def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, 
 # the study
 
 
+def with_variant(recipe: Mapping[str, Any], arm: str, variant: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe with a design variant's SEPOConfig keys laid over `arm`'s (so they win over shared and arm keys)."""
+    return {**recipe, "arms": {**recipe["arms"], arm: {**recipe["arms"][arm], **variant}}}
+
+
+def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tuple]:
+    """The design phase's unfinished jobs: each variant of `design.variants` on `design.arm` and the pilot seeds,
+    written to runs/design/<variant>/seed_<s>.json."""
+    spec = recipe.get("design")
+    if not spec:
+        return []
+    jobs = []
+    for name, variant in spec["variants"].items():
+        for seed in spec["seeds"]:
+            out = root / "runs" / "design" / name / f"seed_{seed}.json"
+            if not out.exists():
+                jobs.append((with_variant(recipe, spec["arm"], variant or {}), spec["arm"], int(seed),
+                             int(spec["steps"]), str(out), str(start)))
+    return jobs
+
+
 def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, start: Path, w: float | None) -> list[tuple]:
     """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished."""
     spec = recipe[phase]
@@ -255,11 +277,12 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, start: Path, w
 
 
 def finished(root: Path, phase: str) -> dict[str, dict[int, dict[str, Any]]]:
-    """{arm: {seed: run}} of a phase's finished runs."""
+    """{run name: {seed: run}} of a phase's finished runs; the name is the arm (the design variant in the design
+    phase), as its directory says."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for path in sorted((root / "runs" / phase).glob("*/seed_*.json")):
         run = json.loads(path.read_text())
-        out.setdefault(run["arm"], {})[int(run["seed"])] = run
+        out.setdefault(path.parent.name, {})[int(run["seed"])] = run
     return out
 
 
@@ -293,12 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sepo.eval.study.organism", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the study recipe (configs/experiments/kuhn_organism/)")
     parser.add_argument("--workers", type=int, default=2, help="parallel runs (one thread each)")
-    parser.add_argument("--phase", choices=("pilot", "report", "all"), default="all")
+    parser.add_argument("--phase", choices=("design", "pilot", "report", "all"), default="all",
+                        help="all = pilot then report; design runs only when named")
     ns = parser.parse_args(argv)
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
     start = warm_start(recipe, root)
     print(f"warm start: {start}", flush=True)
+    if ns.phase == "design":
+        run_jobs(design_jobs(recipe, root, start), ns.workers)
     if ns.phase in ("pilot", "all"):
         run_jobs(phase_jobs(recipe, "pilot", root, start, None), ns.workers)
     if ns.phase in ("report", "all"):
