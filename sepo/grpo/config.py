@@ -52,8 +52,8 @@ SEPO_RANGES = {
 class SEPOConfig(GRPOConfig):
     """GRPOConfig with SEPO-GRPO's game, pool, credit, advantage and rollout settings.
 
-    Defaults follow the method (REFERENCE.md): LoRA r16/alpha32 (in ModelConfig), lr 1e-5, beta 0.1,
-    eps 0.2, 4 rollouts per opponent, temperature 0.8 / top-p 0.95, thinking off.
+    Defaults follow the method (docs/references.md#training-recipe): LoRA r16/alpha32 (in ModelConfig),
+    lr 1e-5, beta 0.1, eps 0.2, 4 rollouts per opponent, temperature 0.8 / top-p 0.95, thinking off.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["game_params", "pool_mix", "lambdas", "pool_weights"]

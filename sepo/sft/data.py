@@ -1,11 +1,11 @@
 """`sepo data`: expert-transcript SFT datasets from the demonstrator mixtures of the method.
 
-For every game, a demonstrator drawn from the game's mixture (REFERENCE.md: e.g. IPD TFT .33, always-defect
-.27, grim .22, random .08, generous TFT .05, always-cooperate .05) plays the LLM's seat against each of five
-opponents. Every demonstrator decision becomes one conversational prompt–completion row: the prompt is the
-whole conversation so far exactly as the rollout engine renders it (system prompt, observations, earlier
-assistant turns), the completion is one short line of reasoning grounded in the state followed by the action
-alone on the last line — which the game's own `parse_action` must read back (tested).
+For every game, a demonstrator drawn from the game's mixture (docs/references.md#sft-demonstrators: e.g. IPD
+TFT .33, always-defect .27, grim .22, random .08, generous TFT .05, always-cooperate .05) plays the LLM's seat
+against each of five opponents. Every demonstrator decision becomes one conversational prompt–completion row:
+the prompt is the whole conversation so far exactly as the rollout engine renders it (system prompt,
+observations, earlier assistant turns), the completion is one short line of reasoning grounded in the state
+followed by the action alone on the last line — which the game's own `parse_action` must read back (tested).
 
 Deterministic given the seed; the train/validation split is by episode, so no episode leaks across it.
 
@@ -40,7 +40,7 @@ class Demonstration:
     episodes_per_opponent: int
 
 
-# REFERENCE.md "SFT demonstrator mixtures"; the opponents follow the method's generator where it names them.
+# docs/references.md#sft-demonstrators; the opponents follow the method's generator where it names them.
 DEMONSTRATIONS: dict[str, Demonstration] = {
     "ipd": Demonstration(
         {"tit_for_tat": 0.33, "always_defect": 0.27, "grim_trigger": 0.22, "random": 0.08,
@@ -181,7 +181,7 @@ def parser() -> CommandParser:
     cli.add_argument("--out", default="sft_data/generated", help="output directory")
     cli.add_argument("--seed", type=int, default=0, help="seed of the demonstrator draws and the split")
     cli.add_argument("--episodes-scale", type=float, default=1.0,
-                     help="multiplies the method's episode counts per opponent (REFERENCE.md)")
+                     help="scales the method's episode counts (docs/references.md#sft-demonstrators)")
     cli.add_argument("--validation-fraction", type=float, default=0.2,
                      help="share of episodes in the validation split")
     cli.add_argument("--samples", type=int, default=0, help="also write N sample rows per game (0: none)")
