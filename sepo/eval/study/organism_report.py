@@ -10,6 +10,7 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.eval.stu
 - curves.png: exploitability, game value, J and u_train against steps with those intervals and reference
   lines, and the payoff-exploitability plane: each arm's final (u_train, exploitability) beside the frontier.
 - curves.md: the final checkpoints' table and the issue's goals, each marked met or missed as measured.
+- design.md: the design phase's variants (pilot seeds only), each seed's minimum and final exploitability.
 - references.json: the exact optima and frontier with the λ and weights they were computed for (reused).
 """
 
@@ -94,7 +95,24 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         "pilot": json.loads(choice_path.read_text()) if choice_path.exists() else None,
         "pilot_runs": {arm: {str(s): r["checkpoints"][-1]["exploitability"] for s, r in seeds.items()}
                        for arm, seeds in finished(root, "pilot").items()},
+        "design": design_results(recipe, root),
     }
+
+
+def design_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """Per design variant (in the recipe's order): its SEPOConfig keys and, per pilot seed, the exploitability
+    curve, its minimum and the final value, and the wall seconds per step."""
+    spec = recipe.get("design") or {}
+    runs = finished(root, "design")
+    out = {}
+    for name, variant in spec.get("variants", {}).items():
+        seeds = runs.get(name, {})
+        out[name] = {"keys": variant or {}, "arm": spec["arm"], "seeds": {
+            str(s): {"curve": [[c["step"], c["exploitability"]] for c in run["checkpoints"]],
+                     "min": min(c["exploitability"] for c in run["checkpoints"]),
+                     "final": run["checkpoints"][-1]["exploitability"],
+                     "seconds_per_step": run["seconds_per_step"]} for s, run in sorted(seeds.items())}}
+    return out
 
 
 def _refresh_cost(runs: Sequence[Mapping[str, Any]]) -> float | None:
@@ -216,6 +234,20 @@ def markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def design_markdown(results: Mapping[str, Any]) -> str:
+    """design.md: the design phase's table (pilot seeds; nothing here is a reported seed)."""
+    lines = ["# Kuhn organism: design variants (pilot seeds only)", "",
+             "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", "",
+             "| variant | arm | keys | seed | min (step) | final | s/step |", "|---|---|---|---|---|---|---|"]
+    for name, v in results["design"].items():
+        keys = ", ".join(f"{k}: {val}" for k, val in v["keys"].items()) or "(the recipe's)"
+        for seed, r in v["seeds"].items():
+            at = next(step for step, e in r["curve"] if e == r["min"])
+            lines.append(f"| {name} | {v['arm']} | {keys} | {seed} | {r['min']:.3f} ({at}) | {r['final']:.3f} | "
+                         f"{r['seconds_per_step']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sepo.eval.study.organism_report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
@@ -228,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(out / "results.json", results)
     plot(results, out / "curves.png")
     write_text_atomic(out / "curves.md", markdown(results))
+    if results["design"]:
+        write_text_atomic(out / "design.md", design_markdown(results))
     print(markdown(results))
     return 0
 
