@@ -1,7 +1,7 @@
 """Learning curves of a study's arms from their per-checkpoint evaluations (the training callback's
 checkpoints.json): curves.json, curves.png and curves.md.
 
-    python -m sepo.eval.study.curves --study runs/experiments/kuhn_default --out benchmarks/kuhn_experiment
+    python -m sepo.study.curves --study runs/experiments/kuhn_default --out benchmarks/kuhn_experiment
 
 Per arm and step: the exact exploitability of the scored policy (Kuhn), J, u, e and c, each with its 95%
 interval and n. Step 0 is the study's "base" row (report.json) when the study evaluated its start with the
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from sepo.eval.report import cell
-from sepo.eval.study.config import StudyConfig, arm_dir, run_label
-from sepo.eval.study.report import SEED_METHOD, across, seed_cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.study.config import StudyConfig, arm_dir, run_label
+from sepo.study.report import SEED_METHOD, across, seed_cell
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
 PLOTTED = ("exploitability", "J")
@@ -285,7 +285,7 @@ def write_curves(study_dir: str | Path, arms: Sequence[str], game: str, out_dir:
 def main(argv: list[str] | None = None) -> int:
     from sepo.recipes import CommandParser
 
-    parser = CommandParser(prog="python -m sepo.eval.study.curves", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m sepo.study.curves", description=__doc__.splitlines()[0])
     parser.add_argument("--study", required=True, help="a study's output_dir (its <arm>/seed_<s>/checkpoints.json)")
     parser.add_argument("--arms", default="per_pool,reward_only", help="two arms, the first minus the second")
     parser.add_argument("--game", default="kuhn", help="the evaluated game to read")

@@ -19,9 +19,9 @@ from typing import Any
 
 from envs.base import Lambdas
 from sepo import objective
-from sepo.eval.study.config import EPISODES_FILE, StudyConfig, arm_configs, arm_dir
-from sepo.eval.study.record import read_batches, terms_from_dict
 from sepo.objective import PROBE_CREDITS, EpisodeTerms
+from sepo.study.config import EPISODES_FILE, StudyConfig, arm_configs, arm_dir
+from sepo.study.record import read_batches, terms_from_dict
 
 TOLERANCE = 1e-6
 

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from sepo.eval.stats import METHOD
-from sepo.eval.study.checks import exact_checks
-from sepo.eval.study.config import (
+from sepo.files import write_json_atomic, write_text_atomic
+from sepo.provenance import machine
+from sepo.study.checks import exact_checks
+from sepo.study.config import (
     ARM_SUMMARY,
     EPISODES_FILE,
     StudyConfig,
@@ -23,16 +25,14 @@ from sepo.eval.study.config import (
     finished_arm,
     run_label,
 )
-from sepo.eval.study.record import RolloutRecorder
-from sepo.eval.study.report import (
+from sepo.study.record import RolloutRecorder
+from sepo.study.report import (
     DIFFERENCE_METRICS,
     across_seeds,
     advantage_statistics,
     plot_report,
     report_markdown,
 )
-from sepo.files import write_json_atomic, write_text_atomic
-from sepo.provenance import machine
 
 
 def _say(msg: str) -> None:
