@@ -35,6 +35,7 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 16) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # deferred: sentence_transformers imports torch, and the embedded model's package is optional; only the local embedder needs them
         from sentence_transformers import SentenceTransformer
 
         if model is None:
@@ -82,6 +83,7 @@ class OpenAIEmbedder:
     def __init__(self, model: str = "text-embedding-3-small", dimensions: int | None = 64,
                  base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0,
                  max_retries: int = 4) -> None:  # fmt: skip
+        # deferred: openai is optional (the fmsp extra); only the OpenAI clients need it
         import openai
 
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sepo.backends.base import Prompt, SamplingSpec
+
 Messages = list[dict[str, str]]
 
 
@@ -81,6 +83,7 @@ class OpenAIChatFM:
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
+        # deferred: openai is optional (the fmsp extra); only the OpenAI clients need it
         import openai
 
         base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
@@ -126,6 +129,7 @@ class OpenAIChatFM:
 
 def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, str]:
     """`device` None -> "cuda" when available, else "cpu"; `dtype` None -> "bfloat16" on cuda, "float32" on cpu."""
+    # deferred: torch takes seconds to import; only model code needs it
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -151,6 +155,7 @@ class LocalTransformersFM:
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
+        # deferred: sepo.backends.hf imports torch and transformers
         from sepo.backends.hf import HFBackend
 
         self.device, self.dtype = resolve_device_dtype(self.device, self.dtype)
@@ -164,8 +169,6 @@ class LocalTransformersFM:
         self.usage = Usage(**state["usage"])
 
     def complete(self, messages: Messages, **kw: Any) -> Completion:
-        from sepo.backends.base import Prompt, SamplingSpec
-
         params = _sampling(kw)
         temperature = params.get("temperature", self.temperature)
         call_seed = random.Random(f"{self.seed}:{self.usage.calls}").getrandbits(31)

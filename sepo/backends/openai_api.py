@@ -116,6 +116,7 @@ class OpenAIBackend:
         if tokenizer is None and Path(model).is_dir():
             tokenizer = model
         if isinstance(tokenizer, (str, os.PathLike)):
+            # deferred: transformers takes seconds to import; only model code needs it
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(tokenizer)

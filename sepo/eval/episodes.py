@@ -13,12 +13,13 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sepo import objective
 from sepo.objective import EpisodeTerms
 from sepo.pools import POOL_NAMES
+from sepo.rollout.engine import EpisodeSpec, play_episodes
 
 Row = dict[str, Any]
 
@@ -48,8 +49,6 @@ def episode_seed(seed: int, unit: Unit, index: int) -> int:
 
 def unit_specs(unit: Unit, episodes: int, seed: int, params: Mapping[str, Any] | None = None) -> list:
     """`episodes` seeded specs for one unit, seats alternating (episode i plays seat i % 2)."""
-    from sepo.rollout.engine import EpisodeSpec
-
     return [EpisodeSpec(game=unit.game, game_params=dict(params or {}), pool=unit.pool, opponent=unit.opponent,
                         seed=episode_seed(seed, unit, i), seat=i % 2) for i in range(episodes)]
 
@@ -75,10 +74,6 @@ def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[
                renderer: Any, sampling: Any, opponents: Mapping[str, Callable[[], Any]],
                progress: bool = False) -> dict[str, list[Row]]:
     """Play a batch of units' episodes in one lock-step run; {unit key: one JSON row per episode}."""
-    from dataclasses import replace
-
-    from sepo.rollout.engine import play_episodes
-
     specs = [spec for unit in batch for spec in unit_specs(unit, episodes, seed, params)]
     batch_sampling = replace(sampling, seed=batch_sampling_seed(seed, batch))
     results = play_episodes(specs, backend, renderer, batch_sampling, opponents=opponents, fallback=True,

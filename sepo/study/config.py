@@ -70,6 +70,7 @@ def arm_keys(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
 
 def arm_configs(cfg: StudyConfig, arm: str, seed: int) -> tuple[Any, Any]:
     """(SEPOConfig, ModelConfig) of one (arm, seed): its recipe keys and its own output dir."""
+    # deferred: trl and sepo.grpo (torch, transformers, trl) take seconds to import; only building the arms' configs needs them
     from trl import ModelConfig
 
     from sepo.grpo.config import SEPOConfig

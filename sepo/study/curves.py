@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sepo.eval.checkpoints import CHECKPOINTS_FILE
 from sepo.eval.report import cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.study.config import StudyConfig, arm_dir, run_label
@@ -65,8 +66,6 @@ def study_seeds(study_dir: str | Path, arms: Sequence[str]) -> list[int]:
 def read_curves(study_dir: str | Path, arms: Sequence[str], game: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
     """Each arm's points by step, per training seed: step 0 from the study's report.json "base" row when there
     is one, then every record of <arm>/seed_<s>/checkpoints.json."""
-    from sepo.eval.checkpoints import CHECKPOINTS_FILE
-
     study = Path(study_dir)
     report = study / "report.json"
     base = json.loads(report.read_text())["eval"].get("base") if report.is_file() else None
@@ -240,6 +239,7 @@ def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
 def plot_curves(summary: Mapping[str, Any], path: Path) -> Path:
     """curves.png: exploitability and J against the step, one line per arm with its 95% interval as a band
     (with several training seeds: the mean across them and its t-interval)."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,6 +283,7 @@ def write_curves(study_dir: str | Path, arms: Sequence[str], game: str, out_dir:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import CommandParser
 
     parser = CommandParser(prog="python -m sepo.study.curves", description=__doc__.splitlines()[0])
