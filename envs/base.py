@@ -117,13 +117,24 @@ class Game(ABC):
 
     # --- facts, declared as data (OpenSpiel's game-type style), so no caller has to probe -------------
     name: ClassVar[str]
-    max_payoff: ClassVar[float]  # per round, sets the SEPO scale s = 3 / max_payoff
     default_lambdas: ClassVar[Lambdas]  # the training λ (the method's table)
     eval_lambdas: ClassVar[Lambdas | None] = None  # λ at evaluation where the method uses others; None = training λ
     simultaneous: ClassVar[bool] = True  # both seats act at every decision point (Kuhn: one seat at a time)
     max_decisions_per_round: ClassVar[int] = 1  # per seat (Kuhn: bet/pass, then call/fold after pass-bet)
 
     num_rounds: int
+
+    # --- facts that follow the parameters: each game's formula, read only through these two properties -----
+    @property
+    @abstractmethod
+    def max_payoff(self) -> float:
+        """The per-round payoff that sets the SEPO scale s = 3 / max_payoff under these parameters."""
+
+    @property
+    def payoff_range(self) -> tuple[float, float]:
+        """The lowest and highest per-round payoff a seat can get under these parameters (FMSP's [0, 1] score
+        scale); (0, max_payoff) unless the game says otherwise."""
+        return 0.0, self.max_payoff
 
     def lambdas(self, evaluation: bool = False) -> Lambdas:
         """The game's λ for training, or for evaluation (its `eval_lambdas` where it declares them)."""
