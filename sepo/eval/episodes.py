@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from envs.base import RoundResult, Signals
 from sepo import objective
 from sepo.objective import EpisodeTerms
 from sepo.pools import POOL_NAMES
@@ -83,18 +84,11 @@ def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[
 
 
 def terms_from_dict(episode: Mapping[str, Any], max_payoff: float) -> EpisodeTerms:
-    """The objective's per-round signals of the agent seat, from an `EpisodeRecord.to_dict()`."""
-    seat, other = episode["agent_seat"], 1 - episode["agent_seat"]
-    rounds = episode["rounds"]
-    return EpisodeTerms(
-        pool=episode["spec"]["pool"],
-        opponent=episode["spec"]["opponent"],
-        scale=objective.scale(max_payoff),
-        payoffs=tuple(float(r["payoffs"][seat]) for r in rounds),
-        opp_payoffs=tuple(float(r["payoffs"][other]) for r in rounds),
-        collusion=tuple(r["signals"][seat]["collusion"] for r in rounds),
-        externality=tuple(float(r["signals"][seat]["externality"]) for r in rounds),
-    )
+    """The objective's terms of the agent seat (`objective.episode_terms`), from an `EpisodeRecord.to_dict()`."""
+    rounds = [RoundResult(r["index"], tuple(r["payoffs"]), tuple(Signals(**s) for s in r["signals"]), r["record"])
+              for r in episode["rounds"]]
+    spec = episode["spec"]
+    return objective.episode_terms(rounds, episode["agent_seat"], spec["pool"], max_payoff, spec["opponent"])
 
 
 def transcript_line(label: str, row: Row) -> dict[str, Any]:
