@@ -48,18 +48,13 @@ def _say(msg: str) -> None:
 def train_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
     """Train one arm with one seed (recording its rollouts); returns its wall time, log statistics and output
     paths."""
-    # deferred: sepo.grpo imports torch, transformers and trl; sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.grpo.train import build_trainer, save_resolved_config
-    from sepo.recipes import prepare_machine
+    # deferred: sepo.grpo imports torch, transformers and trl
+    from sepo.grpo.train import train
 
     args, model_args = arm_configs(cfg, arm, seed)
-    prepare_machine(args)
     start = time.perf_counter()
     out = Path(args.output_dir)
-    trainer = build_trainer(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE)])
-    save_resolved_config(args, model_args)
-    trainer.train()
-    trainer.save_model(args.output_dir)
+    trainer = train(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE)])
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     seconds = time.perf_counter() - start
     summary = {"arm": arm, "seed": seed, "credit": args.credit, "lambdas": args.lambdas,
