@@ -128,15 +128,15 @@ class OpenAIChatFM:
 
 
 def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, str]:
-    """`device` None -> "cuda" when available, else "cpu"; `dtype` None -> "bfloat16" on cuda, "float32" on cpu."""
-    # deferred: torch takes seconds to import; only model code needs it
-    import torch
+    """`device` None -> "cuda" when available, else "cpu" (`sepo.backends.hf.resolve_device`); `dtype` None ->
+    "bfloat16" on cuda, "float32" on cpu, a name checked by `sepo.backends.hf.resolve_dtype`."""
+    # deferred: sepo.backends.hf imports torch and transformers
+    from sepo.backends.hf import resolve_device, resolve_dtype
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(resolve_device(device))
     if dtype is None:
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    resolve_dtype(dtype)
     return device, dtype
 
 

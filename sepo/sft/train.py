@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import transformers
 from peft import LoraConfig
 from transformers import AutoConfig, AutoProcessor, AutoTokenizer
 from trl import SFTConfig  # loads torch, transformers and peft: importing them here costs nothing more
 
+from sepo.backends.hf import resolve_dtype
 from sepo.checks import (
     COUNT,
     OPTIONAL_COUNT,
@@ -106,8 +106,7 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tup
     config = AutoConfig.from_pretrained(path)
     arch = (config.architectures or ["AutoModelForCausalLM"])[0]
     model_cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
-    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
-    model = model_cls.from_pretrained(path, dtype=torch_dtype)
+    model = model_cls.from_pretrained(path, dtype=resolve_dtype(dtype))
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
