@@ -12,7 +12,6 @@ Callers pass `purpose` ("generate", "repair", "judge") and `side` as keyword met
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,28 +19,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sepo.backends.base import Prompt, SamplingSpec
+from sepo.backends.openai_api import Usage, connect
 
 Messages = list[dict[str, str]]
 
 
 class FMError(RuntimeError):
     """The FM call failed for good (non-transient error, or retries exhausted)."""
-
-
-@dataclass
-class Usage:
-    """Token and cost accounting; `+=` accumulates."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    calls: int = 0
-    retries: int = 0
-
-    def __iadd__(self, other: Usage) -> Usage:
-        for name in ("prompt_tokens", "completion_tokens", "cost_usd", "calls", "retries"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        return self
 
 
 @dataclass(frozen=True)
@@ -83,16 +67,16 @@ class OpenAIChatFM:
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
-        # deferred: openai is optional (the fmsp extra); only the OpenAI clients need it
+        try:  # max_retries 0: the retries with backoff are complete()'s, counted in usage
+            self._client = connect(self.base_url, self.api_key, self.timeout_s, max_retries=0,
+                                   no_endpoint="OpenAIChatFM needs an API key: set api_key in the config or OPENAI_API_KEY")
+        except ValueError as exc:
+            raise FMError(str(exc)) from None
+        # deferred: openai is optional (the fmsp extra); `connect` has just imported it
         import openai
 
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
-        if api_key is None:
-            raise FMError("OpenAIChatFM needs an API key: set api_key in the config or OPENAI_API_KEY")
         self.name = self.model
         self._openai = openai
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=self.timeout_s, max_retries=0)
         self.endpoint = str(self._client.base_url)
 
     def _transient(self, exc: Exception) -> bool:

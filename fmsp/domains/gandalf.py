@@ -42,6 +42,7 @@ from fmsp.domain import PolicyCode, PolicyInterface
 from fmsp.domains.gandalf_words import WORDS
 from fmsp.fm import resolve_device_dtype
 from sepo.backends.base import Prompt, SamplingSpec
+from sepo.backends.openai_api import OpenAIBackend
 from sepo.rollout.chat import ChatRenderer
 
 SIDES = ("attacker", "defender")
@@ -239,9 +240,6 @@ class OpenAIChatTarget:
 
     def __init__(self, model: str, base_url: str | None = None, max_tokens: int = 256,
                  tokenizer: str | None = None) -> None:  # fmt: skip
-        # deferred: sepo.backends.openai_api imports openai
-        from sepo.backends.openai_api import OpenAIBackend
-
         self.backend = OpenAIBackend.from_model(model, base_url=base_url, tokenizer=tokenizer)
         self.max_tokens = max_tokens
 
