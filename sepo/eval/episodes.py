@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from envs.base import RoundResult, Signals
+from envs.base import EMPTY, RoundResult, Signals
 from sepo import objective
 from sepo.objective import EpisodeTerms
 from sepo.pools import POOL_NAMES
@@ -85,8 +85,8 @@ def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[
 
 def terms_from_dict(episode: Mapping[str, Any], max_payoff: float) -> EpisodeTerms:
     """The objective's terms of the agent seat (`objective.episode_terms`), from an `EpisodeRecord.to_dict()`."""
-    rounds = [RoundResult(r["index"], tuple(r["payoffs"]), tuple(Signals(**s) for s in r["signals"]), r["record"])
-              for r in episode["rounds"]]
+    rounds = [RoundResult(i, tuple(r["payoffs"]), tuple(Signals(**s) for s in r["signals"]), EMPTY)
+              for i, r in enumerate(episode["rounds"])]  # the terms read only payoffs and signals
     spec = episode["spec"]
     return objective.episode_terms(rounds, episode["agent_seat"], spec["pool"], max_payoff, spec["opponent"])
 
