@@ -112,8 +112,14 @@ def graph_of(all_edges: list[Edge], leave_out: set[frozenset[str]] = frozenset()
     return graph
 
 
-def test_the_graph_sees_imports_inside_functions_and_the_units_it_names():
-    """The reader itself: a known in-function import is an edge, and the units are the ones the issue names."""
+def test_the_graph_sees_imports_inside_functions_and_the_units_it_names(tmp_path):
+    """The reader itself: imports in functions and relative imports are read, and the units are the ones the
+    issue names."""
+    module = tmp_path / "mod.py"
+    module.write_text("import os\n\ndef f():\n    from sepo.eval import evaluate\n    from . import sibling\n")
+    known = {"sepo.eval.evaluate": module}
+    assert list(imported("envs.sandbox.mod", module, known)) == [("os", 1), ("sepo.eval.evaluate", 4),
+                                                                 ("envs.sandbox", 5)]
     all_edges = edges()
     units = {a for a, *_ in all_edges} | {b for _, b, *_ in all_edges}
     assert {"sepo.backends", "sepo.rollout", "sepo.grpo", "sepo.eval", "sepo.study", "fmsp.domains",
