@@ -171,7 +171,7 @@ figures-kuhn-experiment: install
 	  $(BIN)/sepo sft --config configs/sft/default.yaml --games kuhn --episodes_scale 0.1 --max_steps 12 \
 	    --learning_rate 1e-3 --output_dir $(KX)/sft && \
 	  $(BIN)/sepo study --config configs/experiments/kuhn_default.yaml && \
-	  $(BIN)/python -m sepo.eval.study.curves --study $(KX) --out benchmarks/kuhn_experiment'
+	  $(BIN)/python -m sepo.study.curves --study $(KX) --out benchmarks/kuhn_experiment'
 
 # The Kuhn model organism study (issue 22): warm start, pilot (w), the reported arms on fresh seeds, two runs at a
 # time on one thread each (about an hour on 2 idle cores); a stopped run keeps its finished (arm, seed) runs.
@@ -179,8 +179,8 @@ KO := runs/experiments/kuhn_organism
 figures-kuhn-organism: install
 	$(RECORD) benchmarks/kuhn_organism/record --title "Kuhn model organism: exact exploitability of every arm across seeds" \
 	  --copy benchmarks/kuhn_organism/curves.md -- sh -c '\
-	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.eval.study.organism --config configs/experiments/kuhn_organism/study.yaml && \
-	  $(BIN)/python -m sepo.eval.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/kuhn_organism/study.yaml && \
+	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
 	    --out benchmarks/kuhn_organism'
 
 figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism

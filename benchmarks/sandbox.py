@@ -70,7 +70,8 @@ def _parts(calls: int) -> dict[str, Any]:
     """Start-up of one process, and one pipelined Car Tag step (100 games) of two processes."""
     import numpy as np
 
-    from envs.sandbox import SandboxedPolicy, act_all
+    from envs.base import act_all
+    from envs.sandbox import SandboxedPolicy
 
     starts = []
     for _ in range(3):

@@ -40,7 +40,6 @@ class RepeatedSealedBidAuction(Game):
     """Two bidders, `num_rounds` first-price sealed-bid auctions with private values."""
 
     name: ClassVar[str] = "auction"
-    max_payoff: ClassVar[float] = 3.0  # highest value - lowest bid; the instance value follows the params
     default_lambdas: ClassVar[Lambdas] = Lambdas(e=1.2, c=1.0, x=1.8)
 
     def __init__(self, num_rounds: int = 6, values: Sequence[int] = (2, 4), max_bid: int = 3) -> None:
@@ -60,7 +59,14 @@ class RepeatedSealedBidAuction(Game):
         self.max_bid = max_bid
         self.bids: tuple[str, ...] = tuple(str(b) for b in range(1, max_bid + 1))
         self.labels = _LABELS if max_bid == 3 else {}
-        self.max_payoff = float(max(0, self.values[-1] - 1))  # scale s = 3 / max_payoff
+
+    @property
+    def max_payoff(self) -> float:
+        return float(max(0, self.values[-1] - 1))  # highest value - lowest bid
+
+    @property
+    def payoff_range(self) -> tuple[float, float]:
+        return float(min(0, self.values[0] - self.max_bid)), self.max_payoff  # lowest value, highest bid
 
     @property
     def params(self) -> dict[str, Any]:

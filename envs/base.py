@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -117,13 +117,24 @@ class Game(ABC):
 
     # --- facts, declared as data (OpenSpiel's game-type style), so no caller has to probe -------------
     name: ClassVar[str]
-    max_payoff: ClassVar[float]  # per round, sets the SEPO scale s = 3 / max_payoff
     default_lambdas: ClassVar[Lambdas]  # the training λ (the method's table)
     eval_lambdas: ClassVar[Lambdas | None] = None  # λ at evaluation where the method uses others; None = training λ
     simultaneous: ClassVar[bool] = True  # both seats act at every decision point (Kuhn: one seat at a time)
     max_decisions_per_round: ClassVar[int] = 1  # per seat (Kuhn: bet/pass, then call/fold after pass-bet)
 
     num_rounds: int
+
+    # --- facts that follow the parameters: each game's formula, read only through these two properties -----
+    @property
+    @abstractmethod
+    def max_payoff(self) -> float:
+        """The per-round payoff that sets the SEPO scale s = 3 / max_payoff under these parameters."""
+
+    @property
+    def payoff_range(self) -> tuple[float, float]:
+        """The lowest and highest per-round payoff a seat can get under these parameters (FMSP's [0, 1] score
+        scale); (0, max_payoff) unless the game says otherwise."""
+        return 0.0, self.max_payoff
 
     def lambdas(self, evaluation: bool = False) -> Lambdas:
         """The game's λ for training, or for evaluation (its `eval_lambdas` where it declares them)."""
@@ -276,6 +287,29 @@ class Strategy(ABC):
         """Release what the strategy holds once its episodes are over (a sandboxed one ends its process)."""
 
 
+class Pipelined(ABC):
+    """An agent that answers from elsewhere (a sandboxed process): asked without waiting, so several agents
+    asked in turn think at the same time (`act_all`)."""
+
+    @abstractmethod
+    def ask(self, method: str, argument: Any) -> Callable[[], Any]:
+        """Send `method(argument)` without waiting for the answer; the returned function waits for it."""
+
+
+def act_all(requests: Sequence[tuple[Any, Any]], method: str = "act") -> list[Any]:
+    """`agent.<method>(argument)` for every (agent, argument), in order. `Pipelined` agents (each at most once
+    per call) are all sent their request before any answer is read, so a lock-step round of sandboxed agents
+    costs one pipe round trip, not one per agent; other agents are called directly."""
+    finish: list[Callable[[], Any]] = []
+    for agent, argument in requests:
+        if isinstance(agent, Pipelined):
+            finish.append(agent.ask(method, argument))
+        else:
+            value = getattr(agent, method)(argument)
+            finish.append(lambda value=value: value)
+    return [done() for done in finish]
+
+
 @dataclass
 class MatchResult:
     """The result of one episode between two strategies (what `play_episode` returns)."""
@@ -291,9 +325,7 @@ class MatchResult:
 
 def play_episode(game: Game, strategies: Sequence[Strategy], rng: random.Random) -> MatchResult:
     """Play one episode between two strategies (seat i is `strategies[i]`); sandboxed strategies that act at
-    the same decision point are asked together (`envs.sandbox.strategy.act_all`)."""
-    from envs.sandbox.strategy import act_all
-
+    the same decision point are asked together (`act_all`)."""
     state = game.new_state(rng)
     for seat, strategy in enumerate(strategies):
         strategy.reset(game, seat, random.Random(rng.random()))

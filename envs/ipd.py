@@ -52,7 +52,6 @@ class IteratedPrisonersDilemma(Game):
     """Two seats choose COOPERATE or DEFECT simultaneously for `num_rounds` rounds."""
 
     name: ClassVar[str] = "ipd"
-    max_payoff: ClassVar[float] = 3.0  # R; the instance value follows a custom R
     default_lambdas: ClassVar[Lambdas] = Lambdas(e=2.4, c=1.0, x=1.8)
 
     def __init__(
@@ -64,7 +63,6 @@ class IteratedPrisonersDilemma(Game):
             raise ValueError(f"ipd: a prisoner's dilemma needs T > R > P > S, got T={T}, R={R}, P={P}, S={S}")
         self.num_rounds = num_rounds
         self.R, self.S, self.T, self.P = float(R), float(S), float(T), float(P)
-        self.max_payoff = self.R  # scale s = 3 / R, as in the method
         # (payoffs, signals, each seat's read-only history entry) per action pair: every round's outcome is
         # looked up, never recomputed
         self._outcomes: dict[tuple[str, str], tuple[tuple[float, float], tuple[Signals, Signals], Any]] = {}
@@ -81,6 +79,14 @@ class IteratedPrisonersDilemma(Game):
                 MappingProxyType({"my_action": a1, "opp_action": a0, "my_payoff": p1, "opp_payoff": p0}),
             )
             self._outcomes[(a0, a1)] = ((p0, p1), signals, entries)
+
+    @property
+    def max_payoff(self) -> float:
+        return self.R  # scale s = 3 / R, as in the method
+
+    @property
+    def payoff_range(self) -> tuple[float, float]:
+        return self.S, self.T  # the scale is set by R, but a seat can get T
 
     @property
     def params(self) -> dict[str, Any]:

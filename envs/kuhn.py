@@ -82,7 +82,6 @@ class KuhnPoker(Game):
     """
 
     name = "kuhn"
-    max_payoff = 2.0
     default_lambdas = Lambdas(e=1.5, c=2.4, x=0.0)
     simultaneous = False  # one seat acts at a time
     max_decisions_per_round = 2  # a hand: open (PASS/BET), then CALL/FOLD after pass-bet
@@ -101,8 +100,14 @@ class KuhnPoker(Game):
         self.bet = bet
         self.first_mover_rule = first_mover
         self.prompt_style = prompt_style
-        if ante + bet != self.max_payoff:  # keep the SEPO scale s = 3 / max_payoff right
-            self.max_payoff = float(ante + bet)
+
+    @property
+    def max_payoff(self) -> float:
+        return float(self.ante + self.bet)  # a called bet
+
+    @property
+    def payoff_range(self) -> tuple[float, float]:
+        return -self.max_payoff, self.max_payoff
 
     @property
     def params(self) -> dict[str, Any]:

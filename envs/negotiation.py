@@ -50,7 +50,6 @@ class SingleIssueNegotiation(Game):
     """Split a pie of `pie` by simultaneous demands over `num_rounds` rounds; deal iff the demands fit."""
 
     name = "negotiation"
-    max_payoff = 10.0
     default_lambdas = Lambdas(e=3.0, c=2.0, x=1.8)
     eval_lambdas: ClassVar[Lambdas] = Lambdas(e=3.0, c=1.0, x=1.8)  # the method evaluates with c = 1.0
 
@@ -72,8 +71,10 @@ class SingleIssueNegotiation(Game):
         self.min_demand = min_demand
         self.max_demand = max_demand
         self.greedy_demand = greedy_demand
-        if pie != self.max_payoff:  # keep the SEPO scale s = 3 / max_payoff right
-            self.max_payoff = float(pie)
+
+    @property
+    def max_payoff(self) -> float:
+        return float(self.pie)  # the whole pie
 
     @property
     def params(self) -> dict[str, Any]:

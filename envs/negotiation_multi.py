@@ -68,7 +68,6 @@ class MultiIssueNegotiation(Game):
     """Demand vectors over a shared item pool with private values; deal iff the demands fit the pool."""
 
     name = "negotiation_multi"
-    max_payoff = 10.0
     default_lambdas = Lambdas(e=3.0, c=2.0, x=1.8)
     eval_lambdas: ClassVar[Lambdas] = Lambdas(e=3.0, c=1.0, x=1.8)  # the method evaluates with c = 1.0
 
@@ -95,8 +94,14 @@ class MultiIssueNegotiation(Game):
         self.max_pool = max_pool
         self.value_total = value_total
         self.min_value = min_value
-        if value_total != self.max_payoff:  # demanding the whole pool is worth exactly value_total
-            self.max_payoff = float(value_total)
+
+    @property
+    def max_payoff(self) -> float:
+        return float(self.value_total)  # demanding the whole pool is worth exactly value_total
+
+    @property
+    def payoff_range(self) -> tuple[float, float]:
+        return 0.0, float(self.value_total * self.max_pool)  # values are per unit: the most any pool is worth
 
     @property
     def params(self) -> dict[str, Any]:

@@ -16,7 +16,11 @@ from typing import Any
 import yaml
 
 from envs.sandbox import SandboxConfig
+from fmsp.domains import DOMAINS
+from fmsp.embeddings import EMBEDDERS
+from fmsp.fm import FM_PROVIDERS
 from sepo.checks import COUNT, NON_NEGATIVE_INT, POSITIVE, Range, check_choice, check_output_dir, check_ranges
+from sepo.files import write_text_atomic
 
 VARIANTS = ("vfmsp", "nssp", "qdsp", "open_loop")  # open_loop: the paper's baseline (no context)
 REPORT_TO = ("none", "wandb")
@@ -150,10 +154,6 @@ class FMSPConfig:
                                         "default); 1 on a shared small machine"})
 
     def __post_init__(self) -> None:
-        from fmsp.domains import DOMAINS
-        from fmsp.embeddings import EMBEDDERS
-        from fmsp.fm import FM_PROVIDERS
-
         check_ranges(self, FMSP_RANGES)
         check_choice("domain", self.domain, DOMAINS)
         check_choice("variant", self.variant, VARIANTS)
@@ -179,12 +179,11 @@ class FMSPConfig:
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> FMSPConfig:
     """Read a flat-key YAML recipe and apply overrides, through the command line's checks (unknown keys get a
     "did you mean", values are checked against their types and ranges)."""
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import load_config as load
 
     return load(FMSPConfig, path, overrides)
 
 
 def save_config(config: FMSPConfig, path: str | Path) -> None:
-    from sepo.files import write_text_atomic
-
     write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -13,7 +13,7 @@ returns values over a pipe (see `fmsp.sandbox`, which starts the processes and t
 - `unit_test(policy, side) -> None`: raises AssertionError with a message the repair prompt can show the FM
   (or a PolicyError from the policy's process).
 
-Handles offer `call(method, *args)`, `submit`/`result` (pipelined; `envs.sandbox.act_all` asks several at
+Handles offer `call(method, *args)`, `submit`/`result` (pipelined; `envs.base.act_all` asks several at
 once), `new_instance()`, `loaded()` (the class's name/description) and `failure(kind, message)`.
 """
 

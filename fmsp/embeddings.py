@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sepo.backends.openai_api import connect
+
 
 class Embedder(Protocol):
     name: str
@@ -35,6 +37,7 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 16) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # deferred: sentence_transformers imports torch, and the embedded model's package is optional; only the local embedder needs them
         from sentence_transformers import SentenceTransformer
 
         if model is None:
@@ -82,15 +85,13 @@ class OpenAIEmbedder:
     def __init__(self, model: str = "text-embedding-3-small", dimensions: int | None = 64,
                  base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0,
                  max_retries: int = 4) -> None:  # fmt: skip
+        self._client = connect(base_url, api_key, timeout_s, max_retries,
+                               no_endpoint="OpenAIEmbedder needs an API key: set embedder_api_key or OPENAI_API_KEY")
+        # deferred: openai is optional (the fmsp extra); `connect` has just imported it
         import openai
 
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-        api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
-        if api_key is None:
-            raise ValueError("OpenAIEmbedder needs an API key: set embedder_api_key or OPENAI_API_KEY")
         self.name, self.dimensions = model, dimensions
         self._openai = openai
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         self.dim = dimensions or len(self.embed(["dimension probe"])[0])
 
     def embed(self, texts: list[str]) -> np.ndarray:

@@ -37,9 +37,14 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from envs.sandbox import SandboxConfig, SandboxUnavailable
+from envs.sandbox.rng import persist_run_rng_key
 from fmsp.archive import Archive, ArchiveEntry
+from fmsp.config import load_config
 from fmsp.domain import Domain, PolicyCode
+from fmsp.domains import DOMAINS, make_domain
 from fmsp.sandbox import MatchOutcome, Sandbox
+from sepo.checks import COUNT, NON_NEGATIVE_INT, POSITIVE, Range, UsageError, check_choice, check_output_dir
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 ELO_SCALE = 400.0 / math.log(10.0)
@@ -135,8 +140,6 @@ class Run:
 
 def load_run(path: str | Path, name: str | None = None) -> Run:
     """Read a run directory written by `fmsp run` (config.yaml + archive/<side>/)."""
-    from fmsp.config import load_config
-
     path = Path(path)
     if not (path / "archive").is_dir():
         raise FileNotFoundError(f"{path} is not an FMSP run directory (no archive/ folder)")
@@ -382,6 +385,7 @@ def elo_markdown(rows: list[dict], summary: dict[str, Any], sides: Sequence[str]
 
 def plot_elo(rows: list[dict], sides: Sequence[str], path: Path) -> None:
     """Elo with CIs per player, grouped by run, one panel per side."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -410,6 +414,7 @@ def plot_elo(rows: list[dict], sides: Sequence[str], path: Path) -> None:
 
 def plot_maps(qd: dict[str, Any], out_dir: Path) -> list[Path]:
     """One archive map per side and run on the shared grid; returns the PNG paths."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -444,6 +449,7 @@ def _safe(name: str) -> str:
 
 
 def _save_figure(fig: Any, path: Path) -> None:
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib.pyplot as plt
 
     write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))  # no label cut
@@ -491,6 +497,7 @@ def evaluate(
 
 def parser():
     """The command line of `fmsp eval`."""
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import CommandParser, mapping_type
 
     cli = CommandParser(prog="fmsp eval", description=__doc__.split("\n")[0])
@@ -517,19 +524,6 @@ def parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from envs.sandbox import SandboxConfig, SandboxUnavailable
-    from envs.sandbox.rng import persist_run_rng_key
-    from fmsp.domains import DOMAINS, make_domain
-    from sepo.checks import (
-        COUNT,
-        NON_NEGATIVE_INT,
-        POSITIVE,
-        Range,
-        UsageError,
-        check_choice,
-        check_output_dir,
-    )
-
     args = parser().parse(argv)
     NON_NEGATIVE_INT.check("--top", args.top)
     NON_NEGATIVE_INT.check("--random", args.n_random)

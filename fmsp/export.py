@@ -20,12 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from envs.sandbox import SandboxConfig, SandboxUnavailable
 from envs.sandbox.text import safe_text
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.evaluation import Run, generated_members, load_run
-from sepo.checks import UsageError
+from sepo.checks import UsageError, check_choice, check_output_dir
 from sepo.files import write_json_atomic, write_text_atomic
-from sepo.pools import MANIFEST_FILE, MANIFEST_FORMAT
+from sepo.pools import MANIFEST_FILE, MANIFEST_FORMAT, POOL_NAMES, PoolError, load_pool_dir
 
 POOL_SIDES = {"exploit": "exploiter", "collusive": "cooperator", "training": "cooperator"}
 
@@ -136,7 +137,7 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
 
 def parser():
     """The command line of `fmsp export`."""
-    from sepo.pools import POOL_NAMES
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import CommandParser
 
     cli = CommandParser(prog="fmsp export", description=__doc__.split("\n")[0])
@@ -155,10 +156,6 @@ def parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from envs.sandbox import SandboxConfig, SandboxUnavailable
-    from sepo.checks import check_choice, check_output_dir
-    from sepo.pools import POOL_NAMES, PoolError, load_pool_dir
-
     args = parser().parse(argv)
     check_choice("pool", args.pool, POOL_NAMES)
     check_output_dir("--out", args.out)

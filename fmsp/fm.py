@@ -12,34 +12,20 @@ Callers pass `purpose` ("generate", "repair", "judge") and `side` as keyword met
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sepo.backends.base import Prompt, SamplingSpec
+from sepo.backends.openai_api import Usage, connect
+
 Messages = list[dict[str, str]]
 
 
 class FMError(RuntimeError):
     """The FM call failed for good (non-transient error, or retries exhausted)."""
-
-
-@dataclass
-class Usage:
-    """Token and cost accounting; `+=` accumulates."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    calls: int = 0
-    retries: int = 0
-
-    def __iadd__(self, other: Usage) -> Usage:
-        for name in ("prompt_tokens", "completion_tokens", "cost_usd", "calls", "retries"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        return self
 
 
 @dataclass(frozen=True)
@@ -81,15 +67,16 @@ class OpenAIChatFM:
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
+        try:  # max_retries 0: the retries with backoff are complete()'s, counted in usage
+            self._client = connect(self.base_url, self.api_key, self.timeout_s, max_retries=0,
+                                   no_endpoint="OpenAIChatFM needs an API key: set api_key in the config or OPENAI_API_KEY")
+        except ValueError as exc:
+            raise FMError(str(exc)) from None
+        # deferred: openai is optional (the fmsp extra); `connect` has just imported it
         import openai
 
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
-        if api_key is None:
-            raise FMError("OpenAIChatFM needs an API key: set api_key in the config or OPENAI_API_KEY")
         self.name = self.model
         self._openai = openai
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=self.timeout_s, max_retries=0)
         self.endpoint = str(self._client.base_url)
 
     def _transient(self, exc: Exception) -> bool:
@@ -125,14 +112,15 @@ class OpenAIChatFM:
 
 
 def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, str]:
-    """`device` None -> "cuda" when available, else "cpu"; `dtype` None -> "bfloat16" on cuda, "float32" on cpu."""
-    import torch
+    """`device` None -> "cuda" when available, else "cpu" (`sepo.backends.hf.resolve_device`); `dtype` None ->
+    "bfloat16" on cuda, "float32" on cpu, a name checked by `sepo.backends.hf.resolve_dtype`."""
+    # deferred: sepo.backends.hf imports torch and transformers
+    from sepo.backends.hf import resolve_device, resolve_dtype
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(resolve_device(device))
     if dtype is None:
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    resolve_dtype(dtype)
     return device, dtype
 
 
@@ -151,6 +139,7 @@ class LocalTransformersFM:
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
+        # deferred: sepo.backends.hf imports torch and transformers
         from sepo.backends.hf import HFBackend
 
         self.device, self.dtype = resolve_device_dtype(self.device, self.dtype)
@@ -164,8 +153,6 @@ class LocalTransformersFM:
         self.usage = Usage(**state["usage"])
 
     def complete(self, messages: Messages, **kw: Any) -> Completion:
-        from sepo.backends.base import Prompt, SamplingSpec
-
         params = _sampling(kw)
         temperature = params.get("temperature", self.temperature)
         call_seed = random.Random(f"{self.seed}:{self.usage.calls}").getrandbits(31)

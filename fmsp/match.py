@@ -18,19 +18,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from envs.sandbox import SandboxConfig, SandboxUnavailable
+from envs.sandbox.rng import new_rng_key
+from envs.sandbox.text import safe_text
+from fmsp.domain import PolicyCode
+from fmsp.domains import DOMAINS, make_domain
+from fmsp.sandbox import Sandbox
+from sepo.checks import UsageError
+from sepo.files import write_json_atomic
+
 # The domain config key that counts the games of a match.
 GAMES_KEY = {"car_tag": "n_games", "gandalf": "n_games"}  # SEPO games: "n_episodes"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from envs.sandbox import SandboxConfig, SandboxUnavailable
-    from envs.sandbox.rng import new_rng_key
-    from envs.sandbox.text import safe_text
-    from fmsp.domain import PolicyCode
-    from fmsp.domains import DOMAINS, make_domain
-    from fmsp.sandbox import Sandbox
-    from sepo.checks import UsageError
-    from sepo.files import write_json_atomic
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import CommandParser
 
     parser = CommandParser(prog="fmsp match", description=__doc__.split("\n")[0])

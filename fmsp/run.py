@@ -24,11 +24,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from envs.sandbox import SandboxUnavailable
 from envs.sandbox.rng import persist_run_rng_key
 from fmsp.archive import Archive
 from fmsp.config import FMSPConfig, save_config
 from fmsp.domain import Domain
+from fmsp.domains import make_domain
 from fmsp.embeddings import Embedder, make_embedder
 from fmsp.fm import FoundationModel, make_fm
 from fmsp.sandbox import Sandbox
@@ -106,8 +109,6 @@ def build_embedder(config: FMSPConfig) -> Embedder:
 
 
 def build_domain(config: FMSPConfig) -> Domain:
-    from fmsp.domains import make_domain
-
     return make_domain(config.domain, **config.domain_config)
 
 
@@ -147,6 +148,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         raise UsageError(f"output_dir {str(run_dir)!r} already holds a run; pass --resume true or choose another "
                          "output_dir")
     check_api_keys(config, fm=fm is None, embedder=embedder is None)
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import set_torch_threads
 
     set_torch_threads(config.torch_threads)
@@ -235,13 +237,13 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
 def _progress(config: FMSPConfig, completed: int) -> Any:
     if not config.progress:
         return None
-    from tqdm.auto import tqdm
 
     return tqdm(total=config.iterations, initial=min(completed, config.iterations), desc=f"fmsp {config.variant}",
                 unit="it")  # fmt: skip
 
 
 def _init_wandb(config: FMSPConfig, run_dir: Path) -> Any:
+    # deferred: wandb is optional and slow to import, sepo.recipes imports transformers (~1.4 s); only report_to=wandb needs them
     import wandb
 
     from sepo.recipes import wandb_dir
@@ -261,6 +263,7 @@ def _wandb_row(record: Any, search: FMSPSearch) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """`fmsp run --config FILE [--key value ...]`."""
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import parse_config
 
     (config,) = parse_config((FMSPConfig,), argv, prog="fmsp run", description="run or resume an FMSP search")

@@ -213,31 +213,6 @@ def _outside_penalty(
     return probe_penalty(terms, probes, lambdas)
 
 
-def episode_reward(
-    terms: EpisodeTerms,
-    lambdas: Lambdas,
-    credit: str = "per_pool",
-    *,
-    shared_penalty: float | None = None,
-    probes: Iterable[EpisodeTerms] | None = None,
-    exploit_reward: str = "clipped",
-) -> float:
-    """The SEPO training reward of one episode.
-
-    per_pool:    r = u·1[training] − P, P = `penalty(terms)`: the revised paper's
-                 r = s·u·1[train] − (λe·s·e + λc·c + λx·x) (its u, e raw), each term from this episode:
-                 training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c
-                 (exploit_reward="signed": exploit r = −(λe·s·(ō−ā) + λx·x)).
-    reward_only: r = u.
-    shared:      r = u − shared_penalty (one number for the whole group, see `group_rewards`).
-    auxiliary:   r = u − `probe_penalty(terms, probes)`.
-    """
-    _check_credit(credit, terms)
-    if credit == "per_pool":
-        return (terms.u if terms.pool == "training" else 0.0) - penalty(terms, lambdas, exploit_reward)
-    return terms.u - _outside_penalty(credit, terms, shared_penalty, probes, lambdas)
-
-
 def group_penalty(
     group: Sequence[EpisodeTerms], probes: Sequence[Iterable[EpisodeTerms]], lambdas: Lambdas
 ) -> float:
@@ -246,24 +221,6 @@ def group_penalty(
     if len(probes) != len(group):
         raise ValueError("one list of probe episodes per rollout of the group is needed")
     return _mean([probe_penalty(t, p, lambdas) for t, p in zip(group, probes)])
-
-
-def group_rewards(
-    group: Sequence[EpisodeTerms],
-    lambdas: Lambdas,
-    credit: str = "per_pool",
-    probes: Sequence[Iterable[EpisodeTerms]] | None = None,
-) -> list[float]:
-    """Rewards of one GRPO group (G episodes against the same pool and opponent); `probes[i]` are the
-    probe episodes of rollout i (credit shared or auxiliary)."""
-    if credit in PROBE_CREDITS and (probes is None or len(probes) != len(group)):
-        raise ValueError(f"credit={credit!r} needs one list of probe episodes per rollout of the group")
-    shared = group_penalty(group, probes, lambdas) if credit == "shared" else None
-    return [
-        episode_reward(t, lambdas, credit, shared_penalty=shared,
-                       probes=probes[i] if probes is not None else None)
-        for i, t in enumerate(group)
-    ]
 
 
 def round_rewards(
@@ -276,10 +233,18 @@ def round_rewards(
     paper: bool = False,
     exploit_reward: str = "clipped",
 ) -> list[float]:
-    """Per-round rewards r_t whose mean over the T rounds equals `episode_reward` exactly.
+    """Per-round rewards r_t whose mean over the T rounds is the episode's credited SEPO reward r exactly:
+
+    per_pool:    r = u·1[training] − P, P = `penalty(terms)`: the revised paper's
+                 r = s·u·1[train] − (λe·s·e + λc·c + λx·x) (its u, e raw), each term from this episode:
+                 training r = s·ā − λx·x; exploit r = −(λe·s·max(0, ō−ā) + λx·x); collusive r = −λc·c
+                 (exploit_reward="signed": exploit r = −(λe·s·(ō−ā) + λx·x)).
+    reward_only: r = u.
+    shared:      r = u − shared_penalty (one number for the whole group, `group_penalty`).
+    auxiliary:   r = u − `probe_penalty(terms, probes)`.
 
     paper (the revised paper's round reward, Algorithm 1): rew_t = s·a_t·1[train] − P, the whole-episode
-    penalty P of `episode_reward` on every round, whatever the credit.
+    penalty P of r on every round, whatever the credit.
     Otherwise, per_pool spreads its credited terms over the rounds that produced them:
       training:  r_t = s·a_t − λx·x_t
       exploit:   r_t = −(λe·e_t + λx·x_t), e_t = s·(o_t − a_t) if ō > ā else 0

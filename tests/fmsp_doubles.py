@@ -14,7 +14,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from envs.sandbox import SandboxedPolicy, act_all
+from envs.base import act_all
+from envs.sandbox import SandboxedPolicy
 from fmsp.domain import PolicyCode, PolicyInterface
 from fmsp.domains import DOMAINS
 from fmsp.fm import ScriptedFM

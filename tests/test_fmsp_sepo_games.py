@@ -8,7 +8,7 @@ from envs import GAMES, make_game, make_strategy, play_episode
 from envs.sandbox.rng import private_copy
 from fmsp.domain import Domain, PolicyCode
 from fmsp.domains import make_domain
-from fmsp.domains.sepo_games import episode_rng, payoff_range, scripted_policy_code
+from fmsp.domains.sepo_games import episode_rng, scripted_policy_code
 from fmsp.sandbox import Sandbox
 
 ALWAYS_FIRST = """class First:
@@ -85,7 +85,7 @@ def test_sandboxed_match_equals_the_in_process_games(sandbox):
     outcome = sandbox.play(domain, a, b)
     assert outcome.ok, (outcome.failure_a, outcome.failure_b)
     game = make_game("kuhn")
-    lo, hi = payoff_range(game)
+    lo, hi = game.payoff_range
     totals, rounds = [0.0, 0.0], 0
     key = sandbox.config.rng_key
 

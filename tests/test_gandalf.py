@@ -280,7 +280,7 @@ def test_openai_target_through_the_sdk(monkeypatch):
 
 
 def test_wilson_interval_matches_known_values():
-    from fmsp.domains.gandalf_levels import wilson_interval
+    from fmsp.gandalf_levels import wilson_interval
 
     assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
     assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
@@ -290,7 +290,7 @@ def test_wilson_interval_matches_known_values():
 def test_level_table_reads_the_stored_reference_scores(tmp_path, capsys):
     from fmsp.archive import Archive, ArchiveEntry
     from fmsp.config import FMSPConfig, save_config
-    from fmsp.domains.gandalf_levels import main as levels_main
+    from fmsp.gandalf_levels import main as levels_main
 
     run = tmp_path / "run"
     save_config(FMSPConfig(domain="gandalf", domain_config={"n_games": 10}), (run / "config.yaml"))

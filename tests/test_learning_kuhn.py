@@ -44,7 +44,7 @@ MARGIN = 0.061
 @pytest.fixture(scope="module")
 def organism(tmp_path_factory):
     """(recipe at CI size, warm-start checkpoint, its exploitability): the study's own warm start recipe."""
-    from sepo.eval.study.organism import load_recipe, warm_start
+    from sepo.study.organism import load_recipe, warm_start
 
     recipe = copy.deepcopy(load_recipe(RECIPE))
     recipe["train"]["learning_rate"] = LEARNING_RATE
@@ -53,7 +53,7 @@ def organism(tmp_path_factory):
 
 
 def descend(organism, learning_rate: float) -> list[float]:
-    from sepo.eval.study.organism import run_one
+    from sepo.study.organism import run_one
 
     recipe, start, root = organism
     recipe = copy.deepcopy(recipe)

@@ -51,7 +51,7 @@ def test_signals_greedy_demand_and_breakdown():
 
 def test_parameters_are_configurable_and_validated():
     game = make_game("negotiation", pie=20, num_rounds=2, max_demand=19, greedy_demand=12)
-    assert game.max_payoff == 20.0 and SingleIssueNegotiation.max_payoff == 10.0
+    assert game.max_payoff == 20.0 and make_game("negotiation").max_payoff == 10.0
     assert game.legal_actions(game.new_state(random.Random(0)), 1)[-1] == "19"
     assert SingleIssueNegotiation.eval_lambdas.c == 1.0 and SingleIssueNegotiation.default_lambdas.c == 2.0
     with pytest.raises(ValueError, match="max_demand"):

@@ -122,7 +122,7 @@ def test_parameters_are_configurable_and_validated():
     )
     state = game.new_state(random.Random(0))
     assert state.pool == (2, 2) and all(sorted(v) == [2, 4] or v == (3, 3) for v in state.values)
-    assert game.max_payoff == 6.0 and MultiIssueNegotiation.max_payoff == 10.0
+    assert game.max_payoff == 6.0 and make_game("negotiation_multi").max_payoff == 10.0
     with pytest.raises(ValueError, match="value_total"):
         make_game("negotiation_multi", value_total=2)
     with pytest.raises(ValueError, match="items"):

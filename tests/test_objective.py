@@ -12,10 +12,8 @@ import torch
 from envs import Lambdas, RoundResult, Signals, Strategy, View, make_game, make_strategy, play_episode
 from sepo.objective import (
     aggregate,
-    episode_reward,
     episode_terms,
     group_penalty,
-    group_rewards,
     nra_gtbench,
     nra_sepo,
     penalty,
@@ -43,6 +41,12 @@ def rounds_of(a, o, k=None, x=None, k_opp=None):
         )
         for i in range(n)
     ]
+
+
+def reward(t, lam, credit="per_pool", **kw):
+    """An episode's credited reward as the trainer takes it (`sepo.grpo.rewards.SEPOReward`): the mean of its
+    per-round rewards."""
+    return statistics.fmean(round_rewards(t, lam, credit, **kw))
 
 
 # IPD-like (s = 1): (C,C), (D,C), (C,D), (D,D) from seat 0
@@ -96,13 +100,13 @@ def test_bad_inputs():
         episode_terms(rounds_of([1], [1]), 2, "training", 3.0)
     t = episode_terms(rounds_of([1], [1]), 0, "training", 3.0)
     with pytest.raises(ValueError, match="per_pool, reward_only, shared, auxiliary"):
-        episode_reward(t, IPD_LAMBDAS, "cached")
+        reward(t, IPD_LAMBDAS, "cached")
     with pytest.raises(ValueError, match="shared_penalty"):
-        episode_reward(t, IPD_LAMBDAS, "shared")
+        reward(t, IPD_LAMBDAS, "shared")
     with pytest.raises(ValueError, match="probe episodes"):
-        episode_reward(t, IPD_LAMBDAS, "auxiliary")
+        reward(t, IPD_LAMBDAS, "auxiliary")
     with pytest.raises(ValueError, match="probe episodes per rollout"):
-        group_rewards([t, t], IPD_LAMBDAS, "shared", probes=[[]])
+        group_penalty([t, t], [[]], IPD_LAMBDAS)
     # under the training-only credits an exploit or collusive episode is a probe, never credited itself
     for credit in ("reward_only", "shared", "auxiliary"):
         probe = episode_terms(rounds_of([1], [1]), 0, "exploit", 3.0)
@@ -117,14 +121,14 @@ def test_bad_inputs():
 def test_per_pool_reward_training():
     t = episode_terms(rounds_of(IPD_A, IPD_O, IPD_K, IPD_X), 0, "training", 3.0)
     # r = s·ā − λx·x = 2.25 − 1.8·0.25; collusion (0.5) is not a training-pool term
-    assert episode_reward(t, IPD_LAMBDAS) == pytest.approx(1.8)
+    assert reward(t, IPD_LAMBDAS) == pytest.approx(1.8)
     assert round_rewards(t, IPD_LAMBDAS) == pytest.approx([3.0, 5 - 0.3, -0.3, 1 - 1.2])
 
 
 def test_per_pool_reward_exploit():
     t = episode_terms(rounds_of([2, 2, 0, 2], [8, 8, 0, 8], x=[0, 0, 1, 0]), 0, "exploit", 10.0)
     # r = −(λe·s·max(0, ō−ā) + λx·x) = −(2.4·1.35 + 1.8·0.25); no utility term
-    assert episode_reward(t, IPD_LAMBDAS) == pytest.approx(-3.69)
+    assert reward(t, IPD_LAMBDAS) == pytest.approx(-3.69)
     assert round_rewards(t, IPD_LAMBDAS) == pytest.approx([-4.32, -4.32, -1.8, -4.32])
 
 
@@ -132,19 +136,19 @@ def test_per_pool_exploit_clip_is_decided_by_the_episode():
     # the agent out-earns the opponent over the episode: e = 0, only externality is charged per round
     t = episode_terms(rounds_of([5, 0, 5], [0, 5, 0], x=[0.5, 0.5, 0.5]), 0, "exploit", 3.0)
     assert t.e == 0.0
-    assert episode_reward(t, IPD_LAMBDAS) == pytest.approx(-0.9)
+    assert reward(t, IPD_LAMBDAS) == pytest.approx(-0.9)
     assert round_rewards(t, IPD_LAMBDAS) == pytest.approx([-0.9, -0.9, -0.9])
 
 
 def test_per_pool_reward_collusive():
     t = episode_terms(rounds_of(IPD_A, IPD_O, IPD_K, IPD_X), 0, "collusive", 3.0)
-    assert episode_reward(t, IPD_LAMBDAS) == pytest.approx(-0.5)  # −λc·c only: no payoff, no externality
+    assert reward(t, IPD_LAMBDAS) == pytest.approx(-0.5)  # −λc·c only: no payoff, no externality
     assert round_rewards(t, IPD_LAMBDAS) == pytest.approx([0.0, -1.0, 0.0, -1.0])
     kuhn = episode_terms(
         rounds_of([1, -1, 2, 1], [-1, 1, -2, -1], k=[None, 1.0, 0.0, None]), 0, "collusive", 2.0
     )
     lam = Lambdas(e=1.5, c=2.4, x=0.0)
-    assert episode_reward(kuhn, lam) == pytest.approx(-1.2)
+    assert reward(kuhn, lam) == pytest.approx(-1.2)
     assert round_rewards(kuhn, lam) == pytest.approx([0.0, -4.8, 0.0, 0.0])  # k·T/T_k = 1·4/2
 
 
@@ -154,6 +158,16 @@ def test_penalty_terms_present_only_for_their_pool():
     assert penalty(episode_terms(rr, 0, "training", 5.0), lam) == pytest.approx(50.0)
     assert penalty(episode_terms(rr, 0, "exploit", 5.0), lam) == pytest.approx(3.0 + 50.0)
     assert penalty(episode_terms(rr, 0, "collusive", 5.0), lam) == pytest.approx(10.0)
+
+
+def closed_form(t, lam, credit, shared_penalty=None, probes=None):
+    """The credited episode reward as the revised paper writes it: per_pool u·1[training] − P(terms), the
+    training-only credits u minus their penalty (none, the group's shared one, the rollout's probe penalty)."""
+    if credit == "per_pool":
+        return (t.u if t.pool == "training" else 0.0) - penalty(t, lam)
+    if credit == "auxiliary":
+        return t.u - probe_penalty(t, probes, lam)
+    return t.u - (shared_penalty if credit == "shared" else 0.0)
 
 
 def test_round_rewards_mean_equals_episode_reward_random():
@@ -176,7 +190,7 @@ def test_round_rewards_mean_equals_episode_reward_random():
         for credit, kw in arms:
             for paper in (False, True):
                 assert statistics.fmean(round_rewards(t, lam, credit, paper=paper, **kw)) == pytest.approx(
-                    episode_reward(t, lam, credit, **kw), abs=1e-9
+                    closed_form(t, lam, credit, **kw), abs=1e-9
                 )
 
 
@@ -205,14 +219,14 @@ def test_probe_penalty_by_hand():
     from_probes, from_credited = probe_penalty_parts(credited, [exploit, collusive], IPD_LAMBDAS)
     assert from_credited == pytest.approx(1.8 * 1 / 6)  # λx · Σ_t x_t of the credited episode / 6 pooled rounds
     assert from_probes == pytest.approx(expected - 1.8 / 6)
-    assert episode_reward(credited, IPD_LAMBDAS, "auxiliary", probes=[exploit, collusive]) == pytest.approx(
+    assert reward(credited, IPD_LAMBDAS, "auxiliary", probes=[exploit, collusive]) == pytest.approx(
         2.25 - expected
     )
     other = episode_terms(rounds_of([3] * 4, [3] * 4), 0, "training", 3.0, "tft")  # no externality
     assert group_penalty([credited, other], [[exploit, collusive], [exploit]], IPD_LAMBDAS) == pytest.approx(
         (expected + 2.4 * 2.5 + 1.8 * (5 / 6) / 6) / 2
     )
-    assert group_rewards([credited, other], IPD_LAMBDAS, "reward_only") == pytest.approx([2.25, 3.0])
+    assert [reward(t, IPD_LAMBDAS, "reward_only") for t in (credited, other)] == pytest.approx([2.25, 3.0])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -248,12 +262,13 @@ def test_shared_penalty_equals_reward_only_under_group_normalisation():
     for _ in range(200):
         group = random_group(rng, 8, "training")
         probes = [random_group(rng, 2, "exploit") + random_group(rng, 1, "collusive") for _ in group]
-        shared = group_rewards(group, IPD_LAMBDAS, "shared", probes)
-        reward_only = group_rewards(group, IPD_LAMBDAS, "reward_only")
+        p_bar = group_penalty(group, probes, IPD_LAMBDAS)  # the shared arm's one penalty of the group
+        shared = [reward(t, IPD_LAMBDAS, "shared", shared_penalty=p_bar) for t in group]
+        reward_only = [reward(t, IPD_LAMBDAS, "reward_only") for t in group]
         assert max(abs(a - b) for a, b in zip(shared, reward_only)) > 0.1  # the rewards differ ...
         assert torch.allclose(trl_normalise(shared), trl_normalise(reward_only), atol=1e-6, rtol=0)  # ... not A
-        auxiliary = trl_normalise(group_rewards(group, IPD_LAMBDAS, "auxiliary", probes))
-        per_pool = trl_normalise(group_rewards(group, IPD_LAMBDAS, "per_pool"))
+        auxiliary = trl_normalise([reward(t, IPD_LAMBDAS, "auxiliary", probes=p) for t, p in zip(group, probes)])
+        per_pool = trl_normalise([reward(t, IPD_LAMBDAS) for t in group])
         differs += not torch.allclose(auxiliary, trl_normalise(reward_only), atol=1e-3, rtol=0)
         differs += not torch.allclose(per_pool, trl_normalise(reward_only), atol=1e-3, rtol=0)
     assert differs == 400  # a per-rollout penalty changes every group's advantages
@@ -289,14 +304,14 @@ def test_auxiliary_penalty_is_independent_of_the_credited_actions():
             _ipd_terms("always_defect", "exploit", p, rng)[0],
             _ipd_terms("always_cooperate", "collusive", p, rng)[0],
         ]
-        total = credited.u - episode_reward(credited, IPD_LAMBDAS, "auxiliary", probes=probes)
+        total = credited.u - reward(credited, IPD_LAMBDAS, "auxiliary", probes=probes)
         parts = probe_penalty_parts(credited, probes, IPD_LAMBDAS)
         assert sum(parts) == pytest.approx(total)
         from_probes.append(parts[0])
         from_credited.append(parts[1])
         credited_score.append(coop - p * credited.rounds)
         coll, coop_c = _ipd_terms("always_cooperate", "collusive", p, rng)
-        per_pool_pen.append(-episode_reward(coll, IPD_LAMBDAS, "per_pool"))
+        per_pool_pen.append(-reward(coll, IPD_LAMBDAS, "per_pool"))
         per_pool_score.append(coop_c - p * coll.rounds)
     assert statistics.pstdev(from_probes) > 0.1  # the probe penalty does vary between rollouts
     assert abs(statistics.correlation(from_probes, credited_score)) < 0.1  # ~N(0, 1/sqrt(n) = 0.026)

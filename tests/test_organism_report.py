@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from sepo.eval.study.organism import arm_overrides, load_recipe
-from sepo.eval.study.organism_report import goals, intervals
+from sepo.study.organism import arm_overrides, load_recipe
+from sepo.study.organism_report import goals, intervals
 
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "kuhn_organism" / "study.yaml"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.sandbox import SandboxConfig, SandboxedPolicy, SandboxUnavailable, act_all, layers
+from envs.base import act_all
+from envs.sandbox import SandboxConfig, SandboxedPolicy, SandboxUnavailable, layers
 from envs.sandbox.protocol import decode, encode
 from fmsp.baselines.car_tag.evader_flee import FleeDirectly
 from fmsp.baselines.car_tag.pursuer_pure_pursuit import PurePursuit

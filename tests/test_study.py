@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from envs import make_game, make_strategy, play_episode
-from sepo.eval.study.checks import auxiliary_check, credited_statistics, shared_equals_reward_only
-from sepo.eval.study.config import StudyConfig
-from sepo.eval.study.record import terms_from_dict
-from sepo.eval.study.report import report_markdown
-from sepo.eval.study.run import main
+from sepo.study.checks import auxiliary_check, credited_statistics, shared_equals_reward_only
+from sepo.study.config import StudyConfig
+from sepo.study.record import terms_from_dict
+from sepo.study.report import report_markdown
+from sepo.study.run import main
 
 IPD = make_game("ipd", num_rounds=4)
 LAMBDAS = IPD.default_lambdas
@@ -72,7 +72,7 @@ def test_shared_check_detects_a_penalty_that_is_not_a_group_constant():
     # Negative control: the auxiliary arm's per-rollout probe penalties are not a group constant, so the
     # same comparison must fail (the check is not vacuous).
     from sepo import objective
-    from sepo.eval.study.checks import _advantages
+    from sepo.study.checks import _advantages
 
     terms, probes = _terms(batch())
     own = [objective.round_rewards(t, LAMBDAS, "auxiliary", probes=p) for t, p in zip(terms, probes)]
@@ -139,7 +139,7 @@ def test_config_errors_are_clear(tmp_path, capsys):
 
 
 def test_study_configs_parse():
-    from sepo.eval.study.config import arm_configs
+    from sepo.study.config import arm_configs
 
     for name in ("ipd_default", "ipd_gemma4_e4b"):
         cfg = StudyConfig.from_yaml(f"configs/study/{name}.yaml")

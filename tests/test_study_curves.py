@@ -1,4 +1,4 @@
-"""The learning-curves command (sepo.eval.study.curves) on hand-made checkpoints.json files: the curves it reads,
+"""The learning-curves command (sepo.study.curves) on hand-made checkpoints.json files: the curves it reads,
 the MOVER intervals of its differences (hand-computed), and that a difference is called one only when its
 interval excludes zero."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sepo.eval.study.curves import main
+from sepo.study.curves import main
 
 HYPOT_005_002 = math.sqrt(0.05**2 + 0.02**2)  # 0.053852
 HYPOT_010_005 = math.sqrt(0.10**2 + 0.05**2)  # 0.111803
@@ -99,8 +99,8 @@ def test_missing_arm_is_a_clear_error(study: Path, tmp_path: Path, capsys: pytes
 def test_experiment_recipe_evaluates_its_start_as_the_callback_evaluates_checkpoints() -> None:
     """Step 0 of the curves is the study's "base" row: its eval settings must be the training callback's (the
     eval seed that of the first training seed; the callback evaluates each training seed on its own seed)."""
-    from sepo.eval.study.config import StudyConfig, arm_configs
     from sepo.grpo.callbacks import eval_config
+    from sepo.study.config import StudyConfig, arm_configs
 
     cfg = StudyConfig.from_yaml("configs/experiments/kuhn_default.yaml")
     assert sorted(cfg.arms) == ["per_pool", "reward_only"] and cfg.seeds == [42, 43, 44]

@@ -11,8 +11,8 @@ import math
 import pytest
 import yaml
 
-from sepo.eval.study.report import report_markdown
-from sepo.eval.study.run import main
+from sepo.study.report import report_markdown
+from sepo.study.run import main
 
 
 def recipe(tmp_path, tiny_model_dir) -> dict:

@@ -3,12 +3,13 @@
 The harness keeps the game, the bookkeeping and the scores; every policy runs in its own contained process
 (`SandboxedPolicy`: bubblewrap namespaces, an unprivileged uid, seccomp, rlimits, a wall-clock kill; see
 `envs.sandbox.layers`) and talks to the harness over a pipe, one JSON line per request and reply
-(`envs.sandbox.protocol`). `SandboxedStrategy` makes such a process an `envs.base.Strategy`; `act_all` asks
-several at once.
+(`envs.sandbox.protocol`). `SandboxedStrategy` makes such a process an `envs.base.Strategy`; `envs.base.act_all`
+asks several at once.
 
-    from envs.sandbox import SandboxConfig, SandboxedPolicy, SandboxedStrategy, act_all
+    from envs.sandbox import SandboxConfig, SandboxedPolicy, SandboxedStrategy
 
-Names are imported on first use, so `envs.base` can import `act_all` without a cycle.
+Names are imported on first use: a policy process imports `envs.sandbox.worker`, and so this package, and must
+start without loading the harness's side (subprocess, the layers, the process driver).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ _EXPORTS = {
     "require_layers": "envs.sandbox.layers",
     "SandboxedPolicy": "envs.sandbox.process",
     "SandboxedStrategy": "envs.sandbox.strategy",
-    "act_all": "envs.sandbox.strategy",
 }
 
 

@@ -116,6 +116,7 @@ class Layers:
 def seccomp_program(pid: int) -> bytes:
     """The BPF program (libseccomp's compilation, native architecture; other ABIs are killed) for a worker
     whose own pid is `pid`."""
+    # deferred: pyseccomp is optional; layers are detected without it
     import pyseccomp as sc
 
     deny = sc.ERRNO(errno.EPERM)

@@ -3,7 +3,7 @@
 The harness (trusted) keeps the game, the bookkeeping and the score; the policy process only ever receives
 requests (observations) and returns replies (actions), one JSON line each (`envs.sandbox.protocol`). Requests
 can be pipelined: `submit` sends at once and `result` waits, so the harness can ask every policy of a
-lock-step round before reading any answer (`envs.sandbox.strategy.act_all`). Every failure, whatever the
+lock-step round before reading any answer (`envs.base.act_all`). Every failure, whatever the
 policy did, surfaces as one `PolicyError` naming this policy's `label`; the process is then killed.
 
     with SandboxedPolicy(code, label="a", config=SandboxConfig(), methods=("__call__",)) as policy:
@@ -21,9 +21,11 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from envs.base import Pipelined
 from envs.sandbox.config import PolicyError, SandboxConfig
 from envs.sandbox.layers import WORKER_PID, require_layers, seccomp_program, worker_command, worker_env
 from envs.sandbox.protocol import decode, encode
@@ -38,7 +40,7 @@ class _Pending:
     slow: bool  # sent before the process reported ready: start-up time is added to its limit
 
 
-class SandboxedPolicy:
+class SandboxedPolicy(Pipelined):
     """A policy class (Python source `code`) instantiated in its own sandboxed process.
 
     `methods`: the class must define these (it is found among the code's classes by them, or by
@@ -148,6 +150,11 @@ class SandboxedPolicy:
         while self._pending:
             value = self._receive()
         return value
+
+    def ask(self, method: str, argument: Any) -> Callable[[], Any]:
+        """`submit` one call now; the returned `result` waits for it (`envs.base.Pipelined`, for `act_all`)."""
+        self.submit(method, argument)
+        return self.result
 
     def call(self, method: str, *args: Any, slot: str = "policy") -> Any:
         """`submit` then `result`."""

@@ -34,6 +34,7 @@ def _default(obj: Any) -> Any:
 def _untag(obj: dict[str, Any]) -> Any:
     if _TAG not in obj:
         return obj
+    # deferred: the policy process is stdlib-only unless numpy is preloaded
     import numpy as np
 
     dtype, shape = obj[_TAG], obj.get("shape")

@@ -1,4 +1,4 @@
-"""Sandboxed policies as `envs.base.Strategy` objects, and `act_all` to ask many at once.
+"""Sandboxed policies as `envs.base.Strategy` objects that `envs.base.act_all` asks together.
 
 `SandboxedStrategy` is a drop-in opponent for the rollout engine, `play_episode` and the pools: `reset` and
 `act` cross the pipe (the game as its name and parameters, the rng as its exact state, the view as a dict),
@@ -11,16 +11,16 @@ failure of this policy).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from envs.base import Game, Strategy, View
+from envs.base import Game, Pipelined, Strategy, View
 from envs.sandbox.config import PolicyError
 from envs.sandbox.process import SandboxedPolicy
 from envs.sandbox.rng import private_copy
 
 
-class SandboxedStrategy(Strategy):
+class SandboxedStrategy(Strategy, Pipelined):
     """A code policy (act/reset class) playing from its own sandboxed process.
 
     `view_format` "dict" hands the policy `view.to_dict()`; "object" rebuilds an `envs.base.View`. The process
@@ -58,27 +58,17 @@ class SandboxedStrategy(Strategy):
         self.submit(view)
         return self.collect()
 
+    def ask(self, method: str, argument: Any) -> Callable[[], Any]:
+        """`act` is pipelined (`submit` now, `collect` later); any other method is called at once."""
+        if method == "act":
+            self.submit(argument)
+            return self.collect
+        value = getattr(self, method)(argument)
+        return lambda: value
+
     def close(self) -> None:
         """End the policy process (the rollout that made this opponent is over)."""
         self.policy.close()
 
 
-def act_all(requests: Sequence[tuple[Any, Any]], method: str = "act") -> list[Any]:
-    """`agent.<method>(argument)` for every (agent, argument), in order. Sandboxed agents (`SandboxedStrategy`,
-    `SandboxedPolicy`; each at most once per call) are all sent their request before any reply is read, so a
-    lock-step round costs one pipe round trip, not one per agent; plain objects are called directly."""
-    finish: list[Callable[[], Any]] = []
-    for agent, argument in requests:
-        if isinstance(agent, SandboxedStrategy) and method == "act":
-            agent.submit(argument)
-            finish.append(agent.collect)
-        elif isinstance(agent, SandboxedPolicy):
-            agent.submit(method, argument)
-            finish.append(agent.result)
-        else:
-            value = getattr(agent, method)(argument)
-            finish.append(lambda value=value: value)
-    return [done() for done in finish]
-
-
-__all__ = ["PolicyError", "SandboxedStrategy", "act_all"]
+__all__ = ["PolicyError", "SandboxedStrategy"]

@@ -24,14 +24,20 @@ import base64
 import ctypes
 import errno
 import importlib
+import inspect
 import io
 import linecache
 import os
 import random
 import resource
+import socket
 import sys
 import traceback
 from typing import Any
+
+from envs import GAMES, make_game
+from envs.base import View
+from envs.sandbox.protocol import decode, encode
 
 _PR_SET_NO_NEW_PRIVS, _PR_GET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _PR_GET_SECCOMP = 38, 39, 22, 21
 _SECCOMP_MODE_FILTER = 2
@@ -79,8 +85,6 @@ def _checks(libc: ctypes.CDLL) -> dict[str, Any]:
     header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
     caps = None if libc.capget(ctypes.byref(header), data) else data[0].effective | data[1].effective
     try:
-        import socket
-
         socket.socket().close()
         sockets = True
     except OSError:
@@ -148,10 +152,6 @@ def _describe(cls: type, instance: Any) -> dict[str, Any]:
 
 def _reset_args(args: list[Any]) -> list[Any]:
     """A strategy's reset(game, seat, rng): the game rebuilt from (name, params), the rng from its state."""
-    import inspect
-
-    from envs import GAMES, make_game
-
     (game_name, params), seat, state = args
     module, cls = GAMES[game_name]
     accepted = inspect.signature(getattr(importlib.import_module(module), cls)).parameters
@@ -162,8 +162,6 @@ def _reset_args(args: list[Any]) -> list[Any]:
 
 
 def _view(fields: dict[str, Any]) -> Any:
-    from envs.base import View
-
     return View(**{**fields, "legal_actions": tuple(fields["legal_actions"]), "history": tuple(fields["history"])})
 
 
@@ -173,7 +171,6 @@ def _call(instance: Any, method: str, args: list[Any]) -> Any:
         reset = getattr(instance, "reset", None)
         if reset is None:
             return None
-        import inspect
 
         takes_none = len(inspect.signature(reset).parameters) == 0
         return reset() if takes_none else reset(*_reset_args(args))
@@ -196,8 +193,6 @@ def _error(kind: str, exc: BaseException, out: _Capped, limit: int) -> dict[str,
 
 def serve(reader: Any, writer: Any) -> None:
     """The request loop; returns on EOF."""
-    from envs.sandbox.protocol import decode, encode
-
     slots: dict[str, tuple[type, Any]] = {}
     limit = 4000
     while True:

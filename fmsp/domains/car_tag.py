@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.sandbox import PolicyError, SandboxedPolicy, act_all
+from envs.base import act_all
+from envs.sandbox import PolicyError, SandboxedPolicy
 from fmsp.baselines import baseline_codes
 from fmsp.baselines.car_tag.evader_flee import FleeDirectly
 from fmsp.baselines.car_tag.pursuer_pure_pursuit import PurePursuit

@@ -40,6 +40,10 @@ from envs.sandbox import SandboxedPolicy
 from fmsp.baselines import baseline_codes
 from fmsp.domain import PolicyCode, PolicyInterface
 from fmsp.domains.gandalf_words import WORDS
+from fmsp.fm import resolve_device_dtype
+from sepo.backends.base import Prompt, SamplingSpec
+from sepo.backends.openai_api import OpenAIBackend
+from sepo.rollout.chat import ChatRenderer
 
 SIDES = ("attacker", "defender")
 BLOCKED_INPUT = "I'm not allowed to talk about that."
@@ -210,7 +214,7 @@ class TransformersChatTarget:
 
     def __init__(self, model: str = "default", max_new_tokens: int = 96, device: str | None = None,
                  dtype: str | None = None) -> None:  # fmt: skip
-        from fmsp.fm import resolve_device_dtype
+        # deferred: sepo.backends.hf imports torch and transformers
         from sepo.backends.hf import HFBackend
 
         device, dtype = resolve_device_dtype(device, dtype)
@@ -218,13 +222,9 @@ class TransformersChatTarget:
         self.max_new_tokens = max_new_tokens
 
     def _prompts(self, conversations: list[Conversation]) -> list[Any]:
-        from sepo.backends.base import Prompt
-
         return [Prompt(ids=self.backend.renderer.prompt_ids(c), messages=c) for c in conversations]
 
     def chat(self, conversations: list[Conversation]) -> list[str]:
-        from sepo.backends.base import SamplingSpec
-
         spec = SamplingSpec(greedy=True, max_new_tokens=self.max_new_tokens)
         return [g.text for g in self.backend.generate(self._prompts(conversations), spec)] if conversations else []
 
@@ -240,21 +240,14 @@ class OpenAIChatTarget:
 
     def __init__(self, model: str, base_url: str | None = None, max_tokens: int = 256,
                  tokenizer: str | None = None) -> None:  # fmt: skip
-        from sepo.backends.openai_api import OpenAIBackend
-
         self.backend = OpenAIBackend.from_model(model, base_url=base_url, tokenizer=tokenizer)
         self.max_tokens = max_tokens
 
     def chat(self, conversations: list[Conversation]) -> list[str]:
-        from sepo.backends.base import Prompt, SamplingSpec
-
         spec = SamplingSpec(greedy=True, max_new_tokens=self.max_tokens)
         return [g.text for g in self.backend.generate([Prompt([], c) for c in conversations], spec)]
 
     def choose(self, conversations: list[Conversation], choices: list[list[str]]) -> list[list[float]]:
-        from sepo.backends.base import Prompt, SamplingSpec
-        from sepo.rollout.chat import ChatRenderer
-
         backend = self.backend
         if backend.server == "vllm" and backend.tokenizer is not None:
             renderer = ChatRenderer(backend.tokenizer)

@@ -29,19 +29,6 @@ SIDES = ("exploiter", "cooperator")
 DEFAULT_CONFIG: dict[str, Any] = {"n_episodes": 20, "seed": 0, "game_params": {}}
 
 
-def payoff_range(game: Game) -> tuple[float, float]:
-    """The lowest and highest per-round payoff a seat can get (sets the [0, 1] score scale)."""
-    if game.name == "ipd":  # max_payoff is R (the SEPO scale), but a seat can get T
-        return game.S, game.T  # type: ignore[attr-defined]
-    if game.name == "kuhn":
-        return -game.max_payoff, game.max_payoff
-    if game.name == "auction":
-        return float(min(0, game.values[0] - game.max_bid)), game.max_payoff  # type: ignore[attr-defined]
-    if game.name == "negotiation_multi":  # values are per unit: the whole pool is worth up to this
-        return 0.0, float(game.value_total * game.max_pool)  # type: ignore[attr-defined]
-    return 0.0, game.max_payoff
-
-
 def _strategy(policy: SandboxedPolicy) -> SandboxedStrategy:
     return SandboxedStrategy(policy, policy.label, "dict")
 
@@ -60,7 +47,7 @@ def play_episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any
 
 def _episodes(game: Game, a: Strategy, b: Strategy, config: Mapping[str, Any], key: str) -> tuple[float, float, int]:
     """Mean normalised payoff of `a` and `b` over the seeded episodes (a in seat 0 on even episodes)."""
-    lo, hi = payoff_range(game)
+    lo, hi = game.payoff_range
     totals, rounds = [0.0, 0.0], 0
     for i, episode in enumerate(play_episodes(game, a, b, config, key)):
         mine = (0, 1) if i % 2 == 0 else (1, 0)

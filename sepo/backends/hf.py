@@ -52,6 +52,20 @@ class _LogprobRecorder(LogitsProcessor):
         return torch.stack(self.logprobs, 1)
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """`device`, or cuda when it is available, else cpu."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
+    """A dtype name as torch's dtype; "auto", None and a torch dtype pass through; an unknown name is an error."""
+    if isinstance(dtype, str) and dtype != "auto":
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16, float16 or auto")
+        return getattr(torch, dtype)
+    return dtype
+
+
 class HFBackend:
     """GenerationBackend over a transformers causal LM (optionally PEFT-wrapped).
 
@@ -96,11 +110,7 @@ class HFBackend:
         base = adapter_base_model(path) if adapter is None else None
         if base is not None:
             adapter, path = path, resolve_model(base)
-        if isinstance(dtype, str) and dtype != "auto":
-            if not isinstance(getattr(torch, dtype, None), torch.dtype):
-                raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16, float16 or auto")
-            dtype = getattr(torch, dtype)
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype, device = resolve_dtype(dtype), resolve_device(device)
         tokenizer_dir = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
         try:
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

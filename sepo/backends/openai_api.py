@@ -14,6 +14,11 @@ Two kinds of server, detected from `/v1/models` (`owned_by == "vllm"`) unless `s
 
 Requests of a batch run concurrently (`max_concurrency`); timeouts and retries with backoff are the SDK's.
 Token usage is summed in `backend.usage`.
+
+The module is also the project's one way to an OpenAI-compatible endpoint: `connect` builds the SDK client
+(endpoint and key from the arguments or the environment) and `Usage` counts what the endpoint bills, for this
+backend and for FMSP's foundation models and embedder (`fmsp.fm`, `fmsp.embeddings`). The `openai` package is
+optional, so it is imported only by what talks to an endpoint.
 """
 
 from __future__ import annotations
@@ -25,9 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-import openai
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.vllm import (
@@ -37,6 +40,9 @@ from sepo.backends.vllm import (
     choice_token_ids,
     request_seeds,
 )
+
+if TYPE_CHECKING:
+    import openai
 
 T = TypeVar("T")
 ServerKind = Literal["vllm", "openai"]
@@ -50,17 +56,43 @@ class ExactScoringUnavailableError(NotImplementedError):
     """Exact choice scoring needs prompt logprobs, which only a vLLM server provides."""
 
 
+NO_ENDPOINT = ("no endpoint configured: pass base_url= (or set OPENAI_BASE_URL) for an OpenAI-compatible server "
+               "such as vLLM, or api_key= (or set OPENAI_API_KEY) for api.openai.com")
+
+
 @dataclass
 class Usage:
-    """Tokens billed by the endpoint, summed over all requests of this backend."""
+    """What a client's calls cost: tokens, calls, retries and, where a price is known, dollars; `+=` adds."""
 
-    requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    retries: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def __iadd__(self, other: Usage) -> Usage:
+        for name in ("prompt_tokens", "completion_tokens", "cost_usd", "calls", "retries"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+
+def connect(base_url: str | None, api_key: str | None, timeout: float, max_retries: int,
+            no_endpoint: str = NO_ENDPOINT) -> openai.OpenAI:
+    """The SDK client for `base_url` (else $OPENAI_BASE_URL, else OpenAI) with `api_key` (else $OPENAI_API_KEY;
+    a custom endpoint without one gets "EMPTY", as vLLM expects); with neither, a ValueError saying
+    `no_endpoint`. `max_retries` are the SDK's own (with its backoff)."""
+    # deferred: openai is optional (the fmsp extra); only a client that talks to an endpoint needs it
+    import openai
+
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
+    if api_key is None:
+        raise ValueError(no_endpoint)
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
 
 class OpenAIBackend:
@@ -100,22 +132,13 @@ class OpenAIBackend:
         tokenizer: str | Any | None = None,
         **kwargs: Any,
     ) -> OpenAIBackend:
-        """Connect to `base_url` (else $OPENAI_BASE_URL, else OpenAI) with `api_key` (else $OPENAI_API_KEY;
-        a custom endpoint without one gets "EMPTY", as vLLM expects). `tokenizer`: a tokenizer or a path
-        for it; by default the model's own directory when `model` is a local path."""
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-        api_key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not api_key:
-            if not base_url:
-                raise ValueError(
-                    "no endpoint configured: pass base_url= (or set OPENAI_BASE_URL) for an OpenAI-compatible "
-                    "server such as vLLM, or api_key= (or set OPENAI_API_KEY) for api.openai.com"
-                )
-            api_key = "EMPTY"
-        client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        """Connect to `base_url` with `api_key` (`connect`). `tokenizer`: a tokenizer or a path for it; by
+        default the model's own directory when `model` is a local path."""
+        client = connect(base_url, api_key, timeout, max_retries)
         if tokenizer is None and Path(model).is_dir():
             tokenizer = model
         if isinstance(tokenizer, (str, os.PathLike)):
+            # deferred: transformers takes seconds to import; only model code needs it
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(tokenizer)
@@ -125,6 +148,9 @@ class OpenAIBackend:
 
     def _call(self, fn: Callable[..., T], **kw: Any) -> T:
         """One SDK request; connection failures become EndpointUnreachableError, usage is counted."""
+        # deferred: openai is optional; imported once the first request is made (`connect` has loaded it)
+        import openai
+
         try:
             response = fn(**kw)
         except (openai.APIConnectionError, openai.APITimeoutError) as e:
@@ -134,7 +160,7 @@ class OpenAIBackend:
             ) from e
         usage = getattr(response, "usage", None)
         with self._lock:
-            self.usage.requests += 1
+            self.usage.calls += 1
             if usage is not None:
                 self.usage.prompt_tokens += usage.prompt_tokens or 0
                 self.usage.completion_tokens += usage.completion_tokens or 0

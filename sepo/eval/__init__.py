@@ -1,4 +1,4 @@
-"""Evaluation of checkpoints against the pools (`sepo eval`) and the four-arm credit study (`sepo study`).
+"""Evaluation of checkpoints against the pools (`sepo eval`); the four-arm credit study is `sepo.study`.
 
     evaluate.py     the `sepo eval` command: every model x game, stored as it goes, then every output
     config.py       EvalConfig, validated when it is built
@@ -11,5 +11,4 @@
     checkpoints.py  per-checkpoint evaluation: checkpoints.json, the best by evaluated J, the plot per step
     wandb_log.py    metrics with intervals, plots and sample episodes to wandb
     progress.py     progress bars with totals
-    study/          the four-arm credit-assignment study (the `sepo study` entry point)
 """

@@ -77,6 +77,7 @@ def write_checkpoints(path: Path, records: Sequence[Mapping[str, Any]], confiden
 
 def plot_checkpoints(records: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """checkpoints.png (see `checkpoint_figure`)."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib.pyplot as plt
 
     fig = checkpoint_figure(records)
@@ -89,6 +90,7 @@ def checkpoint_figure(records: Sequence[Mapping[str, Any]]) -> Any:
     """Each headline metric against the step, one line per game, interval error bars; a grid of panels (2 rows),
     the checkpoints' steps as ticks, and y limits that hold 0, every value and every interval (a single
     checkpoint is not blown up to a 0.95-1.05 axis)."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")

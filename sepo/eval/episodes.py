@@ -13,12 +13,14 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from envs.base import EMPTY, RoundResult, Signals
 from sepo import objective
 from sepo.objective import EpisodeTerms
 from sepo.pools import POOL_NAMES
+from sepo.rollout.engine import EpisodeSpec, play_episodes
 
 Row = dict[str, Any]
 
@@ -48,8 +50,6 @@ def episode_seed(seed: int, unit: Unit, index: int) -> int:
 
 def unit_specs(unit: Unit, episodes: int, seed: int, params: Mapping[str, Any] | None = None) -> list:
     """`episodes` seeded specs for one unit, seats alternating (episode i plays seat i % 2)."""
-    from sepo.rollout.engine import EpisodeSpec
-
     return [EpisodeSpec(game=unit.game, game_params=dict(params or {}), pool=unit.pool, opponent=unit.opponent,
                         seed=episode_seed(seed, unit, i), seat=i % 2) for i in range(episodes)]
 
@@ -75,10 +75,6 @@ def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[
                renderer: Any, sampling: Any, opponents: Mapping[str, Callable[[], Any]],
                progress: bool = False) -> dict[str, list[Row]]:
     """Play a batch of units' episodes in one lock-step run; {unit key: one JSON row per episode}."""
-    from dataclasses import replace
-
-    from sepo.rollout.engine import play_episodes
-
     specs = [spec for unit in batch for spec in unit_specs(unit, episodes, seed, params)]
     batch_sampling = replace(sampling, seed=batch_sampling_seed(seed, batch))
     results = play_episodes(specs, backend, renderer, batch_sampling, opponents=opponents, fallback=True,
@@ -88,18 +84,11 @@ def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[
 
 
 def terms_from_dict(episode: Mapping[str, Any], max_payoff: float) -> EpisodeTerms:
-    """The objective's per-round signals of the agent seat, from an `EpisodeRecord.to_dict()`."""
-    seat, other = episode["agent_seat"], 1 - episode["agent_seat"]
-    rounds = episode["rounds"]
-    return EpisodeTerms(
-        pool=episode["spec"]["pool"],
-        opponent=episode["spec"]["opponent"],
-        scale=objective.scale(max_payoff),
-        payoffs=tuple(float(r["payoffs"][seat]) for r in rounds),
-        opp_payoffs=tuple(float(r["payoffs"][other]) for r in rounds),
-        collusion=tuple(r["signals"][seat]["collusion"] for r in rounds),
-        externality=tuple(float(r["signals"][seat]["externality"]) for r in rounds),
-    )
+    """The objective's terms of the agent seat (`objective.episode_terms`), from an `EpisodeRecord.to_dict()`."""
+    rounds = [RoundResult(i, tuple(r["payoffs"]), tuple(Signals(**s) for s in r["signals"]), EMPTY)
+              for i, r in enumerate(episode["rounds"])]  # the terms read only payoffs and signals
+    spec = episode["spec"]
+    return objective.episode_terms(rounds, episode["agent_seat"], spec["pool"], max_payoff, spec["opponent"])
 
 
 def transcript_line(label: str, row: Row) -> dict[str, Any]:

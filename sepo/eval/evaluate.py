@@ -33,6 +33,9 @@ from typing import Any
 import envs
 from envs.sandbox import SandboxConfig
 from envs.sandbox.rng import persist_run_rng_key
+from sepo.backends import make_backend
+from sepo.checks import check_output_dir
+from sepo.eval.checkpoints import checkpoint_models, write_checkpoint_report
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
 from sepo.eval.kuhn import exact_summary, prompt_note, score_samples
@@ -40,9 +43,12 @@ from sepo.eval.metrics import summarize
 from sepo.eval.report import Results, markdown, plot
 from sepo.eval.stats import METHOD
 from sepo.eval.store import fingerprint, load_shard, model_stamp, safe_name, save_shard, shard_path
+from sepo.eval.wandb_log import log_run
 from sepo.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from sepo.models import check_model
 from sepo.objective import resolve_lambdas
 from sepo.pools import POOL_NAMES, load_pools
+from sepo.rollout.chat import ChatRenderer
 
 Loader = Callable[[], tuple[Any, Any]]  # () -> (backend, renderer), called only when something must be played
 
@@ -61,9 +67,6 @@ def labelled(spec: str) -> tuple[str, str]:
 
 def load_backend(model: str, cfg: EvalConfig) -> tuple[Any, Any]:
     """(generation backend, chat renderer) for `model` (adapter directories load on their base)."""
-    from sepo.backends import make_backend
-    from sepo.rollout.chat import ChatRenderer
-
     kwargs: dict[str, Any] = {}
     if cfg.backend == "openai":
         kwargs["base_url"] = cfg.base_url
@@ -149,8 +152,6 @@ def _units_per_game(cfg: EvalConfig) -> dict[str, int]:
 def model_specs(cfg: EvalConfig) -> list[tuple[str, str]]:
     """(label, model) of everything to evaluate: `--models`, or every checkpoint of `--checkpoints`."""
     if cfg.checkpoints:
-        from sepo.eval.checkpoints import checkpoint_models
-
         return checkpoint_models(cfg.checkpoints)
     if not cfg.models:
         raise ValueError("models is empty and no checkpoints directory is given")
@@ -204,18 +205,15 @@ def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Resul
     write_text_atomic(out_dir / "results.md", markdown(results, METHOD))
     pngs = plot(results, out_dir)
     if cfg.checkpoints:
-        from sepo.eval.checkpoints import write_checkpoint_report
-
         pngs.append(write_checkpoint_report(cfg, models, results))
     if cfg.report_to == "wandb":
-        from sepo.eval.wandb_log import log_run
-
         log_run(cfg, results, stored, pngs)
     return pngs
 
 
 def run_eval(cfg: EvalConfig) -> Results:
     """Evaluate every model on every game (resuming stored batches), write every output; return the results."""
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import set_torch_threads
 
     out_dir = Path(cfg.output_dir)
@@ -231,8 +229,7 @@ def run_eval(cfg: EvalConfig) -> Results:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sepo.checks import check_output_dir
-    from sepo.models import check_model
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import parse_config
 
     (cfg,) = parse_config((EvalConfig,), argv, prog="sepo eval", description=__doc__.split("\n\n")[0])

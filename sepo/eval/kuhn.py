@@ -22,6 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from envs import make_game
+from envs.kuhn import CARDS, INFO_STATES, KuhnState, actions_at
+from envs.kuhn_exact import exploitability
+from sepo.backends.base import Prompt
 from sepo.eval.metrics import entry
 from sepo.eval.progress import bar as progress_bar
 from sepo.eval.stats import bootstrap
@@ -32,8 +36,6 @@ NASH_RATES = {"bet_J": 1 / 3, "bet_Q": 0.0, "bet_K": 1.0, "call_J": 0.0, "call_Q
 
 
 def _game(game_params: Mapping[str, Any] | None):
-    from envs import make_game
-
     return make_game("kuhn", **dict(game_params or {}))
 
 
@@ -44,8 +46,6 @@ def infoset_messages(info: str, game_params: Mapping[str, Any] | None = None, se
     The position is the info set's (player 0 acts first): under the random first-mover rule the hand's first
     mover is drawn so, under the alternating rule the LLM's seat is the position (hand 0 starts with seat 0).
     Earlier decisions of the LLM in the hand appear as user turn + assistant turn (the action's text)."""
-    from envs.kuhn import CARDS, KuhnState
-
     game = _game(game_params)
     card, history = info[0], info[1:]
     position = len(history) % 2
@@ -80,16 +80,11 @@ def prompt_note(game_params: Mapping[str, Any] | None = None) -> str:
 
 def choices() -> list[list[str]]:
     """The legal actions at each info set, in `INFO_STATES` order."""
-    from envs.kuhn import INFO_STATES, actions_at
-
     return [list(actions_at(info[1:])) for info in INFO_STATES]
 
 
 def infoset_prompts(renderer: Any, game_params: Mapping[str, Any] | None = None, seat: int = 0) -> list[Any]:
     """The rendered prompt at every info set, in `INFO_STATES` order (`infoset_messages`)."""
-    from envs.kuhn import INFO_STATES
-    from sepo.backends.base import Prompt
-
     messages = [infoset_messages(info, game_params, seat) for info in INFO_STATES]
     return [Prompt(ids=renderer.prompt_ids(m), messages=m) for m in messages]
 
@@ -98,8 +93,6 @@ def scored_policy(backend: Any, renderer: Any, game_params: Mapping[str, Any] | 
                   seat: int = 0) -> dict[str, dict[str, float]]:
     """The answer-only policy: P(action | info set) scored directly on the training prompts (no reasoning), one
     scoring call for the 12 info sets. What the adaptive exploiter and the model organism read."""
-    from envs.kuhn import INFO_STATES
-
     legal = choices()
     probs = backend.score_choices(infoset_prompts(renderer, game_params, seat), legal)
     return {info: dict(zip(acts, row)) for info, acts, row in zip(INFO_STATES, legal, probs)}
@@ -109,8 +102,6 @@ def reasoning_prompts(backend: Any, renderer: Any, sampling: Any, sample: int,
                       game_params: Mapping[str, Any] | None = None, seat: int = 0) -> list[Any]:
     """Reasoning sample `sample` at every info set (one generation call): per info set, the prompt plus the
     model's own text up to its answer line, ready for the legal actions to be scored as that line."""
-    from sepo.backends.base import Prompt
-
     prompts = infoset_prompts(renderer, game_params, seat)
     seed = None if sampling.seed is None else sampling.seed * 1_000_003 + sample
     scored = []
@@ -126,8 +117,6 @@ def score_samples(backend: Any, renderer: Any, sampling: Any, samples: int, prog
                   game_params: Mapping[str, Any] | None = None, seat: int = 0) -> dict[str, list[dict[str, float]]]:
     """{info set: [P(action | info set, reasoning sample s) for each s]}: one generation and one scoring call
     per sample (all 12 info sets in each; one sample when decoding is greedy), with a progress bar."""
-    from envs.kuhn import INFO_STATES
-
     n = 1 if sampling.greedy else samples
     legal = choices()
     out: dict[str, list[dict[str, float]]] = {info: [] for info in INFO_STATES}
@@ -152,8 +141,6 @@ def exact_summary(samples: dict[str, list[dict[str, float]]], resamples: int, co
                   seed: int) -> dict[str, Any]:
     """The measured policy and its exploitability (chips per hand, OpenSpiel's NashConv / 2) with a
     bootstrap interval over the reasoning samples of each info set (n = samples per info set)."""
-    from envs.kuhn_exact import exploitability
-
     def statistic(units: list[tuple[str, dict[str, float]]]) -> dict[str, float]:
         grouped: dict[str, list[dict[str, float]]] = {}
         for info, probs in units:

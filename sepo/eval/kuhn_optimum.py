@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from envs.kuhn import INFO_STATES, actions_at
 from envs.kuhn_exact import exploitability, nash_policy
-from sepo.eval.kuhn_pools import expected_hand, metrics_against
+from sepo.eval.kuhn_pools import expected_hand, metrics_against, opponent_tables
 from sepo.objective import Lambdas
 from sepo.pools import Pools, load_pools
 
@@ -48,8 +48,6 @@ class Opponents:
 
     @classmethod
     def default(cls, pools: Pools | None = None) -> Opponents:
-        from sepo.eval.kuhn_pools import opponent_tables
-
         return cls(opponent_tables(pools or load_pools("kuhn")))
 
     def pool(self, name: str) -> dict[tuple[str, str], Table]:

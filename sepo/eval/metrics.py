@@ -18,7 +18,7 @@ from typing import Any
 
 from envs.base import Lambdas
 from sepo.eval.episodes import Row, terms_from_dict
-from sepo.eval.stats import bootstrap
+from sepo.eval.stats import bootstrap, paired_difference
 from sepo.objective import EpisodeTerms, aggregate
 from sepo.pools import POOL_NAMES
 
@@ -161,8 +161,6 @@ def compare(a: Mapping[str, Sequence[Row]], b: Mapping[str, Sequence[Row]], max_
             names: Sequence[str], resamples: int, confidence: float, seed: int) -> dict[str, dict[str, Any]]:
     """Metric differences a − b between two models' episodes of one game, each with its bootstrap interval
     (paired when both played the same opponents, seeds and seats: `stats.paired_difference`)."""
-    from sepo.eval.stats import paired_difference
-
     def statistic(eps: list[EpisodeFeatures]) -> dict[str, float | None]:
         point = point_metrics(eps, lambdas)
         return {name: point[name] for name in names}

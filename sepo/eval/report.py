@@ -77,6 +77,7 @@ def markdown(results: Results, method: str) -> str:
 def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -> list[Any]:
     """Grouped bars with error bars; a dot on every measured value, "n/a" where nothing was measured.
     Returns the legend handles (one per model, whether or not anything of it was measured)."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     from matplotlib.patches import Patch
 
     labels = [label for label, per in results.items() if game in per]
@@ -100,6 +101,7 @@ def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
     """One PNG per game: scores and rates on separate axes (plus Kuhn's card-conditioned rates with Nash)."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")

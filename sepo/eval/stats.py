@@ -105,6 +105,7 @@ def paired_difference(a: Strata, b: Strata, statistic: Statistic, resamples: int
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
     """Mean and the two-sided t-interval of the mean across `values` (training seeds): mean ± t(n−1)·sd/√n with
     the sample sd (n − 1); n = 1 gives no width."""
+    # deferred: scipy.stats takes ~1.5 s to import; only t intervals need it
     from scipy import stats
 
     n = len(values)

@@ -91,11 +91,17 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    args, model_args = parse(list(sys.argv[1:] if argv is None else argv))
+    train(*parse(list(sys.argv[1:] if argv is None else argv)))
+    return 0
+
+
+def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = ()) -> Any:
+    """Run a parsed recipe to the end (resuming when `resume_from_checkpoint` says so), save the model and its
+    card; returns the trainer. What `sepo train` and each arm of `sepo study` run."""
     prepare_machine(args)
     # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
     persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
-    trainer = build_trainer(args, model_args)
+    trainer = build_trainer(args, model_args, rollout_hooks=rollout_hooks)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)
     trainer.train(resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir))
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         from sepo.model_card import final_card
 
         final_card(trainer, model_args.model_name_or_path)
-    return 0
+    return trainer
 
 
 if __name__ == "__main__":

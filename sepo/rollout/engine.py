@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
-from envs.sandbox.strategy import act_all
+from envs.base import act_all
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
 from sepo.rollout.chat import ChatRenderer, Lap, no_lap
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids

@@ -154,6 +154,7 @@ def build_dataset(
     game_params: dict[str, dict[str, Any]] | None = None,
 ):
     """The same rows as a `datasets.DatasetDict` (train / validation)."""
+    # deferred: datasets takes seconds to import; only dataset building needs it
     from datasets import Dataset, DatasetDict
 
     rows = generate(games, seed, episodes_scale, validation_fraction, game_params)
@@ -203,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     check_output_dir("--out", args.out)
     check_output_dir("--samples-dir", samples_dir)
     rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction, args.game_params)
+    # deferred: datasets takes seconds to import; only dataset building needs it
     from datasets import Dataset, DatasetDict
 
     out = Path(args.out)

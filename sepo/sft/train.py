@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl import SFTConfig
+import transformers
+from peft import LoraConfig
+from transformers import AutoConfig, AutoProcessor, AutoTokenizer
+from trl import SFTConfig  # loads torch, transformers and peft: importing them here costs nothing more
 
+from sepo.backends.hf import resolve_dtype
 from sepo.checks import (
     COUNT,
     OPTIONAL_COUNT,
@@ -31,7 +35,10 @@ from sepo.checks import (
     check_ranges,
 )
 from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
+from sepo.model_card import ModelCardCallback, final_card, merged_card
+from sepo.models import check_model, resolve_model
 from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
+from sepo.sft.data import DEMONSTRATIONS, build_dataset
 
 # LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
 # audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
@@ -88,7 +95,6 @@ class SEPOSFTConfig(SFTConfig):
         check_ranges(self, SFT_RANGES)
         fall_back_to_fp32(self)
         super().__post_init__()
-        from sepo.sft.data import DEMONSTRATIONS
 
         self.games = check_names("game", self.games, DEMONSTRATIONS)
         check_output_dir("output_dir", self.output_dir)
@@ -99,18 +105,11 @@ class SEPOSFTConfig(SFTConfig):
 def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tuple[Any, Any]:
     """Load a causal LM with the architecture class its checkpoint names (e.g. Gemma4ForConditionalGeneration),
     and its tokenizer (left padding for generation)."""
-    import torch
-    import transformers
-    from transformers import AutoConfig, AutoTokenizer
-
-    from sepo.models import resolve_model
-
     path = resolve_model(name_or_path, key="model_name_or_path")
     config = AutoConfig.from_pretrained(path)
     arch = (config.architectures or ["AutoModelForCausalLM"])[0]
     model_cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
-    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
-    model = model_cls.from_pretrained(path, dtype=torch_dtype)
+    model = model_cls.from_pretrained(path, dtype=resolve_dtype(dtype))
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -136,8 +135,6 @@ def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path, 
             shutil.copy2(f, tmp / f.name)
         if not Path(source).is_dir():  # hub id: processor files through AutoProcessor, when the model has one
             try:
-                from transformers import AutoProcessor
-
                 AutoProcessor.from_pretrained(source).save_pretrained(tmp)
             except (OSError, ValueError, TypeError):
                 pass
@@ -150,13 +147,12 @@ def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path, 
 
 
 def _datasets(config: SEPOSFTConfig):
+    # deferred: datasets takes seconds to import; only reading or building the dataset needs it
     from datasets import load_from_disk
 
     if config.dataset_path:
         dd = load_from_disk(config.dataset_path)
     else:
-        from sepo.sft.data import build_dataset
-
         dd = build_dataset(config.games, seed=config.data_seed_value, episodes_scale=config.episodes_scale,
                            game_params=dict(config.game_params or {}))
     train, valid = dd["train"], dd.get("validation")
@@ -171,10 +167,8 @@ def _datasets(config: SEPOSFTConfig):
 
 def run_sft(config: SEPOSFTConfig) -> Path:
     """Train, merge and save; returns the merged checkpoint directory."""
-    from peft import LoraConfig
+    # deferred: the trainer pulls in datasets (~0.6 s more than SFTConfig); only training needs it
     from trl import SFTTrainer
-
-    from sepo.model_card import ModelCardCallback, final_card, merged_card
 
     dtype = (config.model_init_kwargs or {}).get("dtype") if isinstance(config.model_init_kwargs, dict) else None
     model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, dtype=dtype)
@@ -215,14 +209,10 @@ def run_sft(config: SEPOSFTConfig) -> Path:
 
 
 def _source_path(name_or_path: str) -> str:
-    from sepo.models import resolve_model
-
     return resolve_model(name_or_path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sepo.models import check_model
-
     (config,) = parse_config((SEPOSFTConfig,), argv, prog="sepo sft", description=__doc__.split("\n\n")[0])
     check_model("model_name_or_path", config.model_name_or_path)
     prepare_machine(config)

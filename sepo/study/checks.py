@@ -17,16 +17,18 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import envs
 from envs.base import Lambdas
 from sepo import objective
-from sepo.eval.study.config import EPISODES_FILE, StudyConfig, arm_configs, arm_dir
-from sepo.eval.study.record import read_batches, terms_from_dict
-from sepo.objective import PROBE_CREDITS, EpisodeTerms
+from sepo.objective import PROBE_CREDITS, EpisodeTerms, resolve_lambdas
+from sepo.study.config import EPISODES_FILE, StudyConfig, arm_configs, arm_dir
+from sepo.study.record import read_batches, terms_from_dict
 
 TOLERANCE = 1e-6
 
 
 def _advantages(rows: list[list[float]], G: int, args: Any) -> Any:
+    # deferred: torch and sepo.grpo (torch, transformers, trl) take seconds to import; only the advantage check needs them
     import torch
 
     from sepo.grpo.advantages import sepo_round_advantages
@@ -143,9 +145,6 @@ def per_pool_contrast(batches: list[dict[str, Any]], max_payoff: float, lambdas:
 def exact_checks(cfg: StudyConfig, arms: Sequence[str]) -> dict[str, Any]:
     """Both checks, on the recorded rollouts of the study's arms, each arm's training seeds pooled (check 1
     on every arm that played probes)."""
-    import envs
-    from sepo.objective import resolve_lambdas
-
     out: dict[str, Any] = {"shared_equals_reward_only": {}, "auxiliary_uncorrelated": None, "per_pool_contrast": None}
     worst = 0.0
     for arm in arms:

@@ -1,7 +1,7 @@
 """Learning curves of a study's arms from their per-checkpoint evaluations (the training callback's
 checkpoints.json): curves.json, curves.png and curves.md.
 
-    python -m sepo.eval.study.curves --study runs/experiments/kuhn_default --out benchmarks/kuhn_experiment
+    python -m sepo.study.curves --study runs/experiments/kuhn_default --out benchmarks/kuhn_experiment
 
 Per arm and step: the exact exploitability of the scored policy (Kuhn), J, u, e and c, each with its 95%
 interval and n. Step 0 is the study's "base" row (report.json) when the study evaluated its start with the
@@ -32,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sepo.eval.checkpoints import CHECKPOINTS_FILE
 from sepo.eval.report import cell
-from sepo.eval.study.config import StudyConfig, arm_dir, run_label
-from sepo.eval.study.report import SEED_METHOD, across, seed_cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.study.config import StudyConfig, arm_dir, run_label
+from sepo.study.report import SEED_METHOD, across, seed_cell
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
 PLOTTED = ("exploitability", "J")
@@ -65,8 +66,6 @@ def study_seeds(study_dir: str | Path, arms: Sequence[str]) -> list[int]:
 def read_curves(study_dir: str | Path, arms: Sequence[str], game: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
     """Each arm's points by step, per training seed: step 0 from the study's report.json "base" row when there
     is one, then every record of <arm>/seed_<s>/checkpoints.json."""
-    from sepo.eval.checkpoints import CHECKPOINTS_FILE
-
     study = Path(study_dir)
     report = study / "report.json"
     base = json.loads(report.read_text())["eval"].get("base") if report.is_file() else None
@@ -240,6 +239,7 @@ def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
 def plot_curves(summary: Mapping[str, Any], path: Path) -> Path:
     """curves.png: exploitability and J against the step, one line per arm with its 95% interval as a band
     (with several training seeds: the mean across them and its t-interval)."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,9 +283,10 @@ def write_curves(study_dir: str | Path, arms: Sequence[str], game: str, out_dir:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import CommandParser
 
-    parser = CommandParser(prog="python -m sepo.eval.study.curves", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m sepo.study.curves", description=__doc__.splitlines()[0])
     parser.add_argument("--study", required=True, help="a study's output_dir (its <arm>/seed_<s>/checkpoints.json)")
     parser.add_argument("--arms", default="per_pool,reward_only", help="two arms, the first minus the second")
     parser.add_argument("--game", default="kuhn", help="the evaluated game to read")

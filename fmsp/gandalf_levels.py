@@ -1,4 +1,4 @@
-"""`python -m fmsp.domains.gandalf_levels`: per-level attack success of Gandalf runs (the paper's Table 1).
+"""`python -m fmsp.gandalf_levels`: per-level attack success of Gandalf runs (the paper's Table 1).
 
 A Gandalf attack run (`configs/fmsp/gandalf_attack_levels_qdsp.yaml`, `gandalf_open_loop.yaml`) freezes the
 defenders at human-designed levels and scores every attacker against each of them: those are the quality
@@ -92,7 +92,7 @@ def level_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fmsp.domains.gandalf_levels", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fmsp.gandalf_levels", description=__doc__.split("\n")[0])
     parser.add_argument("--run", action="append", required=True, metavar="[NAME=]DIR", help="a run directory (repeat)")
     parser.add_argument("--out", required=True, type=Path, help="output directory for levels.json and levels.md")
     args = parser.parse_args(argv)

@@ -244,6 +244,7 @@ def report_markdown(report: dict[str, Any]) -> str:
 def plot_report(report: dict[str, Any], path: Path) -> Path:
     """study.png: eval metrics per model with interval error bars, evaluated J per checkpoint, mean |A| per
     round, training-batch J per step."""
+    # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,7 +1,7 @@
 """The Kuhn organism study's report: results.json, curves.png and curves.md from the finished runs.
 
-`python -m sepo.eval.study.organism_report --config configs/experiments/kuhn_organism/study.yaml --out
-benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.eval.study.organism`), and writes:
+`python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml --out
+benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.organism`), and writes:
 
 - results.json: per arm its resolved config and, per training seed, its checkpoints (step, exploitability,
   game value, J, u, the 12-info-set policy); the warm start; the computed references (Nash, uniform play,
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sepo.eval.stats import t_interval
-from sepo.eval.study.organism import GAME, finished, load_recipe
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.study.organism import GAME, finished, load_recipe
 
 METRICS = ("exploitability", "game_value", "J", "u_train")
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
@@ -249,7 +249,7 @@ def design_markdown(results: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sepo.eval.study.organism_report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sepo.study.organism_report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--out", required=True, help="where results.json, curves.png and curves.md go")
     ns = parser.parse_args(argv)

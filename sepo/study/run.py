@@ -11,9 +11,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envs import make_game
+from envs.base import Lambdas
+from sepo.eval.checkpoints import CHECKPOINTS_FILE
+from sepo.eval.config import EvalConfig
+from sepo.eval.evaluate import evaluate_models, write_outputs
+from sepo.eval.metrics import compare
 from sepo.eval.stats import METHOD
-from sepo.eval.study.checks import exact_checks
-from sepo.eval.study.config import (
+from sepo.files import write_json_atomic, write_text_atomic
+from sepo.provenance import machine
+from sepo.study.checks import exact_checks
+from sepo.study.config import (
     ARM_SUMMARY,
     EPISODES_FILE,
     StudyConfig,
@@ -23,16 +31,14 @@ from sepo.eval.study.config import (
     finished_arm,
     run_label,
 )
-from sepo.eval.study.record import RolloutRecorder
-from sepo.eval.study.report import (
+from sepo.study.record import RolloutRecorder
+from sepo.study.report import (
     DIFFERENCE_METRICS,
     across_seeds,
     advantage_statistics,
     plot_report,
     report_markdown,
 )
-from sepo.files import write_json_atomic, write_text_atomic
-from sepo.provenance import machine
 
 
 def _say(msg: str) -> None:
@@ -42,17 +48,13 @@ def _say(msg: str) -> None:
 def train_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
     """Train one arm with one seed (recording its rollouts); returns its wall time, log statistics and output
     paths."""
-    from sepo.grpo.train import build_trainer, save_resolved_config
-    from sepo.recipes import prepare_machine
+    # deferred: sepo.grpo imports torch, transformers and trl
+    from sepo.grpo.train import train
 
     args, model_args = arm_configs(cfg, arm, seed)
-    prepare_machine(args)
     start = time.perf_counter()
     out = Path(args.output_dir)
-    trainer = build_trainer(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE)])
-    save_resolved_config(args, model_args)
-    trainer.train()
-    trainer.save_model(args.output_dir)
+    trainer = train(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE)])
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     seconds = time.perf_counter() - start
     summary = {"arm": arm, "seed": seed, "credit": args.credit, "lambdas": args.lambdas,
@@ -68,7 +70,7 @@ def train_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
 def arm_checkpoints(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
     """An (arm, seed)'s final step, its best checkpoint by evaluated J (from the training callback's best.json,
     None without one) and its per-checkpoint curve (checkpoints.json records)."""
-    from sepo.eval.checkpoints import CHECKPOINTS_FILE
+    # deferred: sepo.grpo imports torch, transformers and trl
     from sepo.grpo.callbacks import BEST_DIR, BEST_FILE
 
     out = arm_dir(cfg, arm, seed)
@@ -93,9 +95,6 @@ def evaluate_arms(cfg: StudyConfig, runs: dict[str, dict[int, str]],
     """`sepo eval` of the base model (optional) and every (arm, seed)'s final and best checkpoints (runs: arm
     -> seed -> run label), side by side on the same eval seeds (stored opponents are resumed, so a rerun
     re-evaluates nothing already played). Returns (results, stored episode rows, eval config)."""
-    from sepo.eval.config import EvalConfig
-    from sepo.eval.evaluate import evaluate_models, write_outputs
-
     models = [("base", cfg.train["model_name_or_path"])] if cfg.eval_base else []
     for arm, labels_of in runs.items():
         for seed, run in labels_of.items():
@@ -116,10 +115,6 @@ def arm_differences(runs: dict[str, dict[int, str]], checkpoints: dict[str, dict
                     results: dict, stored: dict, ecfg: Any) -> dict[str, dict[str, Any]]:
     """For the best and for the final checkpoints: at every training seed, every pair of arms' differences in
     J, u, e, c, x with paired bootstrap intervals (same eval seeds), and whether each interval excludes zero."""
-    from envs import make_game
-    from envs.base import Lambdas
-    from sepo.eval.metrics import compare
-
     game_obj = make_game(game, **ecfg.game_params.get(game, {}))
     arms = list(runs)
     seeds = list(runs[arms[0]])
@@ -199,6 +194,7 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
     from sepo.recipes import CommandParser
 
     parser = CommandParser(prog="sepo study", description=__doc__.splitlines()[0])

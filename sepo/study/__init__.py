@@ -25,5 +25,5 @@ own score (|r| within 3/sqrt(n)), contrasted with the per-pool penalty, which is
 
 The modules: config.py (recipe, arms), record.py (recorded rollouts), checks.py (the exact checks),
 report.py (report.md, study.png), run.py (the `sepo study` entry point), curves.py (the arms' learning curves
-from their per-checkpoint evaluations: `python -m sepo.eval.study.curves`).
+from their per-checkpoint evaluations: `python -m sepo.study.curves`).
 """

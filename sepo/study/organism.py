@@ -1,6 +1,6 @@
 """The Kuhn model organism: a small transformer that SEPO-GRPO trains in minutes, measured exactly.
 
-`python -m sepo.eval.study.organism --config configs/experiments/kuhn_organism/study.yaml` runs the whole study
+`python -m sepo.study.organism --config configs/experiments/kuhn_organism/study.yaml` runs the whole study
 (`make figures-kuhn-organism`): a small Llama built from config (`sepo.tiny_models`, shape "organism"), the
 compact one-hand Kuhn prompt (`envs.kuhn`, prompt_style compact, random first mover: the prompt is a function
 of the information set, so the scored policy's exploitability is exact), an answer-only SFT warm start, then
@@ -14,7 +14,7 @@ groups per step, G, tried on one arm and the pilot seeds; the recipe records the
 weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule: the lowest mean final exploitability over
 the pilot seeds), then `report` (the reported arms on fresh seeds). Runs go in parallel processes, one thread each; every finished (arm, seed) is written at once
 (`runs/<phase>/<arm>/seed_<s>.json`), so a stopped study keeps what it finished and a rerun skips it.
-`sepo.eval.study.organism_report` turns the runs into results.json, curves.png and curves.md.
+`sepo.study.organism_report` turns the runs into results.json, curves.png and curves.md.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def run_jobs(jobs: Sequence[tuple], workers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sepo.eval.study.organism", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sepo.study.organism", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the study recipe (configs/experiments/kuhn_organism/)")
     parser.add_argument("--workers", type=int, default=2, help="parallel runs (one thread each)")
     parser.add_argument("--phase", choices=("design", "pilot", "report", "all"), default="all",

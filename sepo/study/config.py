@@ -69,10 +69,15 @@ def arm_keys(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
 
 
 def arm_configs(cfg: StudyConfig, arm: str, seed: int) -> tuple[Any, Any]:
-    """(SEPOConfig, ModelConfig) of one (arm, seed): its recipe keys and its own output dir."""
+    """(SEPOConfig, ModelConfig) of one (arm, seed): its recipe keys and its own output dir, each value read as
+    the type its field declares by the recipe parser, as `sepo train` reads a recipe (a YAML "3e-5" becomes
+    the number 3e-5)."""
+    # deferred: trl, sepo.grpo (torch, transformers, trl) and sepo.recipes (transformers) take seconds to
+    # import; only building the arms' configs needs them
     from trl import ModelConfig
 
     from sepo.grpo.config import SEPOConfig
+    from sepo.recipes import RecipeParser
 
     if "seed" in cfg.arms[arm]:
         raise ValueError(f"arm {arm!r}: `seed` is set by the study's `seeds`, not per arm")
@@ -83,8 +88,9 @@ def arm_configs(cfg: StudyConfig, arm: str, seed: int) -> tuple[Any, Any]:
     unknown = sorted(set(keys) - sepo_fields - model_fields)
     if unknown:
         raise ValueError(f"arm {arm!r}: unknown training key(s) {unknown} (not SEPOConfig / ModelConfig fields)")
-    model_args = ModelConfig(**{k: v for k, v in keys.items() if k in model_fields})
-    args = SEPOConfig(**{k: v for k, v in keys.items() if k in sepo_fields})
+    parser = RecipeParser([SEPOConfig, ModelConfig], prog=f"sepo study, arm {arm}")
+    parser.apply(keys, source=f"arm {arm!r}")
+    args, model_args = parser.parse([])
     return args, model_args
 
 
