@@ -192,10 +192,13 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     from sepo.eval.kuhn import scored_policy
     from sepo.grpo.config import SEPOConfig
     from sepo.grpo.trainer import SEPOTrainer
+    from sepo.recipes import RecipeParser
 
     torch.set_num_threads(1)
     keys = arm_config(recipe, arm, seed, steps, str(out.parent / f".work_{out.stem}"))
-    args = SEPOConfig(**keys)
+    parser = RecipeParser([SEPOConfig], prog=f"kuhn organism, arm {arm}")  # typed, as sepo train reads a recipe
+    parser.apply(keys, source=f"arm {arm!r}")
+    (args,) = parser.parse([])
     tokenizer = AutoTokenizer.from_pretrained(start, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(start)
     every, params = int(recipe["eval_every"]), args.game_params.get(GAME)
