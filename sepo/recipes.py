@@ -38,12 +38,13 @@ from sepo.checks import UsageError, did_you_mean
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
 UNDOCUMENTED = "(no description yet)"
-RECIPE_EPILOG = (
-    "Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command line. "
+FLAG_EPILOG = (
     "--key_name and --key-name are the same flag; lists take several values (--games ipd kuhn); mappings "
     "take JSON or YAML flow ('{training: 2, exploit: 1}'); booleans take true/false; null unsets an "
     "optional key."
 )
+RECIPE_EPILOG = "Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command line. " \
+    + FLAG_EPILOG
 
 
 # ------------------------------------------------------------------------------------------------
@@ -75,6 +76,18 @@ class _DeprecatedAlias(argparse.Action):
                  option_string: str | None = None) -> None:  # fmt: skip
         _warn_deprecated(str(option_string), f"--{self.new}", "command line")
         setattr(namespace, self.dest, values)
+
+
+class _Repeated(argparse.Action):
+    """A list key whose flag may be given more than once (`--run a --run b`, as well as `--run a b`): the
+    command line's values, in order, replace the recipe's or the default. A field asks for it with
+    `metadata={"repeatable": True}`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        before = getattr(namespace, self.dest, None)
+        first = before is self.default  # argparse put the default (the recipe's value) there
+        setattr(namespace, self.dest, list(values) if first or before is None else [*before, *values])
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -141,15 +154,23 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
+    def _unknown(self, word: str) -> None:
+        known = [s for action in self._actions for s in action.option_strings]
+        raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; `{self.prog} --help` lists the options")
+
     def parse(self, argv: Sequence[str] | None) -> argparse.Namespace:
-        """Parse `argv`; anything not understood is a UsageError."""
-        namespace, rest = self.parse_known_args(list(argv or []))
+        """Parse `argv`; anything not understood is a UsageError. An unknown option is named first, before
+        argparse would report a missing required one (a typo of a required key is both)."""
+        argv = list(argv or [])
+        for token in argv:
+            word = token.split("=", 1)[0]
+            if word.startswith("--") and word != "--" and word not in self._option_string_actions:
+                self._unknown(word)
+        namespace, rest = self.parse_known_args(argv)
         if rest:
             word = rest[0].split("=", 1)[0]
             if word.startswith("-"):
-                known = [s for action in self._actions for s in action.option_strings]
-                raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; "
-                                 f"`{self.prog} --help` lists the options")
+                self._unknown(word)
             raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
         if vars(namespace).pop("_debug", False):
             os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
@@ -351,11 +372,16 @@ class RecipeParser(CommandParser, HfArgumentParser):
         self._hints: dict[str, tuple[Any, type]] = {}  # dest -> (type hint, dataclass)
         self._renamed: dict[str, str] = {}  # a deprecated key -> its new name
         self._own_groups: list[argparse._ArgumentGroup] = []
-        super().__init__(list(dataclass_types), prog=prog, description=description, epilog=RECIPE_EPILOG,
-                         usage="%(prog)s [--config RECIPE.yaml] [--key value ...]")
+        own_config = any(f.name == "config" for dtype in dataclass_types for f in dataclasses.fields(dtype))
+        super().__init__(list(dataclass_types), prog=prog, description=description,
+                         epilog=FLAG_EPILOG if own_config else RECIPE_EPILOG,
+                         usage="%(prog)s [--key value ...]" if own_config else
+                         "%(prog)s [--config RECIPE.yaml] [--key value ...]")  # fmt: skip
         self._optionals.title = "general options"
-        self._optionals.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
-                                     help="YAML recipe of flat keys; flags on the command line override it")
+        self.reads_recipes = not own_config  # a command whose own `config` key names another kind of file
+        if self.reads_recipes:
+            self._optionals.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
+                                         help="YAML recipe of flat keys; flags on the command line override it")
         self._action_groups.sort(key=self._group_rank)
 
     def _group_rank(self, group: argparse._ArgumentGroup) -> tuple[int, int]:
@@ -383,6 +409,9 @@ class RecipeParser(CommandParser, HfArgumentParser):
             singular = field.name[:-1]
             if mine and (get_origin(plain) is list) and field.name.endswith("s") and singular not in hints:
                 field.metadata = types.MappingProxyType({**field.metadata, "aliases": [f"--{singular}"]})
+            if field.metadata.get("repeatable"):
+                field.metadata = types.MappingProxyType(
+                    {**{k: v for k, v in field.metadata.items() if k != "repeatable"}, "action": _Repeated})
             before = len(self._actions)
             self._parse_dataclass_field(groups[mine], field)
             self._adapt(self._actions[before:], hints[field.name], plain, optional)
@@ -448,7 +477,7 @@ class RecipeParser(CommandParser, HfArgumentParser):
     def parse(self, argv: Sequence[str] | None) -> tuple[Any, ...]:  # type: ignore[override]
         """The dataclasses from `[--config RECIPE] [--key value ...]`."""
         argv = list(argv or [])
-        for i, token in enumerate(argv):
+        for i, token in enumerate(argv if self.reads_recipes else ()):
             if token == "--config" or token.startswith("--config="):
                 path = token.partition("=")[2] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
                 if not path:
