@@ -491,7 +491,7 @@ def evaluate(
 
 
 @dataclass
-class EvalCommandConfig:
+class FMSPEvalConfig:
     """The keys of `fmsp eval` (command line or `--config` recipe); the checks run when it is built."""
 
     runs: list[str] = field(metadata={"help": "a run directory, optionally labelled (repeat for several runs)",
@@ -530,7 +530,7 @@ def parser():
     """The command line of `fmsp eval`."""
     from sepo.recipes import RecipeParser
 
-    return RecipeParser((EvalCommandConfig,), prog="fmsp eval", description=__doc__.split("\n")[0])
+    return RecipeParser((FMSPEvalConfig,), prog="fmsp eval", description=__doc__.split("\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
