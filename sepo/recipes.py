@@ -352,15 +352,20 @@ def _has_mapping(hint: Any) -> bool:
     return any(get_origin(a) is dict or a is dict for a in options)
 
 
+def _is_project(cls: type) -> bool:
+    """A class of this project: one of its packages, or a module of it run as `python -m` (`__main__`)."""
+    return cls.__module__.split(".")[0] in PROJECT_PACKAGES or cls.__module__ == "__main__"
+
+
 def _own_fields(dtype: type) -> set[str]:
     """Fields this project declares (or re-declares with its own default) rather than inherits."""
-    return {name for cls in dtype.__mro__ if cls.__module__.split(".")[0] in PROJECT_PACKAGES
+    return {name for cls in dtype.__mro__ if _is_project(cls)
             for name in vars(cls).get("__annotations__", {})}
 
 
 def _upstream_title(dtype: type) -> str:
     names = [f"{c.__module__.split('.')[0]}.{c.__name__}" for c in dtype.__mro__
-             if dataclasses.is_dataclass(c) and c.__module__.split(".")[0] not in PROJECT_PACKAGES]
+             if dataclasses.is_dataclass(c) and not _is_project(c)]
     names = list(dict.fromkeys([names[0], names[-1]])) if names else [dtype.__name__]
     return " / ".join(names) + " options"
 
