@@ -29,6 +29,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -282,16 +283,24 @@ def write_curves(study_dir: str | Path, arms: Sequence[str], game: str, out_dir:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    from sepo.recipes import CommandParser
+@dataclass
+class CurvesConfig:
+    """The keys of `python -m sepo.eval.study.curves` (command line or `--config` recipe)."""
 
-    parser = CommandParser(prog="python -m sepo.eval.study.curves", description=__doc__.splitlines()[0])
-    parser.add_argument("--study", required=True, help="a study's output_dir (its <arm>/seed_<s>/checkpoints.json)")
-    parser.add_argument("--arms", default="per_pool,reward_only", help="two arms, the first minus the second")
-    parser.add_argument("--game", default="kuhn", help="the evaluated game to read")
-    parser.add_argument("--out", required=True, help="where curves.json, curves.png and curves.md go")
-    parser.add_argument("--title", default="Learning curves: Kuhn poker, per-pool credit vs reward only")
-    ns = parser.parse(sys.argv[1:] if argv is None else argv)
+    study: str = field(metadata={"help": "a study's output_dir (its <arm>/seed_<s>/checkpoints.json)"})
+    out: str = field(metadata={"help": "where curves.json, curves.png and curves.md go"})
+    arms: str = field(default="per_pool,reward_only", metadata={"help": "two arms, the first minus the second"})
+    game: str = field(default="kuhn", metadata={"help": "the evaluated game to read"})
+    title: str = field(default="Learning curves: Kuhn poker, per-pool credit vs reward only",
+                       metadata={"help": "the title of the plot and the table"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sepo.recipes import RecipeParser
+
+    parser = RecipeParser((CurvesConfig,), prog="python -m sepo.eval.study.curves",
+                          description=__doc__.splitlines()[0])  # fmt: skip
+    (ns,) = parser.parse(sys.argv[1:] if argv is None else argv)
     try:
         summary = write_curves(ns.study, ns.arms.split(","), ns.game, ns.out, ns.title)
     except ValueError as exc:
