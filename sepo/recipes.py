@@ -7,10 +7,13 @@ reads `--config recipe.yaml` (flat keys, plus an optional `env:` map of environm
 `UsageError` that names the key: unknown keys (with a "did you mean"), YAML syntax (file, line, column),
 values of the wrong type, and whatever the dataclasses' own checks reject.
 
-Conventions every `sepo` / `fmsp` command shares (`CommandParser`): `--key_name` and `--key-name` are the
-same flag; no abbreviations; a list key also answers to its singular (`--game` for `games`); help lists the
-general options, then the project's own keys, then those inherited from TRL / transformers, each with its
-description and its default once; `--debug` shows tracebacks.
+Every `sepo` / `fmsp` command reads its keys this way, each from its own dataclass, with the same conventions:
+`--key_name` and `--key-name` are the same flag; no abbreviations; a list key also answers to its singular
+(`--game` for `games`), and one whose field says `metadata={"repeatable": True}` takes its flag more than once
+(`--run a --run b`); help lists the general options, then the project's own keys, then those inherited from
+TRL / transformers, each with its description and its default once; `--debug` shows tracebacks. A dataclass
+with a `config` key of its own (`sepo study`: the study recipe) keeps that meaning of `--config` and reads
+no recipe of its flags.
 
 A config lists in `_RECIPE_PATH_FIELDS` the keys that name files shipped with a recipe: a relative value
 written in the recipe resolves against the recipe's directory (given on the command line, against the
@@ -113,68 +116,6 @@ class HelpFormatter(argparse.HelpFormatter):
         if silent or "default" in text.lower():
             return text
         return f"{text} (default: {_show(action.default).replace('%', '%%')})"
-
-
-# ------------------------------------------------------------------------------------------------
-# the shared conventions
-
-
-def _spellings(names: Sequence[str]) -> list[str]:
-    """`--a_b` and `--a-b` both, the given spelling first."""
-    out: list[str] = []
-    for name in names:
-        out.append(name)
-        if name.startswith("--"):
-            body = name[2:]
-            other = "--" + (body.replace("_", "-") if "_" in body else body.replace("-", "_"))
-            if other != name:
-                out.append(other)
-    return list(dict.fromkeys(out))
-
-
-class CommandParser(argparse.ArgumentParser):
-    """argparse with the conventions of every `sepo` / `fmsp` command (see the module docstring): argparse's
-    own errors become `UsageError`s, unknown options get a "did you mean", both spellings are accepted."""
-
-    def __init__(self, *args: Any, prog: str, description: str | None = None, epilog: str | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, prog=prog, description=description, epilog=epilog, formatter_class=HelpFormatter,
-                         allow_abbrev=False, add_help=False, **kwargs)
-        self._optionals.title = "options"
-        self._optionals.add_argument("-h", "--help", action="help", help="show this help and exit")
-        if "--debug" not in self._option_string_actions:  # TrainingArguments has a `debug` key of its own
-            self._optionals.add_argument("--debug", action="store_true", dest="_debug",
-                                         help="show the full traceback of an error (same as SEPO_DEBUG=1)")
-
-    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
-        if "metavar" not in kwargs and kwargs.get("type") in _METAVARS:
-            kwargs["metavar"] = _METAVARS[kwargs["type"]]
-        return super().add_argument(*_spellings(names), **kwargs)
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-    def _unknown(self, word: str) -> None:
-        known = [s for action in self._actions for s in action.option_strings]
-        raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; `{self.prog} --help` lists the options")
-
-    def parse(self, argv: Sequence[str] | None) -> argparse.Namespace:
-        """Parse `argv`; anything not understood is a UsageError. An unknown option is named first, before
-        argparse would report a missing required one (a typo of a required key is both)."""
-        argv = list(argv or [])
-        for token in argv:
-            word = token.split("=", 1)[0]
-            if word.startswith("--") and word != "--" and word not in self._option_string_actions:
-                self._unknown(word)
-        namespace, rest = self.parse_known_args(argv)
-        if rest:
-            word = rest[0].split("=", 1)[0]
-            if word.startswith("-"):
-                self._unknown(word)
-            raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
-        if vars(namespace).pop("_debug", False):
-            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
-        return namespace
 
 
 # ------------------------------------------------------------------------------------------------
@@ -370,8 +311,10 @@ def _upstream_title(dtype: type) -> str:
     return " / ".join(names) + " options"
 
 
-class RecipeParser(CommandParser, HfArgumentParser):
-    """HfArgumentParser (as TRL's TrlParser) with `--config` recipes and the shared conventions."""
+class RecipeParser(HfArgumentParser):
+    """HfArgumentParser (as TRL's TrlParser) with `--config` recipes and the conventions every `sepo` / `fmsp`
+    command shares (see the module docstring): argparse's own errors become `UsageError`s, unknown options get
+    a "did you mean", and `--debug` shows tracebacks."""
 
     def __init__(self, dataclass_types: Sequence[type], prog: str, description: str | None = None) -> None:
         self._hints: dict[str, tuple[Any, type]] = {}  # dest -> (type hint, dataclass)
@@ -381,8 +324,13 @@ class RecipeParser(CommandParser, HfArgumentParser):
         super().__init__(list(dataclass_types), prog=prog, description=description,
                          epilog=FLAG_EPILOG if own_config else RECIPE_EPILOG,
                          usage="%(prog)s [--key value ...]" if own_config else
-                         "%(prog)s [--config RECIPE.yaml] [--key value ...]")  # fmt: skip
+                         "%(prog)s [--config RECIPE.yaml] [--key value ...]",
+                         formatter_class=HelpFormatter, allow_abbrev=False, add_help=False)  # fmt: skip
         self._optionals.title = "general options"
+        self._optionals.add_argument("-h", "--help", action="help", help="show this help and exit")
+        if "--debug" not in self._option_string_actions:  # TrainingArguments has a `debug` key of its own
+            self._optionals.add_argument("--debug", action="store_true", dest="_debug",
+                                         help="show the full traceback of an error (same as SEPO_DEBUG=1)")
         self.reads_recipes = not own_config  # a command whose own `config` key names another kind of file
         if self.reads_recipes:
             self._optionals.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
@@ -479,7 +427,32 @@ class RecipeParser(CommandParser, HfArgumentParser):
         os.environ.update({str(k): str(v) for k, v in env.items()})
         self.apply(data, source=str(path), lines=lines, base_dir=Path(path).parent)
 
-    def parse(self, argv: Sequence[str] | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+    def _unknown(self, word: str) -> None:
+        known = [s for action in self._actions for s in action.option_strings]
+        raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; `{self.prog} --help` lists the options")
+
+    def _parse_flags(self, argv: list[str]) -> dict[str, Any]:
+        """The values of `argv`'s flags; anything not understood is a UsageError. An unknown option is named
+        first, before argparse would report a missing required one (a typo of a required key is both)."""
+        for token in argv:
+            word = token.split("=", 1)[0]
+            if word.startswith("--") and word != "--" and word not in self._option_string_actions:
+                self._unknown(word)
+        namespace, rest = self.parse_known_args(argv)
+        if rest:
+            word = rest[0].split("=", 1)[0]
+            if word.startswith("-"):
+                self._unknown(word)
+            raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
+        values = vars(namespace)
+        if values.pop("_debug", False):
+            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
+        return values
+
+    def parse(self, argv: Sequence[str] | None) -> tuple[Any, ...]:
         """The dataclasses from `[--config RECIPE] [--key value ...]`."""
         argv = list(argv or [])
         for i, token in enumerate(argv if self.reads_recipes else ()):
@@ -490,7 +463,7 @@ class RecipeParser(CommandParser, HfArgumentParser):
                 del argv[i : i + (1 if "=" in token else 2)]
                 self.apply_recipe(path)
                 break
-        values = vars(super().parse(argv))
+        values = self._parse_flags(argv)
         return tuple(self.build(dtype, values) for dtype in self.dataclass_types)
 
     @staticmethod
