@@ -198,11 +198,16 @@ class TinyModelConfig:
         check_output_dir("--out", self.out)
 
 
+def parser() -> RecipeParser:
+    """The command line of `sepo tiny-model`."""
+    return RecipeParser((TinyModelConfig,), prog="sepo tiny-model",
+                        description=(main.__doc__ or "").split("\n")[0].strip("`"))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """`sepo tiny-model --out DIR [--arch llama|qwen3_5|gemma4] [--seed N]`: a tiny random-weight model for a
     smoke test of a setup (every stage runs on it in seconds; its play is noise)."""
-    (args,) = RecipeParser((TinyModelConfig,), prog="sepo tiny-model",
-                           description=(main.__doc__ or "").split("\n")[0].strip("`")).parse(argv)  # fmt: skip
+    (args,) = parser().parse(argv)
     path = save_tiny_model(args.out, args.arch, seed=args.seed)
     from transformers import AutoConfig
 

@@ -410,6 +410,7 @@ QUICK_MISTAKES = [  # (command line, the start of the message)
     (["train", "--config", "configs/sepo/ipd_default.yaml", "--top_p", "2"], "top_p must be a number in (0, 1]"),
     (["sft", "--model_name_or_path", "no/such/dir"], "model_name_or_path 'no/such/dir': no such directory"),
     (["train", "--config", "configs/sepo/ipd_default.yaml", "--output_dir", "README.md"], "output_dir 'README.md' is a file"),
+    (["tiny-model", "--ot", "x"], "unknown option --ot (did you mean '--out'?)"),
 ]  # fmt: skip
 
 
@@ -435,15 +436,19 @@ def test_mistakes_are_reported_before_trl_or_torch_is_imported(tmp_path):
 
 
 def _full_parser_error(argv: list[str]) -> str:
-    """What `sepo train` / `sepo sft` report for `argv` without the quick check (their own parse and checks)."""
+    """What `sepo train` / `sepo sft` / `sepo tiny-model` report for `argv` without the quick check (their own
+    parse and checks)."""
     from sepo.grpo.train import parse as train_parse
     from sepo.models import check_model
     from sepo.recipes import parse_config
     from sepo.sft.train import SEPOSFTConfig
+    from sepo.tiny_models import parser as tiny_model_parser
 
     try:
         if argv[0] == "train":
             train_parse(argv[1:])
+        elif argv[0] == "tiny-model":
+            tiny_model_parser().parse(argv[1:])
         else:
             (config,) = parse_config((SEPOSFTConfig,), argv[1:], prog="sepo sft")
             check_model("model_name_or_path", config.model_name_or_path)
@@ -461,10 +466,12 @@ def test_the_quick_check_knows_every_key_of_the_full_parsers():
     from sepo.grpo.config import SEPOConfig
     from sepo.recipes import RecipeParser
     from sepo.sft.train import SEPOSFTConfig
+    from sepo.tiny_models import TinyModelConfig
 
     assert recipe_keys.upstream_keys() == recipe_keys.live_upstream_keys(), (
         "TRL's keys changed: run `python -m sepo.recipe_keys` to rewrite sepo/upstream_keys.json")
-    for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,))):
+    for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,)),
+                           ("tiny-model", (TinyModelConfig,))):
         parser = RecipeParser(types, prog=command)
         keys, deprecated, options = recipe_keys.command_keys(command)
         assert keys == set(parser._hints) and deprecated == parser._renamed, command
