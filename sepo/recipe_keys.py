@@ -31,7 +31,7 @@ GENERAL_OPTIONS = {"config", "debug", "help"}  # every RecipeParser's own
 # the (source file, name) of the ranges table the config checks, if any). `sepo tiny-model` is here because
 # its module imports torch at the top (its functions' signatures use torch.dtype): 6 s before a typo is named.
 COMMANDS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, str] | None]] = {
-    "train": ((("sepo/grpo/config.py", "SEPOConfig"),), ("GRPOConfig", "ModelConfig"),
+    "train": ((("sepo/grpo/config.py", "SEPOConfig"), ("sepo/lora.py", "SEPOModelConfig")), ("GRPOConfig", "ModelConfig"),
               ("sepo/grpo/config.py", "SEPO_RANGES")),
     "sft": ((("sepo/sft/train.py", "SEPOSFTConfig"),), ("SFTConfig",), ("sepo/sft/train.py", "SFT_RANGES")),
     "tiny-model": ((("sepo/tiny_models.py", "TinyModelConfig"),), (), None),
