@@ -51,6 +51,13 @@ class MatchConfig:
             raise UsageError(f"--games must be >= 1, got {self.games}")
 
 
+def parser():
+    """The command line of `fmsp match`."""
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((MatchConfig,), prog="fmsp match", description=__doc__.split("\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     from envs.sandbox import SandboxConfig, SandboxUnavailable
     from envs.sandbox.rng import new_rng_key
@@ -59,9 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from fmsp.domains import make_domain
     from fmsp.sandbox import Sandbox
     from sepo.files import write_json_atomic
-    from sepo.recipes import RecipeParser
 
-    (args,) = RecipeParser((MatchConfig,), prog="fmsp match", description=__doc__.split("\n")[0]).parse(argv)
+    (args,) = parser().parse(argv)
     try:
         overrides = dict(args.domain_config)
         if args.games is not None:

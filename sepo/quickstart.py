@@ -65,8 +65,13 @@ class QuickstartConfig:
         check_output_dir("--out", self.out)
 
 
+def parser() -> RecipeParser:
+    """The command line of `sepo quickstart`."""
+    return RecipeParser((QuickstartConfig,), prog="sepo quickstart", description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    (args,) = RecipeParser((QuickstartConfig,), prog="sepo quickstart", description=__doc__.split("\n\n")[0]).parse(argv)
+    (args,) = parser().parse(argv)
     scale = SCALES[args.scale]
     out = Path(args.out)
 

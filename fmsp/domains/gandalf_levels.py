@@ -105,8 +105,13 @@ class LevelsConfig:
     out: str = field(metadata={"help": "output directory for levels.json and levels.md"})
 
 
+def parser() -> RecipeParser:
+    """The command line of the level table."""
+    return RecipeParser((LevelsConfig,), prog=PROG, description=__doc__.split("\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    (args,) = RecipeParser((LevelsConfig,), prog=PROG, description=__doc__.split("\n")[0]).parse(argv)
+    (args,) = parser().parse(argv)
     runs = []
     for spec in args.runs:
         name, _, path = spec.rpartition("=")

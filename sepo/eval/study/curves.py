@@ -37,6 +37,7 @@ from sepo.eval.report import cell
 from sepo.eval.study.config import StudyConfig, arm_dir, run_label
 from sepo.eval.study.report import SEED_METHOD, across, seed_cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.subcommands import report_usage_errors
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
 PLOTTED = ("exploitability", "J")
@@ -295,12 +296,15 @@ class CurvesConfig:
                        metadata={"help": "the title of the plot and the table"})
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser():
+    """The command line of the learning curves."""
     from sepo.recipes import RecipeParser
 
-    parser = RecipeParser((CurvesConfig,), prog="python -m sepo.eval.study.curves",
-                          description=__doc__.splitlines()[0])  # fmt: skip
-    (ns,) = parser.parse(sys.argv[1:] if argv is None else argv)
+    return RecipeParser((CurvesConfig,), prog="python -m sepo.eval.study.curves", description=__doc__.splitlines()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     try:
         summary = write_curves(ns.study, ns.arms.split(","), ns.game, ns.out, ns.title)
     except ValueError as exc:
@@ -311,4 +315,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors("python -m sepo.eval.study.curves", main))

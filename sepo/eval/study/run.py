@@ -212,11 +212,15 @@ class StudyCommand:
         default=False, metadata={"help": "train every (arm, seed) again, even those already trained with the same keys"})
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser():
+    """The command line of `sepo study`."""
     from sepo.recipes import RecipeParser
 
-    parser = RecipeParser((StudyCommand,), prog="sepo study", description=__doc__.splitlines()[0])
-    (ns,) = parser.parse(sys.argv[1:] if argv is None else argv)
+    return RecipeParser((StudyCommand,), prog="sepo study", description=__doc__.splitlines()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     try:
         cfg = StudyConfig.from_yaml(ns.config)
