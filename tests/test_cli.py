@@ -243,18 +243,19 @@ def test_fmsp_eval_sizes_are_checked(tmp_path, capsys):
 
 def _parsers():
     """Every command's parser, built the way its main() builds it."""
-    from trl import ModelConfig
+    import importlib
 
     from fmsp.config import FMSPConfig
     from fmsp.evaluation import parser as fmsp_eval_parser
     from fmsp.export import parser as fmsp_export_parser
     from sepo.grpo.config import SEPOConfig
+    from sepo.lora import SEPOModelConfig as ModelConfig
     from sepo.recipes import RecipeParser
     from sepo.sft.data import parser as data_parser
     from sepo.sft.train import SEPOSFTConfig
     from sepo.tournament import parser as tournament_parser
 
-    return {
+    parsers = {
         "sepo train": RecipeParser((SEPOConfig, ModelConfig), prog="sepo train"),
         "sepo sft": RecipeParser((SEPOSFTConfig,), prog="sepo sft"),
         "fmsp run": RecipeParser((FMSPConfig,), prog="fmsp run"),
@@ -263,6 +264,7 @@ def _parsers():
         "fmsp eval": fmsp_eval_parser(),
         "fmsp export": fmsp_export_parser(),
     }
+    return parsers | {command: importlib.import_module(spec[2]).parser() for command, spec in COMMANDS.items()}
 
 
 def test_every_option_has_a_description_and_one_default():
