@@ -46,8 +46,8 @@ FLAG_EPILOG = (
     "take JSON or YAML flow ('{training: 2, exploit: 1}'); booleans take true/false; null unsets an "
     "optional key."
 )
-RECIPE_EPILOG = "Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command line. " \
-    + FLAG_EPILOG
+RECIPE_EPILOG = ("Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command "
+                 "line. " + FLAG_EPILOG)
 
 
 # ------------------------------------------------------------------------------------------------
