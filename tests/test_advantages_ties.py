@@ -17,6 +17,7 @@ from trl.trainer.utils import nanstd
 from sepo.grpo.advantages import (
     PAPER_EPSILON,
     RETURN_MODES,
+    SCALE_REWARDS,
     group_normalize,
     sepo_round_advantages,
 )
@@ -44,9 +45,10 @@ def _tied_batch(rng: random.Random, groups: int, G: int, K: int) -> torch.Tensor
     return torch.tensor(rows, dtype=torch.float32)
 
 
+@pytest.mark.parametrize("scale", SCALE_REWARDS)
 @pytest.mark.parametrize("return_mode", RETURN_MODES)
 @pytest.mark.parametrize("advantage_mode", ADVANTAGE_MODES)
-def test_tied_groups_get_exactly_zero(return_mode, advantage_mode):
+def test_tied_groups_get_exactly_zero(return_mode, advantage_mode, scale):
     rng = random.Random(f"ties-{return_mode}-{advantage_mode}")
     checked_cells = 0
     for G in range(2, 17):
@@ -55,7 +57,8 @@ def test_tied_groups_get_exactly_zero(return_mode, advantage_mode):
                 groups = rng.randint(1, 3)
                 rewards = _tied_batch(rng, groups, G, K)
                 adv, zero_std = sepo_round_advantages(
-                    rewards, G, advantage_mode=advantage_mode, return_mode=return_mode, eps=_eps(return_mode)
+                    rewards, G, advantage_mode=advantage_mode, return_mode=return_mode, eps=_eps(return_mode),
+                    scale=scale,
                 )
                 assert adv.shape == rewards.shape
                 assert torch.equal(adv, torch.zeros_like(adv)), (G, K, rewards[::G], adv[::G])
@@ -223,3 +226,34 @@ def test_paper_mode_uses_population_std():
     trl, _ = group_normalize(rewards, 2, eps=PAPER_EPSILON, paper=False)
     torch.testing.assert_close(paper, torch.tensor([[-1.0], [1.0]]), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(trl, torch.tensor([[-1.0], [1.0]]) / math.sqrt(2.0), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("scale", SCALE_REWARDS)
+def test_scale_rewards_per_round_definitions(scale):
+    """Per round, TRL's three scalings: group std, the std of every existing value at that round in the batch,
+    or none (the centred value), computed here in float64 from their definitions."""
+    rng = random.Random(f"scale-{scale}")
+    for G in range(2, 9):
+        for K in range(1, 6):
+            groups = rng.randint(1, 4)
+            rows = [[rng.gauss(0.0, 3.0) if rng.random() > 0.15 else math.nan for _ in range(K)]
+                    for _ in range(groups * G)]
+            values = torch.tensor(rows, dtype=torch.float64)
+            adv, _ = group_normalize(values, G, eps=1e-4, scale=scale)
+            x = values.reshape(groups, G, K)
+            centred = x - torch.nanmean(x, dim=1, keepdim=True)
+            if scale == "group":
+                expected = centred / (nanstd(x, dim=1, keepdim=True) + 1e-4)
+            elif scale == "batch":
+                expected = centred / (nanstd(values, dim=0).reshape(1, 1, K) + 1e-4)
+            else:
+                expected = centred
+            members = (~torch.isnan(x)).sum(dim=1, keepdim=True)
+            expected = torch.where(members > 1, expected, torch.zeros_like(expected))  # one member: no baseline
+            expected = torch.nan_to_num(expected, nan=0.0).reshape(values.shape)
+            torch.testing.assert_close(adv, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_unknown_scale_rewards_is_refused():
+    with pytest.raises(ValueError, match="unknown scale_rewards 'grp'"):
+        group_normalize(torch.zeros(4, 1), 2, scale="grp")

@@ -276,10 +276,13 @@ def test_model_card_names_a_local_base_model(tmp_path, tiny_model_dir):
     assert f'model="{tmp_path / "run"}"' in card and 'model="None"' not in card
 
 
-def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_episode_mode_matches_trl_own_advantages(tmp_path, tiny_model_dir, scale_rewards):
     """With advantage_mode=episode, SEPO's advantage equals TRL's scalar group advantage on model tokens (with TRL's
-    own loss normaliser, loss_scale all_tokens; training_tokens multiplies every advantage by N_all / N_train)."""
-    trainer = _train_double(tmp_path, tiny_model_dir, advantage_mode="episode", max_steps=1, loss_scale="all_tokens")
+    own loss normaliser, loss_scale all_tokens; training_tokens multiplies every advantage by N_all / N_train),
+    under each of TRL's `scale_rewards` (group std, batch std, none), which SEPO honours."""
+    trainer = _train_double(tmp_path, tiny_model_dir, advantage_mode="episode", max_steps=1, loss_scale="all_tokens",
+                            scale_rewards=scale_rewards)
     inputs, out = trainer.captured[0]
     trl_adv = torch.tensor(trainer._logs["advantages"])[: len(inputs)]
     keep = (out["completion_mask"] * out["tool_mask"]).bool()

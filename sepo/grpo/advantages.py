@@ -10,6 +10,7 @@ import torch
 from trl.trainer.utils import nanstd
 
 RETURN_MODES = ("reward_to_go", "per_round", "paper")
+SCALE_REWARDS = ("group", "batch", "none")  # TRL's GRPOConfig.scale_rewards, honoured by the per-round advantages
 PAPER_EPSILON = 1e-8  # the revised paper's delta in A = (rew - mean) / (sigma + delta)
 
 
@@ -32,7 +33,7 @@ SPREAD_RTOL = 1e-9  # a (group, round) whose rewards differ by at most this frac
 
 
 def group_normalize(
-    values: torch.Tensor, num_generations: int, eps: float = 1e-4, paper: bool = False
+    values: torch.Tensor, num_generations: int, eps: float = 1e-4, paper: bool = False, scale: str = "group"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Standardise `values` (N, ...) across the G members of each group, separately for every trailing index.
 
@@ -44,11 +45,18 @@ def group_normalize(
     of one sign). Elsewhere the formula is TRL's: nan-aware unbiased std and `(x - mean) / (std + eps)`, so
     groups with real spread equal TRL's own advantages (to float32 rounding); what differs is only the
     tied groups, which TRL gives (x - mean) / eps. `paper`: the method's code (train/grpo.py), the
-    population std (numpy's default), and also advantage 0 wherever std < eps. Returns (advantages with the
-    shape and dtype of `values`, zero_std: bool per (group, ...) among cells that exist).
+    population std (numpy's default), and also advantage 0 wherever std < eps.
+
+    `scale` is TRL's `scale_rewards`: "group" divides by the group's std (above); "batch" by the std of every
+    existing value in the batch at that trailing index (TRL's batch scaling, per round); "none" does not divide
+    (Dr. GRPO, arXiv:2503.20783: dividing by the group's std weights each group, here each deal, by 1/std,
+    which biases the gradient away from the expected reward's). Ties give 0 in every mode. Returns (advantages
+    with the shape and dtype of `values`, zero_std: bool per (group, ...) among cells that exist).
     """
     if values.size(0) % num_generations:
         raise ValueError(f"batch of {values.size(0)} rows is not a whole number of groups of {num_generations}")
+    if scale not in SCALE_REWARDS:
+        raise ValueError(f"unknown scale_rewards {scale!r}; choose one of: {', '.join(SCALE_REWARDS)}")
     grouped = values.to(torch.float64).reshape(-1, num_generations, *values.shape[1:])
     absent = torch.isnan(grouped)
     mean = torch.nanmean(grouped, dim=1, keepdim=True)
@@ -61,7 +69,13 @@ def group_normalize(
     tied = (high - low) <= SPREAD_RTOL * torch.maximum(high.abs(), low.abs())  # also: one member, or none
     if paper:
         tied |= torch.nan_to_num(std.squeeze(1), nan=0.0) < eps
-    adv = ((grouped - mean) / (std + eps)).masked_fill(tied.unsqueeze(1), 0.0)
+    if scale == "none":
+        adv = grouped - mean
+    else:
+        if scale == "batch":
+            std = nanstd(grouped.flatten(0, 1), dim=0, keepdim=True).unsqueeze(0)
+        adv = (grouped - mean) / (std + eps)
+    adv = adv.masked_fill(tied.unsqueeze(1), 0.0)
     adv = torch.nan_to_num(adv, nan=0.0).reshape(values.shape).to(values.dtype)
     exists = (~absent).any(dim=1)
     return adv, tied & exists
@@ -75,22 +89,23 @@ def sepo_round_advantages(
     return_mode: str = "reward_to_go",
     pool_weights: torch.Tensor | None = None,
     eps: float = 1e-4,
+    scale: str = "group",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-round advantages (N, K) from per-round rewards (N, K, NaN = round absent).
 
     per_round: normalise round t across the group for every t separately (the reward-to-go, or with
     per_round / paper the round reward; paper also normalises as the method's code, see
     `group_normalize`). episode: normalise the episode reward (mean round reward) and give every round
-    that happened that value (the ablation). `pool_weights` (N,) multiplies each episode's advantages
-    after normalisation. Returns (advantages, zero_std per (group, round) or per group).
+    that happened that value (the ablation). `scale`: TRL's scale_rewards (see `group_normalize`).
+    `pool_weights` (N,) multiplies each episode's advantages after normalisation. Returns (advantages, zero_std per (group, round) or per group).
     """
     absent = torch.isnan(round_rewards)
     paper = return_mode == "paper"
     if advantage_mode == "per_round":
-        adv, zero_std = group_normalize(round_returns(round_rewards, return_mode), num_generations, eps, paper)
+        adv, zero_std = group_normalize(round_returns(round_rewards, return_mode), num_generations, eps, paper, scale)
     elif advantage_mode == "episode":
         episode_return = torch.nanmean(round_rewards, dim=1)  # the objective's episode reward
-        ep_adv, zero_std = group_normalize(episode_return, num_generations, eps, paper)
+        ep_adv, zero_std = group_normalize(episode_return, num_generations, eps, paper, scale)
         adv = ep_adv.unsqueeze(1).expand_as(round_rewards).clone()
     else:
         raise ValueError(f"unknown advantage_mode {advantage_mode!r}; choose one of: per_round, episode")

@@ -24,7 +24,7 @@ from sepo.checks import (
     require,
 )
 from sepo.checks import check_choice as _check_choice
-from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES
+from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES, SCALE_REWARDS
 from sepo.objective import CREDIT_MODES, EXPLOIT_REWARDS, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
 from sepo.recipes import fall_back_to_fp32
@@ -52,8 +52,8 @@ SEPO_RANGES = {
 class SEPOConfig(GRPOConfig):
     """GRPOConfig with SEPO-GRPO's game, pool, credit, advantage and rollout settings.
 
-    Defaults follow the method (REFERENCE.md): LoRA r16/alpha32 (in ModelConfig), lr 1e-5, beta 0.1,
-    eps 0.2, 4 rollouts per opponent, temperature 0.8 / top-p 0.95, thinking off.
+    Defaults follow the method (docs/references.md#training-recipe): LoRA r16/alpha32 (in ModelConfig),
+    lr 1e-5, beta 0.1, eps 0.2, 4 rollouts per opponent, temperature 0.8 / top-p 0.95, thinking off.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["game_params", "pool_mix", "lambdas", "pool_weights"]
@@ -183,6 +183,7 @@ class SEPOConfig(GRPOConfig):
         _check_choice("return_mode", self.return_mode, RETURN_MODES)
         _check_choice("exploit_reward", self.exploit_reward, EXPLOIT_REWARDS)
         _check_choice("loss_scale", self.loss_scale, LOSS_SCALES)
+        _check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         if self.loss_scale == "training_tokens" and self.loss_type != "dapo":
             raise ValueError(f"loss_scale training_tokens rescales TRL's dapo loss; loss_type is {self.loss_type!r}: "
                              "use loss_type dapo, or loss_scale all_tokens")

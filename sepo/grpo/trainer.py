@@ -351,6 +351,7 @@ class SEPOTrainer(GRPOTrainer):
         adv, zero_std = sepo_round_advantages(
             rewards, G, advantage_mode=self.args.advantage_mode, return_mode=self.args.return_mode,
             pool_weights=weights if self.args.pool_weights else None, eps=self.args.advantage_epsilon,
+            scale=self.args.scale_rewards,
         )
         n, p = len(inputs), self.accelerator.process_index
         local = adv[p * n : (p + 1) * n]

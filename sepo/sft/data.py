@@ -1,11 +1,11 @@
 """`sepo data`: expert-transcript SFT datasets from the demonstrator mixtures of the method.
 
-For every game, a demonstrator drawn from the game's mixture (REFERENCE.md: e.g. IPD TFT .33, always-defect
-.27, grim .22, random .08, generous TFT .05, always-cooperate .05) plays the LLM's seat against each of five
-opponents. Every demonstrator decision becomes one conversational prompt–completion row: the prompt is the
-whole conversation so far exactly as the rollout engine renders it (system prompt, observations, earlier
-assistant turns), the completion is one short line of reasoning grounded in the state followed by the action
-alone on the last line — which the game's own `parse_action` must read back (tested).
+For every game, a demonstrator drawn from the game's mixture (docs/references.md#sft-demonstrators: e.g. IPD
+TFT .33, always-defect .27, grim .22, random .08, generous TFT .05, always-cooperate .05) plays the LLM's seat
+against each of five opponents. Every demonstrator decision becomes one conversational prompt–completion row:
+the prompt is the whole conversation so far exactly as the rollout engine renders it (system prompt,
+observations, earlier assistant turns), the completion is one short line of reasoning grounded in the state
+followed by the action alone on the last line — which the game's own `parse_action` must read back (tested).
 
 Deterministic given the seed; the train/validation split is by episode, so no episode leaks across it.
 
@@ -40,7 +40,7 @@ class Demonstration:
     episodes_per_opponent: int
 
 
-# REFERENCE.md "SFT demonstrator mixtures"; the opponents follow the method's generator where it names them.
+# docs/references.md#sft-demonstrators; the opponents follow the method's generator where it names them.
 DEMONSTRATIONS: dict[str, Demonstration] = {
     "ipd": Demonstration(
         {"tit_for_tat": 0.33, "always_defect": 0.27, "grim_trigger": 0.22, "random": 0.08,
@@ -182,7 +182,7 @@ class DataConfig:
     out: str = field(default="sft_data/generated", metadata={"help": "output directory"})
     seed: int = field(default=0, metadata={"help": "seed of the demonstrator draws and the split"})
     episodes_scale: float = field(
-        default=1.0, metadata={"help": "multiplies the method's episode counts per opponent (REFERENCE.md)"})
+        default=1.0, metadata={"help": "scales the method's episode counts (docs/references.md#sft-demonstrators)"})
     validation_fraction: float = field(default=0.2, metadata={"help": "share of episodes in the validation split"})
     samples: int = field(default=0, metadata={"help": "also write N sample rows per game (0: none)"})
     samples_dir: str | None = field(

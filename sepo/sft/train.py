@@ -61,7 +61,10 @@ class SEPOSFTConfig(SFTConfig):
         default_factory=lambda: ["ipd", "auction", "negotiation", "negotiation_multi", "kuhn"],
         metadata={"help": "games to generate data for when dataset_path is None"},
     )
-    episodes_scale: float = field(default=1.0, metadata={"help": "scale of REFERENCE episode counts when generating"})
+    episodes_scale: float = field(
+        default=1.0,
+        metadata={"help": "scale of the method's episode counts when generating (docs/references.md#sft-demonstrators)"},
+    )
     game_params: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "per-game parameters when generating, e.g. {ipd: {num_rounds: 4}}"}
     )

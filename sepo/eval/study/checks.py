@@ -39,7 +39,7 @@ def _advantages(rows: list[list[float]], G: int, args: Any) -> Any:
         for i, r in enumerate(rows):
             m[i, : len(r)] = torch.tensor(r)
         adv, _ = sepo_round_advantages(m, G, advantage_mode=args.advantage_mode, return_mode=args.return_mode,
-                                       eps=args.advantage_epsilon)
+                                       eps=args.advantage_epsilon, scale=args.scale_rewards)
     finally:
         torch.set_default_dtype(previous)
     return adv
