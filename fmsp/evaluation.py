@@ -30,7 +30,7 @@ import math
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -495,51 +495,60 @@ def evaluate(
     return results
 
 
+@dataclass
+class FMSPEvalConfig:
+    """The keys of `fmsp eval` (command line or `--config` recipe); the checks run when it is built."""
+
+    runs: list[str] = field(metadata={"help": "a run directory, optionally labelled (repeat for several runs)",
+                                      "metavar": "[NAME=]DIR", "repeatable": True})
+    out: str = field(metadata={"help": "output directory for results.json and the plots"})
+    domain: str | None = field(default=None, metadata={"help": "domain name (default: from the first run's config.yaml)"})
+    domain_config: dict[str, Any] | None = field(
+        default=None, metadata={"help": "the domain's parameters as JSON or YAML flow (default: the first run's)"})
+    top: int = field(default=3, metadata={"help": "best archive members per run and side in the population"})
+    random: int = field(default=15, metadata={"help": "further archive members per run and side, drawn at random "
+                                                      "(seeded)"})  # fmt: skip
+    cells: int = field(default=10, metadata={"help": "QD grid: cells per axis of the shared PCA plane"})
+    projection: str | None = field(
+        default=None,
+        metadata={"help": "projection.json of an earlier `fmsp eval` (the same QD grid across evaluations)"})
+    bootstrap: int = field(default=200, metadata={"help": "bootstrap refits for the Elo 95%% intervals"})
+    seed: int = field(default=0, metadata={"help": "seed of the random members and the bootstrap"})
+    timeout: float = field(default=300.0, metadata={"help": "wall-clock seconds per policy process (one match)"})
+    unsafe_sandbox: bool = field(
+        default=False,
+        metadata={"help": "run even where an isolation layer is missing (the present layers still apply)"})
+    rng_key: str = field(default="", metadata={"help": "secret key of the policies' rngs and the deals (default: "
+                                               "made once and kept in OUT/rng_key.json; pass it again to replay)"})
+
+    def __post_init__(self) -> None:
+        NON_NEGATIVE_INT.check("--top", self.top)
+        NON_NEGATIVE_INT.check("--random", self.random)
+        COUNT.check("--cells", self.cells)
+        Range(20, integer=True).check("--bootstrap", self.bootstrap)  # fewer resamples give no percentile interval
+        NON_NEGATIVE_INT.check("--seed", self.seed)
+        POSITIVE.check("--timeout", self.timeout)
+        check_output_dir("--out", self.out)
+
+
 def parser():
     """The command line of `fmsp eval`."""
     # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import CommandParser, mapping_type
+    from sepo.recipes import RecipeParser
 
-    cli = CommandParser(prog="fmsp eval", description=__doc__.split("\n")[0])
-    cli.add_argument("--run", action="append", required=True, metavar="[NAME=]DIR",
-                     help="a run directory, optionally labelled (repeat for several runs)")
-    cli.add_argument("--out", required=True, help="output directory for results.json and the plots")
-    cli.add_argument("--domain", help="domain name (default: from the first run's config.yaml)")
-    cli.add_argument("--domain-config", type=mapping_type(), default=None, metavar="MAPPING",
-                     help="the domain's parameters as JSON or YAML flow (default: the first run's)")
-    cli.add_argument("--top", type=int, default=3, help="best archive members per run and side in the population")
-    cli.add_argument("--random", type=int, default=15, dest="n_random",
-                     help="further archive members per run and side, drawn at random (seeded)")
-    cli.add_argument("--cells", type=int, default=10, help="QD grid: cells per axis of the shared PCA plane")
-    cli.add_argument("--projection", type=Path, default=None,
-                     help="projection.json of an earlier `fmsp eval` (the same QD grid across evaluations)")
-    cli.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the Elo 95%% intervals")
-    cli.add_argument("--seed", type=int, default=0, help="seed of the random members and the bootstrap")
-    cli.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process (one match)")
-    cli.add_argument("--unsafe-sandbox", action="store_true",
-                     help="run even where an isolation layer is missing (the present layers still apply)")
-    cli.add_argument("--rng-key", default="", help="secret key of the policies' rngs and the deals (default: made "
-                     "once and kept in OUT/rng_key.json; pass it again to replay)")
-    return cli
+    return RecipeParser((FMSPEvalConfig,), prog="fmsp eval", description=__doc__.split("\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse(argv)
-    NON_NEGATIVE_INT.check("--top", args.top)
-    NON_NEGATIVE_INT.check("--random", args.n_random)
-    COUNT.check("--cells", args.cells)
-    Range(20, integer=True).check("--bootstrap", args.bootstrap)  # fewer resamples give no percentile interval
-    NON_NEGATIVE_INT.check("--seed", args.seed)
-    POSITIVE.check("--timeout", args.timeout)
-    check_output_dir("--out", args.out)
+    (args,) = parser().parse(argv)
     runs = []
-    for spec in args.run:
+    for spec in args.runs:
         name, _, path = spec.rpartition("=")
         try:
             runs.append(load_run(path, name or None))
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(f"--run {spec!r}: {exc}") from exc
-    if args.projection is not None and not args.projection.is_file():
+    if args.projection is not None and not Path(args.projection).is_file():
         raise UsageError(f"--projection {args.projection} does not exist (it is the projection.json an earlier "
                          f"`fmsp eval` wrote)")  # fmt: skip
     domain_name = args.domain or runs[0].config.get("domain")
@@ -555,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as exc:
         raise UsageError(str(exc)) from exc
     results = evaluate(domain, runs, sandbox_runner(domain, sandbox), Path(args.out), top=args.top,
-                       n_random=args.n_random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed,
-                       projections=load_projections(args.projection) if args.projection else None)  # fmt: skip
+                       n_random=args.random, cells=args.cells, n_boot=args.bootstrap, seed=args.seed,
+                       projections=load_projections(Path(args.projection)) if args.projection else None)  # fmt: skip
     print(json.dumps(results["summary"], indent=2))
     return 0

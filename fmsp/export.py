@@ -15,6 +15,7 @@ import ast
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,30 +136,38 @@ def export(run: Run, selection: list[tuple[str, int]], pool: str, game: str, out
     return entries
 
 
+@dataclass
+class ExportConfig:
+    """The keys of `fmsp export` (command line or `--config` recipe); the checks run when it is built."""
+
+    run: str = field(metadata={"help": "FMSP run directory of a SEPO-game domain"})
+    pool: str = field(metadata={"help": f"the SEPO pool they join: {', '.join(POOL_NAMES)}"})
+    game: str = field(metadata={"help": "the SEPO game (the run's domain)", "aliases": ["--games"]})
+    out: str = field(metadata={"help": "pool directory (created; an existing manifest is merged)"})
+    select: str = field(
+        default="top:3,diverse:2",
+        metadata={"help": "which members: top:K (best quality) and/or diverse:K (farthest code embeddings)"})
+    side: str | None = field(
+        default=None, metadata={"help": "archive side (default: exploiter for the exploit pool, else cooperator)"})
+    prefix: str = field(default="fmsp", metadata={"help": "prefix of the member names (e.g. fmsp_qdsp_ipd_007)"})
+    unsafe_sandbox: bool = field(
+        default=False, metadata={"help": "smoke-test the members even where a sandbox isolation layer is missing"})
+
+    def __post_init__(self) -> None:
+        check_choice("pool", self.pool, POOL_NAMES)
+        check_output_dir("--out", self.out)
+
+
 def parser():
     """The command line of `fmsp export`."""
     # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import CommandParser
+    from sepo.recipes import RecipeParser
 
-    cli = CommandParser(prog="fmsp export", description=__doc__.split("\n")[0])
-    cli.add_argument("--run", required=True, help="FMSP run directory of a SEPO-game domain")
-    cli.add_argument("--select", default="top:3,diverse:2",
-                     help="which members: top:K (best quality) and/or diverse:K (farthest code embeddings)")
-    cli.add_argument("--pool", required=True, help=f"the SEPO pool they join: {', '.join(POOL_NAMES)}")
-    cli.add_argument("--game", "--games", required=True, help="the SEPO game (the run's domain)")
-    cli.add_argument("--out", required=True, help="pool directory (created; an existing manifest is merged)")
-    cli.add_argument("--side", default=None,
-                     help="archive side (default: exploiter for the exploit pool, else cooperator)")
-    cli.add_argument("--prefix", default="fmsp", help="prefix of the member names (e.g. fmsp_qdsp_ipd_007)")
-    cli.add_argument("--unsafe-sandbox", action="store_true",
-                     help="smoke-test the members even where a sandbox isolation layer is missing")
-    return cli
+    return RecipeParser((ExportConfig,), prog="fmsp export", description=__doc__.split("\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse(argv)
-    check_choice("pool", args.pool, POOL_NAMES)
-    check_output_dir("--out", args.out)
+    (args,) = parser().parse(argv)
     try:
         selection = parse_selection(args.select)
         run = load_run(args.run)

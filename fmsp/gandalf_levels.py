@@ -11,18 +11,23 @@ those same games, so the best rate is optimistic.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fmsp.archive import ArchiveEntry
 from fmsp.evaluation import Run, load_run
+from sepo.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
+from sepo.recipes import RecipeParser
+from sepo.subcommands import report_usage_errors
 
+PROG = "python -m fmsp.gandalf_levels"
 _LEVEL = re.compile(r"^gandalf_level_(\d)$")
 
 
@@ -91,27 +96,39 @@ def level_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass
+class LevelsConfig:
+    """The keys of the level table (command line or `--config` recipe)."""
+
+    runs: list[str] = field(metadata={"help": "a run directory, optionally labelled (repeat for several runs)",
+                                      "metavar": "[NAME=]DIR", "repeatable": True})
+    out: str = field(metadata={"help": "output directory for levels.json and levels.md"})
+
+
+def parser() -> RecipeParser:
+    """The command line of the level table."""
+    return RecipeParser((LevelsConfig,), prog=PROG, description=__doc__.split("\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fmsp.gandalf_levels", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", action="append", required=True, metavar="[NAME=]DIR", help="a run directory (repeat)")
-    parser.add_argument("--out", required=True, type=Path, help="output directory for levels.json and levels.md")
-    args = parser.parse_args(argv)
+    (args,) = parser().parse(argv)
     runs = []
-    for spec in args.run:
+    for spec in args.runs:
         name, _, path = spec.rpartition("=")
         try:
             run = load_run(path, name or None)
         except (FileNotFoundError, ValueError) as exc:
-            parser.error(str(exc))
+            raise UsageError(str(exc)) from exc
         if set(run.archives) != {"attacker", "defender"}:
-            parser.error(f"{path} is not a Gandalf run (archives: {sorted(run.archives)})")
+            raise UsageError(f"{path} is not a Gandalf run (archives: {sorted(run.archives)})")
         runs.append(run)
     rows = level_table(runs)
-    write_json_atomic(args.out / "levels.json", rows)
-    write_text_atomic(args.out / "levels.md", level_markdown(rows))
+    out = Path(args.out)
+    write_json_atomic(out / "levels.json", rows)
+    write_text_atomic(out / "levels.md", level_markdown(rows))
     print(level_markdown(rows))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(report_usage_errors(PROG, lambda: main(sys.argv[1:])))

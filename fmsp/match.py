@@ -13,8 +13,8 @@ vets a policy by hand, and how the red-team tests drive the sandbox.
 
 from __future__ import annotations
 
-import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,43 +24,59 @@ from envs.sandbox.text import safe_text
 from fmsp.domain import PolicyCode
 from fmsp.domains import DOMAINS, make_domain
 from fmsp.sandbox import Sandbox
-from sepo.checks import UsageError
+from sepo.checks import UsageError, check_choice
 from sepo.files import write_json_atomic
 
 # The domain config key that counts the games of a match.
 GAMES_KEY = {"car_tag": "n_games", "gandalf": "n_games"}  # SEPO games: "n_episodes"
 
 
-def main(argv: list[str] | None = None) -> int:
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import CommandParser
+@dataclass
+class MatchConfig:
+    """The keys of `fmsp match` (command line or `--config` recipe); the checks run when it is built."""
 
-    parser = CommandParser(prog="fmsp match", description=__doc__.split("\n")[0])
-    parser.add_argument("--domain", required=True, choices=sorted(DOMAINS))
-    parser.add_argument("--a", required=True, metavar="FILE", help="policy file of the first side")
-    parser.add_argument("--b", required=True, metavar="FILE", help="policy file of the second side")
-    parser.add_argument("--games", type=int, default=None, help="games (SEPO games: episodes) in the match")
-    parser.add_argument("--json", required=True, metavar="OUT", help="where to write the result")
-    parser.add_argument("--domain-config", default="{}", help="JSON overrides of the domain config")
-    parser.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per policy process")
-    parser.add_argument("--call-timeout", type=float, default=10.0, help="wall-clock seconds per request")
-    parser.add_argument("--rng-key", default="", help="secret key of the policies' rngs and the deals (default: a "
-                        "new one, written to the record as rng_key; pass it again to replay the match)")
-    parser.add_argument("--unsafe-sandbox", action="store_true",
-                        help="run even where an isolation layer is missing (the present layers still apply)")
-    args = parser.parse(argv)
+    domain: str = field(metadata={"help": "the domain the policies play", "choices": sorted(DOMAINS)})
+    a: str = field(metadata={"help": "policy file of the first side", "metavar": "FILE"})
+    b: str = field(metadata={"help": "policy file of the second side", "metavar": "FILE"})
+    json: str = field(metadata={"help": "where to write the result", "metavar": "OUT"})
+    games: int | None = field(default=None, metadata={"help": "games (SEPO games: episodes) in the match"})
+    domain_config: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "overrides of the domain config (JSON or YAML flow)"})
+    timeout: float = field(default=300.0, metadata={"help": "wall-clock seconds per policy process"})
+    call_timeout: float = field(default=10.0, metadata={"help": "wall-clock seconds per request"})
+    rng_key: str = field(default="", metadata={"help": "secret key of the policies' rngs and the deals (default: a "
+                                               "new one, written to the record as rng_key; pass it again to replay "
+                                               "the match)"})  # fmt: skip
+    unsafe_sandbox: bool = field(
+        default=False,
+        metadata={"help": "run even where an isolation layer is missing (the present layers still apply)"})
+
+    def __post_init__(self) -> None:
+        check_choice("domain", self.domain, sorted(DOMAINS))  # a recipe's value (argparse checks the flag's)
+        if self.games is not None and self.games < 1:
+            raise UsageError(f"--games must be >= 1, got {self.games}")
+
+
+def parser():
+    """The command line of `fmsp match`."""
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((MatchConfig,), prog="fmsp match", description=__doc__.split("\n")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+
+    (args,) = parser().parse(argv)
     try:
-        overrides: dict[str, Any] = json.loads(args.domain_config)
+        overrides = dict(args.domain_config)
         if args.games is not None:
-            if args.games < 1:
-                raise ValueError(f"--games must be >= 1, got {args.games}")
             overrides[GAMES_KEY.get(args.domain, "n_episodes")] = args.games
         domain = make_domain(args.domain, **overrides)
         config = SandboxConfig(total_timeout_s=args.timeout, call_timeout_s=args.call_timeout, unsafe=args.unsafe_sandbox,
                                rng_key=args.rng_key or new_rng_key())
         codes = [Path(f).read_text(encoding="utf-8") for f in (args.a, args.b)]
-    except (ValueError, OSError, json.JSONDecodeError) as exc:
-        parser.error(str(exc))
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from exc
     sandbox = Sandbox(config)
     try:
         layers = sandbox.check()

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sepo.checks import check_output_dir
-from sepo.recipes import CommandParser
+from sepo.checks import check_choice, check_output_dir
+from sepo.recipes import RecipeParser
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "configs" / "quickstart"
@@ -49,14 +50,28 @@ def _stage(number: int, title: str) -> float:
     return time.perf_counter()
 
 
+@dataclass
+class QuickstartConfig:
+    """The keys of `sepo quickstart` (command line or `--config` recipe); the checks run when it is built."""
+
+    scale: str = field(default="full", metadata={"help": "ci: a shortened run", "choices": sorted(SCALES)})
+    out: str = field(default="runs/quickstart", metadata={"help": "output root"})
+    record: str | None = field(
+        default=None,
+        metadata={"help": "where to record the table and timings (default benchmarks/quickstart/<scale>; '' = not)"})
+
+    def __post_init__(self) -> None:
+        check_choice("scale", self.scale, sorted(SCALES))  # a recipe's value (argparse checks the flag's)
+        check_output_dir("--out", self.out)
+
+
+def parser() -> RecipeParser:
+    """The command line of `sepo quickstart`."""
+    return RecipeParser((QuickstartConfig,), prog="sepo quickstart", description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="sepo quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="ci: a shortened run")
-    parser.add_argument("--out", default="runs/quickstart", help="output root")
-    parser.add_argument("--record", default=None,
-                        help="where to record the table and timings (default benchmarks/quickstart/<scale>; '' = not)")
-    args = parser.parse(argv)
-    check_output_dir("--out", args.out)
+    (args,) = parser().parse(argv)
     scale = SCALES[args.scale]
     out = Path(args.out)
 

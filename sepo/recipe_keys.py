@@ -1,4 +1,4 @@
-"""Unknown keys caught before TRL is imported: the first check of `sepo train` and `sepo sft`.
+"""Unknown keys caught before TRL is imported: the first check of `sepo train`, `sepo sft` (and `sepo tiny-model`).
 
 Their configs subclass TRL's (`SEPOConfig(GRPOConfig)`, `SEPOSFTConfig(SFTConfig)`), so building their parser
 imports trl, transformers' Trainer, peft and torch: 8 s on a loaded 2-core machine (`python -X importtime`),
@@ -28,11 +28,13 @@ UPSTREAM_PACKAGES = ("trl", "transformers")
 GENERAL_OPTIONS = {"config", "debug", "help"}  # every RecipeParser's own
 
 # command -> (the project's own config classes as (source file, class), TRL's classes its parser also reads,
-# the (source file, name) of the ranges table the config checks)
-COMMANDS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, str]]] = {
-    "train": ((("sepo/grpo/config.py", "SEPOConfig"),), ("GRPOConfig", "ModelConfig"),
+# the (source file, name) of the ranges table the config checks, if any). `sepo tiny-model` is here because
+# its module imports torch at the top (its functions' signatures use torch.dtype): 6 s before a typo is named.
+COMMANDS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, str] | None]] = {
+    "train": ((("sepo/grpo/config.py", "SEPOConfig"), ("sepo/lora.py", "SEPOModelConfig")), ("GRPOConfig", "ModelConfig"),
               ("sepo/grpo/config.py", "SEPO_RANGES")),
     "sft": ((("sepo/sft/train.py", "SEPOSFTConfig"),), ("SFTConfig",), ("sepo/sft/train.py", "SFT_RANGES")),
+    "tiny-model": ((("sepo/tiny_models.py", "TinyModelConfig"),), (), None),
 }  # fmt: skip
 
 
@@ -114,11 +116,13 @@ def write_upstream_keys() -> Path:
 
 def command_keys(command: str) -> tuple[set[str], dict[str, str], set[str]] | None:
     """(keys, deprecated names, option names) of a command's parser, or None when they are not known here."""
-    upstream = upstream_keys()
-    if command not in COMMANDS or upstream is None:
+    if command not in COMMANDS:
+        return None
+    own, classes, _ = COMMANDS[command]
+    upstream = upstream_keys() if classes else {}
+    if upstream is None:
         return None
     keys, deprecated, options = set(), {}, set()
-    own, classes, _ = COMMANDS[command]
     for path, class_name in own:
         fields, renamed, _, _ = own_keys(path, class_name)
         keys |= fields
@@ -214,7 +218,8 @@ def _check_values(command: str, values: dict[str, object]) -> None:
     from sepo.checks import check_output_dir
     from sepo.models import check_model
 
-    table = ranges(*COMMANDS[command][2]) or {}
+    source = COMMANDS[command][2]
+    table = (ranges(*source) if source else None) or {}
     for key, allowed in table.items():
         if key in values:
             value = _number(values[key], allowed.integer)

@@ -7,10 +7,13 @@ reads `--config recipe.yaml` (flat keys, plus an optional `env:` map of environm
 `UsageError` that names the key: unknown keys (with a "did you mean"), YAML syntax (file, line, column),
 values of the wrong type, and whatever the dataclasses' own checks reject.
 
-Conventions every `sepo` / `fmsp` command shares (`CommandParser`): `--key_name` and `--key-name` are the
-same flag; no abbreviations; a list key also answers to its singular (`--game` for `games`); help lists the
-general options, then the project's own keys, then those inherited from TRL / transformers, each with its
-description and its default once; `--debug` shows tracebacks.
+Every `sepo` / `fmsp` command reads its keys this way, each from its own dataclass, with the same conventions:
+`--key_name` and `--key-name` are the same flag; no abbreviations; a list key also answers to its singular
+(`--game` for `games`), and one whose field says `metadata={"repeatable": True}` takes its flag more than once
+(`--run a --run b`); help lists the general options, then the project's own keys, then those inherited from
+TRL / transformers, each with its description and its default once; `--debug` shows tracebacks. A dataclass
+with a `config` key of its own (`sepo study`: the study recipe) keeps that meaning of `--config` and reads
+no recipe of its flags.
 
 A config lists in `_RECIPE_PATH_FIELDS` the keys that name files shipped with a recipe: a relative value
 written in the recipe resolves against the recipe's directory (given on the command line, against the
@@ -38,12 +41,13 @@ from sepo.checks import UsageError, did_you_mean
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
 UNDOCUMENTED = "(no description yet)"
-RECIPE_EPILOG = (
-    "Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command line. "
+FLAG_EPILOG = (
     "--key_name and --key-name are the same flag; lists take several values (--games ipd kuhn); mappings "
     "take JSON or YAML flow ('{training: 2, exploit: 1}'); booleans take true/false; null unsets an "
     "optional key."
 )
+RECIPE_EPILOG = ("Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command "
+                 "line. " + FLAG_EPILOG)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -77,6 +81,18 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _Repeated(argparse.Action):
+    """A list key whose flag may be given more than once (`--run a --run b`, as well as `--run a b`): the
+    command line's values, in order, replace the recipe's or the default. A field asks for it with
+    `metadata={"repeatable": True}`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        before = getattr(namespace, self.dest, None)
+        first = before is self.default  # argparse put the default (the recipe's value) there
+        setattr(namespace, self.dest, list(values) if first or before is None else [*before, *values])
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """One option name per line (`--key TYPE`), its description, and its default once."""
 
@@ -100,60 +116,6 @@ class HelpFormatter(argparse.HelpFormatter):
         if silent or "default" in text.lower():
             return text
         return f"{text} (default: {_show(action.default).replace('%', '%%')})"
-
-
-# ------------------------------------------------------------------------------------------------
-# the shared conventions
-
-
-def _spellings(names: Sequence[str]) -> list[str]:
-    """`--a_b` and `--a-b` both, the given spelling first."""
-    out: list[str] = []
-    for name in names:
-        out.append(name)
-        if name.startswith("--"):
-            body = name[2:]
-            other = "--" + (body.replace("_", "-") if "_" in body else body.replace("-", "_"))
-            if other != name:
-                out.append(other)
-    return list(dict.fromkeys(out))
-
-
-class CommandParser(argparse.ArgumentParser):
-    """argparse with the conventions of every `sepo` / `fmsp` command (see the module docstring): argparse's
-    own errors become `UsageError`s, unknown options get a "did you mean", both spellings are accepted."""
-
-    def __init__(self, *args: Any, prog: str, description: str | None = None, epilog: str | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, prog=prog, description=description, epilog=epilog, formatter_class=HelpFormatter,
-                         allow_abbrev=False, add_help=False, **kwargs)
-        self._optionals.title = "options"
-        self._optionals.add_argument("-h", "--help", action="help", help="show this help and exit")
-        if "--debug" not in self._option_string_actions:  # TrainingArguments has a `debug` key of its own
-            self._optionals.add_argument("--debug", action="store_true", dest="_debug",
-                                         help="show the full traceback of an error (same as SEPO_DEBUG=1)")
-
-    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
-        if "metavar" not in kwargs and kwargs.get("type") in _METAVARS:
-            kwargs["metavar"] = _METAVARS[kwargs["type"]]
-        return super().add_argument(*_spellings(names), **kwargs)
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-    def parse(self, argv: Sequence[str] | None) -> argparse.Namespace:
-        """Parse `argv`; anything not understood is a UsageError."""
-        namespace, rest = self.parse_known_args(list(argv or []))
-        if rest:
-            word = rest[0].split("=", 1)[0]
-            if word.startswith("-"):
-                known = [s for action in self._actions for s in action.option_strings]
-                raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; "
-                                 f"`{self.prog} --help` lists the options")
-            raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
-        if vars(namespace).pop("_debug", False):
-            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
-        return namespace
 
 
 # ------------------------------------------------------------------------------------------------
@@ -331,31 +293,48 @@ def _has_mapping(hint: Any) -> bool:
     return any(get_origin(a) is dict or a is dict for a in options)
 
 
+def _is_project(cls: type) -> bool:
+    """A class of this project: one of its packages, or a module of it run as `python -m` (`__main__`)."""
+    return cls.__module__.split(".")[0] in PROJECT_PACKAGES or cls.__module__ == "__main__"
+
+
 def _own_fields(dtype: type) -> set[str]:
     """Fields this project declares (or re-declares with its own default) rather than inherits."""
-    return {name for cls in dtype.__mro__ if cls.__module__.split(".")[0] in PROJECT_PACKAGES
+    return {name for cls in dtype.__mro__ if _is_project(cls)
             for name in vars(cls).get("__annotations__", {})}
 
 
 def _upstream_title(dtype: type) -> str:
     names = [f"{c.__module__.split('.')[0]}.{c.__name__}" for c in dtype.__mro__
-             if dataclasses.is_dataclass(c) and c.__module__.split(".")[0] not in PROJECT_PACKAGES]
+             if dataclasses.is_dataclass(c) and not _is_project(c)]
     names = list(dict.fromkeys([names[0], names[-1]])) if names else [dtype.__name__]
     return " / ".join(names) + " options"
 
 
-class RecipeParser(CommandParser, HfArgumentParser):
-    """HfArgumentParser (as TRL's TrlParser) with `--config` recipes and the shared conventions."""
+class RecipeParser(HfArgumentParser):
+    """HfArgumentParser (as TRL's TrlParser) with `--config` recipes and the conventions every `sepo` / `fmsp`
+    command shares (see the module docstring): argparse's own errors become `UsageError`s, unknown options get
+    a "did you mean", and `--debug` shows tracebacks."""
 
     def __init__(self, dataclass_types: Sequence[type], prog: str, description: str | None = None) -> None:
         self._hints: dict[str, tuple[Any, type]] = {}  # dest -> (type hint, dataclass)
         self._renamed: dict[str, str] = {}  # a deprecated key -> its new name
         self._own_groups: list[argparse._ArgumentGroup] = []
-        super().__init__(list(dataclass_types), prog=prog, description=description, epilog=RECIPE_EPILOG,
-                         usage="%(prog)s [--config RECIPE.yaml] [--key value ...]")
+        own_config = any(f.name == "config" for dtype in dataclass_types for f in dataclasses.fields(dtype))
+        super().__init__(list(dataclass_types), prog=prog, description=description,
+                         epilog=FLAG_EPILOG if own_config else RECIPE_EPILOG,
+                         usage="%(prog)s [--key value ...]" if own_config else
+                         "%(prog)s [--config RECIPE.yaml] [--key value ...]",
+                         formatter_class=HelpFormatter, allow_abbrev=False, add_help=False)  # fmt: skip
         self._optionals.title = "general options"
-        self._optionals.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
-                                     help="YAML recipe of flat keys; flags on the command line override it")
+        self._optionals.add_argument("-h", "--help", action="help", help="show this help and exit")
+        if "--debug" not in self._option_string_actions:  # TrainingArguments has a `debug` key of its own
+            self._optionals.add_argument("--debug", action="store_true", dest="_debug",
+                                         help="show the full traceback of an error (same as SEPO_DEBUG=1)")
+        self.reads_recipes = not own_config  # a command whose own `config` key names another kind of file
+        if self.reads_recipes:
+            self._optionals.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
+                                         help="YAML recipe of flat keys; flags on the command line override it")
         self._action_groups.sort(key=self._group_rank)
 
     def _group_rank(self, group: argparse._ArgumentGroup) -> tuple[int, int]:
@@ -383,6 +362,9 @@ class RecipeParser(CommandParser, HfArgumentParser):
             singular = field.name[:-1]
             if mine and (get_origin(plain) is list) and field.name.endswith("s") and singular not in hints:
                 field.metadata = types.MappingProxyType({**field.metadata, "aliases": [f"--{singular}"]})
+            if field.metadata.get("repeatable"):
+                field.metadata = types.MappingProxyType(
+                    {**{k: v for k, v in field.metadata.items() if k != "repeatable"}, "action": _Repeated})
             before = len(self._actions)
             self._parse_dataclass_field(groups[mine], field)
             self._adapt(self._actions[before:], hints[field.name], plain, optional)
@@ -445,10 +427,35 @@ class RecipeParser(CommandParser, HfArgumentParser):
         os.environ.update({str(k): str(v) for k, v in env.items()})
         self.apply(data, source=str(path), lines=lines, base_dir=Path(path).parent)
 
-    def parse(self, argv: Sequence[str] | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+    def _unknown(self, word: str) -> None:
+        known = [s for action in self._actions for s in action.option_strings]
+        raise UsageError(f"unknown option {word}{did_you_mean(word, known)}; `{self.prog} --help` lists the options")
+
+    def _parse_flags(self, argv: list[str]) -> dict[str, Any]:
+        """The values of `argv`'s flags; anything not understood is a UsageError. An unknown option is named
+        first, before argparse would report a missing required one (a typo of a required key is both)."""
+        for token in argv:
+            word = token.split("=", 1)[0]
+            if word.startswith("--") and word != "--" and word not in self._option_string_actions:
+                self._unknown(word)
+        namespace, rest = self.parse_known_args(argv)
+        if rest:
+            word = rest[0].split("=", 1)[0]
+            if word.startswith("-"):
+                self._unknown(word)
+            raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
+        values = vars(namespace)
+        if values.pop("_debug", False):
+            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
+        return values
+
+    def parse(self, argv: Sequence[str] | None) -> tuple[Any, ...]:
         """The dataclasses from `[--config RECIPE] [--key value ...]`."""
         argv = list(argv or [])
-        for i, token in enumerate(argv):
+        for i, token in enumerate(argv if self.reads_recipes else ()):
             if token == "--config" or token.startswith("--config="):
                 path = token.partition("=")[2] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
                 if not path:
@@ -456,7 +463,7 @@ class RecipeParser(CommandParser, HfArgumentParser):
                 del argv[i : i + (1 if "=" in token else 2)]
                 self.apply_recipe(path)
                 break
-        values = vars(super().parse(argv))
+        values = self._parse_flags(argv)
         return tuple(self.build(dtype, values) for dtype in self.dataclass_types)
 
     @staticmethod

@@ -63,14 +63,24 @@ def dispatch(prog: str, commands: Commands, argv: list[str] | None = None,
         print(f"{prog}: unknown command {command!r}{did_you_mean(command, commands)}\n\n{usage(prog, commands)}",
               file=sys.stderr)
         return 2
-    try:
+
+    def run() -> int | None:
         if precheck is not None:
             precheck(command, rest)
-        module = importlib.import_module(commands[command][0])
-        return int(module.main(rest) or 0)
+        return importlib.import_module(commands[command][0]).main(rest)
+
+    return report_usage_errors(f"{prog} {command}", run, debug)
+
+
+def report_usage_errors(prog: str, run: Callable[[], int | None], debug: bool = False) -> int:
+    """`run()`'s exit status; a UsageError it raises is printed as `<prog>: error: <message>` and returns 2
+    (`debug` or SEPO_DEBUG=1: the traceback instead). The subcommands get it from `dispatch`; a module run
+    as `python -m <module>` wraps its `main` in it."""
+    try:
+        return int(run() or 0)
     except UsageError as exc:
         if debug or debug_enabled():  # a command's own --debug flag sets SEPO_DEBUG while parsing
             raise
         # a message may quote a policy's or a manifest's words (e.g. a pool member's smoke-test failure)
-        print(f"{prog} {command}: error: {safe_text(str(exc), 8000, multiline=True)}", file=sys.stderr)
+        print(f"{prog}: error: {safe_text(str(exc), 8000, multiline=True)}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ a random-weight model with the real 4B-class dimensions for GPU throughput check
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,9 @@ from typing import Literal
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
+
+from sepo.checks import check_choice, check_output_dir
+from sepo.recipes import RecipeParser
 
 Arch = Literal["llama", "qwen3_5", "gemma4"]
 ARCHS: tuple[str, ...] = ("llama", "qwen3_5", "gemma4")
@@ -181,18 +185,29 @@ def save_tiny_model(path: str | Path, arch: Arch = "llama", seed: int = 0, dtype
     return path
 
 
+@dataclass
+class TinyModelConfig:
+    """The keys of `sepo tiny-model` (command line or `--config` recipe); the checks run when it is built."""
+
+    out: str = field(metadata={"help": "where the model and tokenizer are saved"})
+    arch: str = field(default="llama", metadata={"help": "architecture and chat template", "choices": ARCHS})
+    seed: int = field(default=0, metadata={"help": "seed of the random weights"})
+
+    def __post_init__(self) -> None:
+        check_choice("arch", self.arch, ARCHS)  # a recipe's value (argparse checks the flag's)
+        check_output_dir("--out", self.out)
+
+
+def parser() -> RecipeParser:
+    """The command line of `sepo tiny-model`."""
+    return RecipeParser((TinyModelConfig,), prog="sepo tiny-model",
+                        description=(main.__doc__ or "").split("\n")[0].strip("`"))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """`sepo tiny-model --out DIR [--arch llama|qwen3_5|gemma4] [--seed N]`: a tiny random-weight model for a
     smoke test of a setup (every stage runs on it in seconds; its play is noise)."""
-    from sepo.checks import check_output_dir
-    from sepo.recipes import CommandParser
-
-    parser = CommandParser(prog="sepo tiny-model", description=(main.__doc__ or "").split("\n")[0].strip("`"))
-    parser.add_argument("--out", required=True, help="where the model and tokenizer are saved")
-    parser.add_argument("--arch", choices=ARCHS, default="llama", help="architecture and chat template")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    args = parser.parse(argv)
-    check_output_dir("--out", args.out)
+    (args,) = parser().parse(argv)
     path = save_tiny_model(args.out, args.arch, seed=args.seed)
     from transformers import AutoConfig
 

@@ -11,6 +11,7 @@ import inspect
 import random
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +22,36 @@ from rich.table import Table
 from envs import GAMES, Game, make_game, play_episode, strategy_registry
 from sepo.checks import COUNT, OPTIONAL_COUNT, UsageError, check_choice, check_names
 from sepo.files import write_json_atomic
-from sepo.recipes import CommandParser
+from sepo.recipes import RecipeParser
 
 
-def parser() -> CommandParser:
+@dataclass
+class TournamentConfig:
+    """The keys of `sepo tournament` (command line or `--config` recipe); the checks run when it is built."""
+
+    game: str = field(metadata={"help": f"one of: {', '.join(GAMES)}", "aliases": ["--games"]})
+    strategies: list[str] | None = field(
+        default=None, metadata={"help": "strategy names, space- or comma-separated (default: all of the game's)",
+                                 "metavar": "NAME"})
+    rounds: int | None = field(default=None, metadata={"help": "rounds per episode (default: the game's own)"})
+    episodes: int = field(default=10, metadata={"help": "episodes per ordered pair and seat"})
+    seed: int = field(default=0, metadata={"help": "base seed"})
+    json: str | None = field(
+        default=None, metadata={"help": "write the results as JSON to this file (default: none)", "metavar": "FILE"})
+
+    def __post_init__(self) -> None:
+        check_choice("game", self.game, GAMES)
+        COUNT.check("--episodes", self.episodes)
+        OPTIONAL_COUNT.check("--rounds", self.rounds)
+        if self.json is not None and Path(self.json).is_dir():
+            raise UsageError(f"--json {self.json!r} is a directory; give a file name")
+        if self.strategies is not None:
+            self.strategies = check_names(f"{self.game} strategy", self.strategies, sorted(strategy_registry(self.game)))
+
+
+def parser() -> RecipeParser:
     """The command line of `sepo tournament`."""
-    cli = CommandParser(prog="sepo tournament", description=__doc__.split("\n\n")[0])
-    cli.add_argument("--game", "--games", required=True, help=f"one of: {', '.join(GAMES)}")
-    cli.add_argument("--strategies", nargs="+", metavar="NAME",
-                     help="strategy names, space- or comma-separated (default: all of the game's)")
-    cli.add_argument("--rounds", type=int, help="rounds per episode (default: the game's own)")
-    cli.add_argument("--episodes", type=int, default=10, help="episodes per ordered pair and seat")
-    cli.add_argument("--seed", type=int, default=0, help="base seed")
-    cli.add_argument("--json", type=Path, help="write the results as JSON to this file (default: none)")
-    return cli
+    return RecipeParser((TournamentConfig,), prog="sepo tournament", description=__doc__.split("\n\n")[0])
 
 
 def _rounds_parameter(game: Game) -> str:
@@ -113,15 +130,8 @@ def _table(result: dict[str, Any], names: Sequence[str]) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse(argv)
-    check_choice("game", args.game, GAMES)
-    COUNT.check("--episodes", args.episodes)
-    OPTIONAL_COUNT.check("--rounds", args.rounds)
-    if args.json is not None and args.json.is_dir():
-        raise UsageError(f"--json {str(args.json)!r} is a directory; give a file name")
-    registry = strategy_registry(args.game)
-    names = list(registry) if args.strategies is None else check_names(f"{args.game} strategy", args.strategies,
-                                                                         sorted(registry))
+    (args,) = parser().parse(argv)
+    names = list(strategy_registry(args.game)) if args.strategies is None else args.strategies
     try:
         with Progress(console=Console(stderr=True), transient=True) as progress:
             result = round_robin(args.game, names, args.episodes, args.seed, args.rounds, progress)
@@ -131,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     width = max(len(n) for n in names) + 4 + sum(max(len(n), 7) + 3 for n in names)
     Console(width=max(Console().width, width)).print(_table(result, names))
     if args.json is not None:
-        write_json_atomic(args.json, result)
+        write_json_atomic(Path(args.json), result)
         print(f"wrote {args.json}")
     return 0
 

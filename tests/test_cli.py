@@ -243,18 +243,19 @@ def test_fmsp_eval_sizes_are_checked(tmp_path, capsys):
 
 def _parsers():
     """Every command's parser, built the way its main() builds it."""
-    from trl import ModelConfig
+    import importlib
 
     from fmsp.config import FMSPConfig
     from fmsp.evaluation import parser as fmsp_eval_parser
     from fmsp.export import parser as fmsp_export_parser
     from sepo.grpo.config import SEPOConfig
+    from sepo.lora import SEPOModelConfig as ModelConfig
     from sepo.recipes import RecipeParser
     from sepo.sft.data import parser as data_parser
     from sepo.sft.train import SEPOSFTConfig
     from sepo.tournament import parser as tournament_parser
 
-    return {
+    parsers = {
         "sepo train": RecipeParser((SEPOConfig, ModelConfig), prog="sepo train"),
         "sepo sft": RecipeParser((SEPOSFTConfig,), prog="sepo sft"),
         "fmsp run": RecipeParser((FMSPConfig,), prog="fmsp run"),
@@ -263,6 +264,7 @@ def _parsers():
         "fmsp eval": fmsp_eval_parser(),
         "fmsp export": fmsp_export_parser(),
     }
+    return parsers | {command: importlib.import_module(spec[2]).parser() for command, spec in COMMANDS.items()}
 
 
 def test_every_option_has_a_description_and_one_default():
@@ -410,6 +412,7 @@ QUICK_MISTAKES = [  # (command line, the start of the message)
     (["train", "--config", "configs/sepo/ipd_default.yaml", "--top_p", "2"], "top_p must be a number in (0, 1]"),
     (["sft", "--model_name_or_path", "no/such/dir"], "model_name_or_path 'no/such/dir': no such directory"),
     (["train", "--config", "configs/sepo/ipd_default.yaml", "--output_dir", "README.md"], "output_dir 'README.md' is a file"),
+    (["tiny-model", "--ot", "x"], "unknown option --ot (did you mean '--out'?)"),
 ]  # fmt: skip
 
 
@@ -435,15 +438,19 @@ def test_mistakes_are_reported_before_trl_or_torch_is_imported(tmp_path):
 
 
 def _full_parser_error(argv: list[str]) -> str:
-    """What `sepo train` / `sepo sft` report for `argv` without the quick check (their own parse and checks)."""
+    """What `sepo train` / `sepo sft` / `sepo tiny-model` report for `argv` without the quick check (their own
+    parse and checks)."""
     from sepo.grpo.train import parse as train_parse
     from sepo.models import check_model
     from sepo.recipes import parse_config
     from sepo.sft.train import SEPOSFTConfig
+    from sepo.tiny_models import parser as tiny_model_parser
 
     try:
         if argv[0] == "train":
             train_parse(argv[1:])
+        elif argv[0] == "tiny-model":
+            tiny_model_parser().parse(argv[1:])
         else:
             (config,) = parse_config((SEPOSFTConfig,), argv[1:], prog="sepo sft")
             check_model("model_name_or_path", config.model_name_or_path)
@@ -461,10 +468,12 @@ def test_the_quick_check_knows_every_key_of_the_full_parsers():
     from sepo.grpo.config import SEPOConfig
     from sepo.recipes import RecipeParser
     from sepo.sft.train import SEPOSFTConfig
+    from sepo.tiny_models import TinyModelConfig
 
     assert recipe_keys.upstream_keys() == recipe_keys.live_upstream_keys(), (
         "TRL's keys changed: run `python -m sepo.recipe_keys` to rewrite sepo/upstream_keys.json")
-    for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,))):
+    for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,)),
+                           ("tiny-model", (TinyModelConfig,))):
         parser = RecipeParser(types, prog=command)
         keys, deprecated, options = recipe_keys.command_keys(command)
         assert keys == set(parser._hints) and deprecated == parser._renamed, command
@@ -496,3 +505,104 @@ def test_quickstart_help_states_its_measured_duration(capsys):
         sepo(["quickstart", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "in minutes" not in text and "about 15 min on 2 idle cores" in text  # 14.1 min measured (issue 25)
+
+
+# --- every command reads its keys the same way (RecipeParser) -------------------------------------
+
+def _levels(argv: list[str]) -> int:
+    """`python -m fmsp.gandalf_levels` as its `__main__` runs it."""
+    from fmsp.gandalf_levels import PROG, main
+    from sepo.subcommands import report_usage_errors
+
+    return report_usage_errors(PROG, lambda: main(argv))
+
+
+def _curves(argv: list[str]) -> int:
+    """`python -m sepo.study.curves` as its `__main__` runs it."""
+    from sepo.study.curves import main
+    from sepo.subcommands import report_usage_errors
+
+    return report_usage_errors("python -m sepo.study.curves", lambda: main(argv))
+
+
+# command -> (its entry point, the arguments that name it, its parser's module, a misspelt flag, the flag meant,
+# a recipe of its keys ({tmp}: the test's directory), what that recipe must give)
+COMMANDS = {
+    "sepo data": (sepo, ["data"], "sepo.sft.data", "--seeed", "--seed",
+                  "games: [kuhn]\nseed: 3\nepisodes_scale: 0.5\nout: {tmp}/d\n",
+                  {"games": ["kuhn"], "seed": 3, "episodes_scale": 0.5, "out": "{tmp}/d"}),
+    "sepo tournament": (sepo, ["tournament"], "sepo.tournament", "--episods", "--episodes",
+                        "game: ipd\nepisodes: 2\nstrategies: [tit_for_tat, always_defect]\n",
+                        {"game": "ipd", "episodes": 2, "strategies": ["tit_for_tat", "always_defect"]}),
+    "sepo quickstart": (sepo, ["quickstart"], "sepo.quickstart", "--scal", "--scale",
+                        "scale: ci\nout: {tmp}/q\nrecord: ''\n", {"scale": "ci", "out": "{tmp}/q", "record": ""}),
+    "sepo tiny-model": (sepo, ["tiny-model"], "sepo.tiny_models", "--arh", "--arch",
+                        "out: {tmp}/m\narch: gemma4\nseed: 2\n", {"out": "{tmp}/m", "arch": "gemma4", "seed": 2}),
+    "sepo study": (sepo, ["study"], "sepo.study.run", "--retrian", "--retrain", None, None),
+    "fmsp eval": (fmsp, ["eval"], "fmsp.evaluation", "--cels", "--cells",
+                  "runs: [a=x, y]\nout: {tmp}/e\ntop: 1\ndomain_config: {{n_games: 2}}\n",
+                  {"runs": ["a=x", "y"], "out": "{tmp}/e", "top": 1, "domain_config": {"n_games": 2}}),
+    "fmsp export": (fmsp, ["export"], "fmsp.export", "--prefx", "--prefix",
+                    "run: r\npool: exploit\ngame: ipd\nout: {tmp}/p\nselect: top:1\n",
+                    {"run": "r", "pool": "exploit", "game": "ipd", "out": "{tmp}/p", "select": "top:1"}),
+    "fmsp match": (fmsp, ["match"], "fmsp.match", "--timout", "--timeout",
+                   "domain: car_tag\na: p.py\nb: q.py\njson: {tmp}/m.json\ngames: 3\n",
+                   {"domain": "car_tag", "a": "p.py", "b": "q.py", "json": "{tmp}/m.json", "games": 3}),
+    "python -m fmsp.gandalf_levels": (_levels, [], "fmsp.gandalf_levels", "--ot", "--out",
+                                              "runs: [x]\nout: {tmp}/l\n", {"runs": ["x"], "out": "{tmp}/l"}),
+    "python -m sepo.study.curves": (_curves, [], "sepo.study.curves", "--titel", "--title",
+                                         "study: s\nout: {tmp}/c\ngame: ipd\n",
+                                         {"study": "s", "out": "{tmp}/c", "game": "ipd"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_misspelt_flag_is_one_line_with_did_you_mean(command, capsys):
+    entry, name, _, typo, meant, _, _ = COMMANDS[command]
+    err = error_of(capsys, entry([*name, typo, "1"]))
+    assert err.strip() == f"{command}: error: unknown option {typo} (did you mean '{meant}'?); `{command} --help` " \
+                          "lists the options"  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [c for c, spec in COMMANDS.items() if spec[5] is not None])
+def test_a_recipe_of_flat_keys_sets_the_keys_and_a_misspelt_key_names_its_line(command, tmp_path, capsys):
+    import importlib
+
+    entry, name, module, typo, meant, text, expected = COMMANDS[command]
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(text.format(tmp=tmp_path))
+    (config,) = importlib.import_module(module).parser().parse(["--config", str(recipe)])
+    for key, value in expected.items():
+        assert getattr(config, key) == (value.format(tmp=tmp_path) if isinstance(value, str) else value), key
+    recipe.write_text(text.format(tmp=tmp_path) + f"{typo[2:]}: 1\n")
+    line = len(recipe.read_text().splitlines())
+    assert error_of(capsys, entry([*name, "--config", str(recipe)])).strip() == \
+        f"{command}: error: {recipe}, line {line}: unknown key '{typo[2:]}' (did you mean '{meant[2:]}'?)"
+
+
+def test_a_run_flag_may_be_repeated_and_replaces_the_recipes_runs(tmp_path):
+    """`fmsp eval --run a --run b` as before (argparse's append), `--run a b` too, and on top of a recipe the
+    command line's runs replace the recipe's (as every other key)."""
+    from fmsp.evaluation import parser
+
+    out = ["--out", str(tmp_path / "e")]
+    assert parser().parse(["--run", "a=x", "--run", "y", *out])[0].runs == ["a=x", "y"]
+    assert parser().parse(["--run", "a=x", "y", *out])[0].runs == ["a=x", "y"]
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("runs: [p, q]\n")
+    assert parser().parse(["--config", str(recipe), *out])[0].runs == ["p", "q"]
+    assert parser().parse(["--config", str(recipe), "--run", "z", "--run", "w", *out])[0].runs == ["z", "w"]
+
+
+def test_an_unknown_flag_is_named_before_a_missing_required_one(capsys):
+    err = error_of(capsys, fmsp(["export", "--rnu", "x"]))
+    assert "unknown option --rnu (did you mean '--run'?)" in err and "required" not in err
+
+
+def test_study_config_is_its_recipe_not_a_recipe_of_its_flags(capsys):
+    """`sepo study --config` names the study recipe (StudyConfig), as before: its parser reads no flat recipe."""
+    from sepo.study.run import parser
+
+    (ns,) = parser().parse(["--config", "configs/study/ipd_default.yaml", "--arms", "shared"])
+    assert (ns.config, ns.arms, ns.report_only) == ("configs/study/ipd_default.yaml", "shared", False)
+    assert "the following arguments are required: --config" in error_of(capsys, sepo(["study"]))

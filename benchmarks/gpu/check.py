@@ -188,10 +188,11 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
 
     import torch
     from transformers.trainer_callback import PrinterCallback
-    from trl import ModelConfig, get_peft_config
+    from trl import get_peft_config
 
     from benchmarks.overhead import Stopwatch, instrumented, per_step
     from sepo.grpo.config import SEPOConfig
+    from sepo.lora import SEPOModelConfig
     from sepo.recipes import parse_config
 
     arch = ctx.step_arch
@@ -208,7 +209,7 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
         argv = ["--config", RECIPE, "--output_dir", tmp]
         for key, value in overrides.items():
             argv += [f"--{key}", value]
-        args, model_args = parse_config((SEPOConfig, ModelConfig), argv, prog="gpu check")
+        args, model_args = parse_config((SEPOConfig, SEPOModelConfig), argv, prog="gpu check")
         args.model_init_kwargs = None  # the model is built here, not loaded from model_name_or_path
         trainer_cls, step_parts = instrumented(watch)
         trainer = trainer_cls(model=model, args=args, processing_class=tok, peft_config=get_peft_config(model_args),

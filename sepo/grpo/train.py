@@ -21,13 +21,14 @@ from envs.sandbox.rng import persist_run_rng_key
 from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
+from sepo.lora import SEPOModelConfig
 from sepo.models import check_model, resolve_model
 from sepo.recipes import parse_config, prepare_machine
 
 
 def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
     """Parse `--config` YAML plus overrides into (SEPOConfig, ModelConfig); mistakes are UsageErrors."""
-    args, model_args = parse_config((SEPOConfig, ModelConfig), argv, prog="sepo train",
+    args, model_args = parse_config((SEPOConfig, SEPOModelConfig), argv, prog="sepo train",
                                     description=__doc__.split("\n\n")[0])
     if not model_args.model_name_or_path:
         raise UsageError("set model_name_or_path (a checkpoint directory, a hub id, or `default`)")

@@ -19,7 +19,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ import envs
 from envs.base import View
 from sepo.checks import Range, check_names, check_output_dir
 from sepo.files import replace_dir_atomic, write_json_atomic, write_jsonl_atomic
-from sepo.recipes import CommandParser, mapping_type
+from sepo.recipes import RecipeParser
 from sepo.sft.rationales import rationale
 
 
@@ -174,35 +174,48 @@ def stats(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def parser() -> CommandParser:
+@dataclass
+class DataConfig:
+    """The keys of `sepo data` (command line or `--config` recipe); the checks run when it is built."""
+
+    games: list[str] = field(default_factory=lambda: list(DEMONSTRATIONS),
+                             metadata={"help": "games to generate (space- or comma-separated)", "metavar": "GAME"})
+    out: str = field(default="sft_data/generated", metadata={"help": "output directory"})
+    seed: int = field(default=0, metadata={"help": "seed of the demonstrator draws and the split"})
+    episodes_scale: float = field(
+        default=1.0, metadata={"help": "scales the method's episode counts (docs/references.md#sft-demonstrators)"})
+    validation_fraction: float = field(default=0.2, metadata={"help": "share of episodes in the validation split"})
+    samples: int = field(default=0, metadata={"help": "also write N sample rows per game (0: none)"})
+    samples_dir: str | None = field(
+        default=None,
+        metadata={"help": "where the samples go (default: <out>/samples; the committed ones: sft_data/samples)"})
+    game_params: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": 'per-game parameters as JSON or YAML flow, e.g. \'{"ipd": {"num_rounds": 4}}\''})
+
+    def __post_init__(self) -> None:
+        self.games = check_names("game", self.games, DEMONSTRATIONS)
+        Range(0, low_open=True).check("--episodes-scale", self.episodes_scale)
+        Range(0, 1, high_open=True).check("--validation-fraction", self.validation_fraction)
+        Range(0, integer=True).check("--samples", self.samples)
+        Range(0, integer=True).check("--seed", self.seed)
+        check_output_dir("--out", self.out)
+        check_output_dir("--samples-dir", self.samples_path)
+
+    @property
+    def samples_path(self) -> Path:
+        """Where the sample rows go: samples_dir, else <out>/samples."""
+        return Path(self.samples_dir or Path(self.out) / "samples")
+
+
+def parser() -> RecipeParser:
     """The command line of `sepo data`."""
-    cli = CommandParser(prog="sepo data", description=__doc__.split("\n\n")[0])
-    cli.add_argument("--games", nargs="+", default=list(DEMONSTRATIONS), metavar="GAME",
-                     help="games to generate (space- or comma-separated)")
-    cli.add_argument("--out", default="sft_data/generated", help="output directory")
-    cli.add_argument("--seed", type=int, default=0, help="seed of the demonstrator draws and the split")
-    cli.add_argument("--episodes-scale", type=float, default=1.0,
-                     help="scales the method's episode counts (docs/references.md#sft-demonstrators)")
-    cli.add_argument("--validation-fraction", type=float, default=0.2,
-                     help="share of episodes in the validation split")
-    cli.add_argument("--samples", type=int, default=0, help="also write N sample rows per game (0: none)")
-    cli.add_argument("--samples-dir", default=None,
-                     help="where the samples go (default: <out>/samples; the committed ones: sft_data/samples)")
-    cli.add_argument("--game-params", type=mapping_type(), default=None, metavar="MAPPING",
-                     help='per-game parameters as JSON or YAML flow, e.g. \'{"ipd": {"num_rounds": 4}}\'')
-    return cli
+    return RecipeParser((DataConfig,), prog="sepo data", description=__doc__.split("\n\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse(argv)
-    games = check_names("game", args.games, DEMONSTRATIONS)
-    Range(0, low_open=True).check("--episodes-scale", args.episodes_scale)
-    Range(0, 1, high_open=True).check("--validation-fraction", args.validation_fraction)
-    Range(0, integer=True).check("--samples", args.samples)
-    Range(0, integer=True).check("--seed", args.seed)
-    samples_dir = Path(args.samples_dir or Path(args.out) / "samples")
-    check_output_dir("--out", args.out)
-    check_output_dir("--samples-dir", samples_dir)
+    (args,) = parser().parse(argv)
+    games, samples_dir = args.games, args.samples_path
     rows = generate(games, args.seed, args.episodes_scale, args.validation_fraction, args.game_params)
     # deferred: datasets takes seconds to import; only dataset building needs it
     from datasets import Dataset, DatasetDict

@@ -35,15 +35,11 @@ from sepo.checks import (
     check_ranges,
 )
 from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
+from sepo.lora import LANGUAGE_MODEL_ATTENTION
 from sepo.model_card import ModelCardCallback, final_card, merged_card
 from sepo.models import check_model, resolve_model
 from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 from sepo.sft.data import DEMONSTRATIONS, build_dataset
-
-# LoRA on the language model's attention projections only: Gemma 4 / Qwen 3.5 checkpoints carry vision and
-# audio towers whose q/k/v/o projections (Gemma4ClippableLinear wrappers among them) must stay untouched.
-LANGUAGE_MODEL_ATTENTION = r"^(?!.*(?:vision|audio|visual|multi_modal|embed_vision|embed_audio)).*\.(?:q_proj|k_proj|v_proj|o_proj)$"
-
 
 # the warm-start stage's own counts and sizes, checked with TRL's
 SFT_RANGES = {

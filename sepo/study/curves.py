@@ -29,6 +29,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from sepo.eval.report import cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.study.config import StudyConfig, arm_dir, run_label
 from sepo.study.report import SEED_METHOD, across, seed_cell
+from sepo.subcommands import report_usage_errors
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
 PLOTTED = ("exploitability", "J")
@@ -282,17 +284,27 @@ def write_curves(study_dir: str | Path, arms: Sequence[str], game: str, out_dir:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import CommandParser
+@dataclass
+class CurvesConfig:
+    """The keys of `python -m sepo.study.curves` (command line or `--config` recipe)."""
 
-    parser = CommandParser(prog="python -m sepo.study.curves", description=__doc__.splitlines()[0])
-    parser.add_argument("--study", required=True, help="a study's output_dir (its <arm>/seed_<s>/checkpoints.json)")
-    parser.add_argument("--arms", default="per_pool,reward_only", help="two arms, the first minus the second")
-    parser.add_argument("--game", default="kuhn", help="the evaluated game to read")
-    parser.add_argument("--out", required=True, help="where curves.json, curves.png and curves.md go")
-    parser.add_argument("--title", default="Learning curves: Kuhn poker, per-pool credit vs reward only")
-    ns = parser.parse(sys.argv[1:] if argv is None else argv)
+    study: str = field(metadata={"help": "a study's output_dir (its <arm>/seed_<s>/checkpoints.json)"})
+    out: str = field(metadata={"help": "where curves.json, curves.png and curves.md go"})
+    arms: str = field(default="per_pool,reward_only", metadata={"help": "two arms, the first minus the second"})
+    game: str = field(default="kuhn", metadata={"help": "the evaluated game to read"})
+    title: str = field(default="Learning curves: Kuhn poker, per-pool credit vs reward only",
+                       metadata={"help": "the title of the plot and the table"})
+
+
+def parser():
+    """The command line of the learning curves."""
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((CurvesConfig,), prog="python -m sepo.study.curves", description=__doc__.splitlines()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     try:
         summary = write_curves(ns.study, ns.arms.split(","), ns.game, ns.out, ns.title)
     except ValueError as exc:
@@ -303,4 +315,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors("python -m sepo.study.curves", main))

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -193,19 +194,28 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import CommandParser
+@dataclass
+class StudyCommand:
+    """The keys of `sepo study`; its `config` is the study recipe (`StudyConfig`), not a recipe of these keys."""
 
-    parser = CommandParser(prog="sepo study", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a study recipe, e.g. configs/study/ipd_default.yaml")
-    parser.add_argument("--output_dir", help="override the recipe's output_dir")
-    parser.add_argument("--arms", help="comma-separated subset of the recipe's arms (default: all)")
-    parser.add_argument("--report_only", action="store_true",
-                        help="report on already trained arms (their stored eval episodes are reused)")
-    parser.add_argument("--retrain", action="store_true",
-                        help="train every (arm, seed) again, even those already trained with the same keys")
-    ns = parser.parse(sys.argv[1:] if argv is None else argv)
+    config: str = field(metadata={"help": "a study recipe, e.g. configs/study/ipd_default.yaml"})
+    output_dir: str | None = field(default=None, metadata={"help": "override the recipe's output_dir (default: the recipe's)"})
+    arms: str | None = field(default=None, metadata={"help": "comma-separated subset of the recipe's arms (default: all)"})
+    report_only: bool = field(
+        default=False, metadata={"help": "report on already trained arms (their stored eval episodes are reused)"})
+    retrain: bool = field(
+        default=False, metadata={"help": "train every (arm, seed) again, even those already trained with the same keys"})
+
+
+def parser():
+    """The command line of `sepo study`."""
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((StudyCommand,), prog="sepo study", description=__doc__.splitlines()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     try:
         cfg = StudyConfig.from_yaml(ns.config)
