@@ -14,7 +14,8 @@ import torch
 from envs import make_game, make_strategy
 from sepo.grpo.advantages import sepo_round_advantages
 from sepo.grpo.config import SEPOConfig
-from sepo.grpo.trainer import SEPOTrainer, build_group_dataset, group_specs
+from sepo.grpo.groups import build_group_dataset, group_specs
+from sepo.grpo.trainer import SEPOTrainer
 from sepo.objective import PROBE_CREDITS
 from sepo.rollout.engine import EpisodeRecord, Trajectory, TurnRecord
 

@@ -8,10 +8,7 @@ lock-step rounds, a SEPO reward function, and (after `super()._generate_and_scor
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -20,119 +17,23 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather
-from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from envs import Game, make_game
-from envs.sandbox import SandboxConfig
 from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
-from sepo.grpo.adaptive import AdaptiveExploiter, with_adaptive
 from sepo.grpo.advantages import sepo_round_advantages, token_advantages
 from sepo.grpo.config import SEPOConfig
+from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
 from sepo.grpo.rewards import SEPOReward
 from sepo.objective import PROBE_CREDITS, resolve_lambdas
-from sepo.pools import POOL_NAMES, Pools, load_pools
 
 logger = logging.getLogger(__name__)
 
 RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
 """Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, probe
 records) per rollout, in the batch's order (e.g. the study records them)."""
-
-
-def run_pools(args: SEPOConfig, exploiter: AdaptiveExploiter | None = None) -> dict[str, Pools]:
-    """The pools of every game of a run: defaults plus `pool_dir` members (played in the sandbox), split by
-    role as `strict_pools` asks, plus the adaptive exploiter in Kuhn's exploit pool when `adaptive_exploiter`
-    (`exploiter` is the trainer's; the parse-time check passes none)."""
-    sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
-    pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools) for g in args.games}
-    if args.adaptive_exploiter:
-        pools["kuhn"] = with_adaptive(pools["kuhn"], exploiter or AdaptiveExploiter())
-    return pools
-
-
-def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
-    """One block of the pool mix: a (game, pool, opponent) row per group, as configured by `pool_mix`.
-
-    A name in two pools (separation by role) forms one group per pool it is asked for in; each row
-    carries its pool, which decides the episode's credit downstream."""
-    rng = random.Random(args.seed)
-    block = []
-    for game in args.games:
-        for pool in POOL_NAMES:
-            choice = args.pool_mix.get(pool, 0)
-            names = pools[game].names(pool)
-            if choice == "all":
-                chosen = list(names)
-            elif isinstance(choice, list):
-                chosen = list(choice)
-                wrong = [n for n in chosen if n not in names]
-                if wrong:
-                    raise ValueError(f"pool_mix[{pool!r}] names {wrong}, which are not in the {pool!r} pool of "
-                                     f"{game!r}; that pool holds: {', '.join(names)}")
-            else:
-                chosen = [rng.choice(names) for _ in range(int(choice))] if names else []
-            block += [{"game": game, "pool": pool, "opponent": name} for name in chosen]
-    if not block:
-        raise ValueError(f"pool_mix {args.pool_mix} selects no opponent for games {args.games}")
-    return block
-
-
-def group_seed(seed: int, game: str, pool: str, opponent: str, block: int, index: int) -> int:
-    """The seed of the `index`-th group against (game, pool, opponent) in block `block` of a run seeded `seed`.
-
-    Keyed by what the group is, not by its position in the block, so arms whose pool mixes differ (reward_only's
-    training groups only, per_pool's extra penalty groups) deal their k-th training group against an opponent
-    the same cards, values and opponent stream at every step: paired deals."""
-    digest = hashlib.sha256(f"{seed}:{game}:{pool}:{opponent}:{block}:{index}".encode()).digest()
-    return int.from_bytes(digest[:6], "big")
-
-
-def build_group_dataset(args: SEPOConfig, pools: dict[str, Pools]) -> Dataset:
-    """Dataset of groups: each row names (game, pool, opponent, seed, seat); TRL repeats it G times.
-
-    Rows come in blocks of the whole pool mix with fresh seeds (`group_seed`: paired across arms); with
-    `shuffle_dataset=False` (the default) each generation batch of the same size as a block sees every
-    configured opponent once.
-    """
-    block = group_specs(args, pools)
-    if args.num_groups:
-        n = args.num_groups
-    else:
-        per_step = max(1, args.generation_batch_size // args.num_generations // args.steps_per_generation)
-        n = max(len(block), per_step * max(1, args.max_steps) * args.num_iterations)
-    blocks = math.ceil(n / len(block)) + 1
-    rows = []
-    for b in range(blocks):
-        seen: dict[tuple[str, str, str], int] = {}
-        for row in block:
-            key = (row["game"], row["pool"], row["opponent"])
-            seen[key] = seen.get(key, -1) + 1
-            group = {**row, "seed": group_seed(args.seed, *key, b, seen[key]), "seat": args.seat}
-            rows.append({"prompt": group_prompt(group), **group})
-    return Dataset.from_list(rows)
-
-
-GROUP_KEYS = ("game", "pool", "opponent", "seed", "seat")
-
-
-def group_prompt(group: dict[str, Any]) -> str:
-    """The dataset's `prompt` for one group: its (game, pool, opponent, seed, seat) as canonical JSON.
-
-    TRL hands exactly these strings to `rollout_func`, so the rollout reads what to play from its own
-    arguments (and the completions table in wandb shows which group each rollout belongs to)."""
-    return json.dumps({k: group[k] for k in GROUP_KEYS})
-
-
-def parse_group_prompt(prompt: str) -> dict[str, Any]:
-    """The group a dataset prompt names (the inverse of `group_prompt`)."""
-    try:
-        group = json.loads(prompt)
-        return {k: group[k] for k in GROUP_KEYS}
-    except (TypeError, ValueError, KeyError) as exc:
-        raise ValueError(f"a SEPO group prompt is JSON with keys {GROUP_KEYS}; got {prompt!r}") from exc
 
 
 class _TimedBackend:
@@ -165,19 +66,20 @@ class _TimedBackend:
 class SEPOTrainer(GRPOTrainer):
     """GRPOTrainer for SEPO-GRPO: game rollouts, SEPO rewards credited by pool, per-round advantages.
 
-    `train_dataset` defaults to the group dataset built from `args` (see `build_group_dataset`);
-    `reward_funcs` defaults to the SEPO reward. Everything else is GRPOTrainer's.
+    `groups` are the run's pools, adaptive exploiter and group dataset (`sepo.grpo.groups.training_groups`,
+    built from `args` when not given); the reward is the SEPO reward. Everything else is GRPOTrainer's.
     """
 
-    def __init__(self, model: Any, args: SEPOConfig, train_dataset: Dataset | None = None,
+    def __init__(self, model: Any, args: SEPOConfig, groups: TrainingGroups | None = None,
                  processing_class: Any = None, peft_config: Any = None,
-                 callbacks: Sequence[TrainerCallback] | None = None, reward_funcs: Any = None,
+                 callbacks: Sequence[TrainerCallback] | None = None,
                  rollout_hooks: Sequence[RolloutHook] = ()) -> None:
         if not isinstance(args, SEPOConfig):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
+        groups = groups if groups is not None else training_groups(args)
         self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
-        self.adaptive = AdaptiveExploiter() if args.adaptive_exploiter else None
-        self.pools = run_pools(args, self.adaptive)
+        self.adaptive = groups.adaptive
+        self.pools = groups.pools.training
         self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
         self.max_rounds = max(game.num_rounds for game in self.games.values())
         # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
@@ -185,16 +87,14 @@ class SEPOTrainer(GRPOTrainer):
                                 if m.source.get("kind") != "scripted"}
         self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty,
                                       paper=args.return_mode == "paper", exploit_reward=args.exploit_reward)
-        if train_dataset is None:
-            train_dataset = build_group_dataset(args, self.pools)
         callbacks = list(callbacks or [])
         if args.keep_best_by_safety:
             from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 
-            callbacks.append(CheckpointEvalCallback(eval_config(args)))
+            callbacks.append(CheckpointEvalCallback(eval_config(args), groups.pools.evaluation))
         self.rollout_hooks = list(rollout_hooks)
-        super().__init__(model=model, reward_funcs=reward_funcs or [self.sepo_reward], args=args,
-                         train_dataset=train_dataset, processing_class=processing_class,
+        super().__init__(model=model, reward_funcs=[self.sepo_reward], args=args,
+                         train_dataset=groups.dataset, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks, rollout_func=self._rollout)
         from sepo.rollout.chat import ChatRenderer
 
