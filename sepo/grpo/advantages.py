@@ -7,7 +7,8 @@ group (TRL's RepeatSampler order); K rounds (NaN where a round did not happen); 
 from __future__ import annotations
 
 import torch
-from trl.trainer.utils import nanstd
+
+from sepo.grpo.trl_seam import nanstd
 
 RETURN_MODES = ("reward_to_go", "per_round", "paper")
 PAPER_EPSILON = 1e-8  # the revised paper's delta in A = (rew - mean) / (sigma + delta)

@@ -19,8 +19,6 @@ from typing import Any
 import torch
 from accelerate.utils import gather
 from transformers import TrainerCallback
-from trl import GRPOTrainer
-from trl.models.utils import unwrap_model_for_generation
 
 from envs import make_game
 from sepo.backends.base import GenerationBackend, SamplingSpec
@@ -38,7 +36,9 @@ from sepo.grpo.rollouts import (
     rollout_columns,
 )
 from sepo.grpo.scoring import Batch, round_reward_matrix, sepo_advantages
+from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
 from sepo.objective import resolve_lambdas
+from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ RolloutHook = Callable[["SEPOTrainer", Played], None]
 records) per rollout, in the batch's order (e.g. the study records them)."""
 
 
-class SEPOTrainer(GRPOTrainer):
+class SEPOTrainer(SeamTrainer):
     """GRPOTrainer for SEPO-GRPO: game rollouts, SEPO rewards credited by pool, per-round advantages.
 
     `groups` are the run's pools, adaptive exploiter and group dataset (`sepo.grpo.groups.training_groups`,
@@ -76,15 +76,11 @@ class SEPOTrainer(GRPOTrainer):
         self.rollout_hooks = list(rollout_hooks)
         super().__init__(model=model, reward_funcs=[self.sepo_reward], args=args,
                          train_dataset=groups.dataset, processing_class=processing_class,
-                         peft_config=peft_config, callbacks=callbacks, rollout_func=self._rollout)
-        from sepo.rollout.chat import ChatRenderer
-
-        self.renderer = ChatRenderer(self._tokenizer, enable_thinking=args.enable_thinking)
+                         peft_config=peft_config, callbacks=callbacks)
+        self.renderer = ChatRenderer(self.text_tokenizer(), enable_thinking=args.enable_thinking)
         if args.use_vllm:
-            from sepo.backends.trl_vllm import check_supported, ensure_weight_sync
-
-            check_supported(self.vllm_generation)
-            ensure_weight_sync(self.vllm_generation)
+            check_supported(self.vllm_engine())
+            ensure_weight_sync(self.vllm_engine())
         sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
                                 max_new_tokens=args.max_turn_tokens)
         self.rollout_context = RolloutContext(
@@ -97,15 +93,14 @@ class SEPOTrainer(GRPOTrainer):
     def generation_backend(self):
         """The rollout engine for this step: vLLM (colocate engine or server) when use_vllm, else HF generate."""
         if self.use_vllm:
-            from sepo.backends.trl_vllm import TRLVLLMBackend
+            from sepo.grpo.trl_vllm import TRLVLLMBackend
 
-            yield TRLVLLMBackend(self.vllm_generation, self._tokenizer, self.renderer.end_of_turn_id)
+            yield TRLVLLMBackend(self.vllm_engine(), self.text_tokenizer(), self.renderer.end_of_turn_id)
             return
         from sepo.backends.hf import HFBackend
 
-        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
-            yield HFBackend.from_trainer_model(model, self._tokenizer)  # it switches eval/no_grad per call
+        with self.generation_model() as model:
+            yield HFBackend.from_trainer_model(model, self.text_tokenizer())  # it switches eval/no_grad per call
 
     def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> EpisodeSpec:
         return episode_spec(self.args, game, pool, opponent, seed, seat)
@@ -118,13 +113,13 @@ class SEPOTrainer(GRPOTrainer):
         """This rank's rollout batch played with `backend` (`sepo.grpo.rollouts.play`)."""
         return play(self.rollout_context, rows, backend)
 
-    def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
-        """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras
+    def rollout(self, prompts: list) -> dict[str, list]:
+        """TRL's rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras
         (`sepo.grpo.rollouts.rollout_columns`, the credited round rewards among them).
 
         `prompts` are this rank's dataset prompts, already repeated G times by TRL's sampler; each names the
         group its rollout belongs to (`group_prompt`). Rollout hooks see every batch as it was played."""
-        mode = "train" if self.model.training else "eval"
+        mode = self.metric_mode()
         rows = [parse_group_prompt(p) for p in prompts]
         t0 = time.perf_counter()
         with self.generation_backend() as backend:
@@ -140,8 +135,8 @@ class SEPOTrainer(GRPOTrainer):
         metrics.update({"sepo/time/generation_s": timed.seconds, "sepo/time/rollout_s": rollout_s,
                         "sepo/time/rollout_overhead_s": rollout_s - timed.seconds,
                         "sepo/generation_calls": float(timed.calls)})
-        self._log(mode, metrics)
-        return rollout_columns(results, self.sepo_reward, set(self.eos_token_ids), self.renderer.end_of_turn_id,
+        self.record_metrics(mode, metrics)
+        return rollout_columns(results, self.sepo_reward, self.stop_token_ids(), self.renderer.end_of_turn_id,
                                self.args.mask_forced_tokens)
 
     def _refresh_adaptive(self, backend: GenerationBackend, mode: str) -> None:
@@ -153,24 +148,24 @@ class SEPOTrainer(GRPOTrainer):
         policy = scored_policy(backend, self.renderer, self.args.game_params.get("kuhn"), self.args.seat)
         figures = self.adaptive.refresh(policy, self.state.global_step)
         seconds = time.perf_counter() - t0
-        self._log(mode, {f"sepo/adaptive/{key}": value for key, value in {**figures, "refresh_s": seconds}.items()})
+        self.record_metrics(mode, {f"sepo/adaptive/{key}": value
+                                   for key, value in {**figures, "refresh_s": seconds}.items()})
         logger.info("step %d: adaptive exploiter refreshed in %.3f s; policy exploitability %.4f, game value %.4f",
                     self.state.global_step, seconds, figures["exploitability"], figures["game_value"])
 
     # --- advantages ---------------------------------------------------------------------------------
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
-        mode = "train" if self.model.training else "eval"
+    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
+        """The seam's hook after TRL scored a batch: the SEPO advantages, timed."""
         t0 = time.perf_counter()
-        output["advantages"] = self._sepo_advantages(inputs, output, mode)
-        self._log(mode, {"sepo/time/advantages_s": time.perf_counter() - t0})
-        return output
+        advantages = self._sepo_advantages(inputs, output, mode)
+        self.record_metrics(mode, {"sepo/time/advantages_s": time.perf_counter() - t0})
+        return advantages
 
     def _round_reward_matrix(self, inputs: list[dict[str, Any]], device: torch.device) -> torch.Tensor:
         """Global (N, K) per-round rewards of a scored batch (`sepo.grpo.scoring.round_reward_matrix`)."""
-        mode = "train" if self.model.training else "eval"
+        mode = self.metric_mode()
         rewards, metrics = round_reward_matrix(self.args, inputs, self._batch(device, mode))
-        self._log(mode, metrics)
+        self.record_metrics(mode, metrics)
         return rewards
 
     def _sepo_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -179,7 +174,7 @@ class SEPOTrainer(GRPOTrainer):
         batch = self._batch(self.accelerator.device, mode)
         rewards = self._round_reward_matrix(inputs, batch.device)
         token_adv, metrics = sepo_advantages(self.args, inputs, output, rewards, batch)
-        self._log(mode, metrics)
+        self.record_metrics(mode, metrics)
         if metrics["sepo/no_learning_signal"] and mode == "train":
             logger.warning("step %d: every group's rewards are equal (zero spread), so every advantage is 0 and "
                            "this step has no learning signal", self.state.global_step + 1)
@@ -187,11 +182,5 @@ class SEPOTrainer(GRPOTrainer):
 
     def _batch(self, device: torch.device, mode: str) -> Batch:
         """Where this step's generation batch sits (the group size of `mode`, rank, rounds, gather)."""
-        return Batch(num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
-                     process_index=self.accelerator.process_index, max_rounds=self.max_rounds, device=device,
+        return Batch(num_generations=self.group_size(mode), process_index=self.accelerator.process_index, max_rounds=self.max_rounds, device=device,
                      gather=gather)
-
-    def _log(self, mode: str, metrics: dict[str, float]) -> None:
-        """Append each metric to TRL's per-mode metric lists (averaged and logged by TRL at each log step)."""
-        for key, value in metrics.items():
-            self._metrics[mode][key].append(value)
