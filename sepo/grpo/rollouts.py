@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.backends.base import (
+    Generation,
+    GenerationBackend,
+    Prompt,
+    SamplingSpec,
+    prefix_session,
+    session_generate,
+    session_generate_choice,
+)
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.rewards import SEPOReward
 from sepo.objective import PROBE_CREDITS
@@ -125,11 +133,12 @@ class TimedBackend:
             self.seconds += time.perf_counter() - t0
             self.calls += 1
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
-        return self._timed(self.inner.generate, prompts, sampling)
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: Any = None) -> list[Generation]:
+        return self._timed(session_generate, self.inner, prompts, sampling, session)
 
-    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
-        return self._timed(self.inner.generate_choice, prompts, choices, sampling)
+    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
+                        session: Any = None) -> list[Generation]:
+        return self._timed(session_generate_choice, self.inner, prompts, choices, sampling, session)
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         return self._timed(self.inner.score_choices, prompts, choices)

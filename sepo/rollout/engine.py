@@ -25,7 +25,15 @@ from typing import Any
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from envs.sandbox.strategy import act_all
-from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.backends.base import (
+    Generation,
+    GenerationBackend,
+    Prompt,
+    SamplingSpec,
+    prefix_session,
+    session_generate,
+    session_generate_choice,
+)
 from sepo.rollout.chat import ChatRenderer, Lap, no_lap
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 
@@ -323,6 +331,7 @@ def play_episodes(
     max_turn_tokens: int | None = None,
     collective: bool | int = False,
     reuse_prefix: bool = True,
+    session: Any = None,
     timer: PhaseTimer | None = None,
 ) -> list[tuple[EpisodeRecord, Trajectory | None]]:
     """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
@@ -338,6 +347,8 @@ def play_episodes(
         iterations.
     reuse_prefix: let a backend that offers `prefix_session()` (HF) reuse each round's key/value cache in
         the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
+    session: an open `prefix_session()` of `backend` to generate in instead of one opened for this call
+        (e.g. to read its counts afterwards); every call of the rollout is passed the one session.
     timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
     """
     lap = timer.lap if timer is not None else no_lap
@@ -356,7 +367,8 @@ def play_episodes(
     iteration = 0
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: [ep.opponent.close() for ep in episodes])  # sandboxed opponents end with the rollout
-        stack.enter_context(prefix_session(backend) if reuse_prefix else contextlib.nullcontext())
+        if session is None and reuse_prefix:
+            session = stack.enter_context(prefix_session(backend))
         while True:
             _advance_opponents(episodes)
             acting = [ep for ep in episodes if ep.agent_to_act()]
@@ -368,7 +380,7 @@ def play_episodes(
                     raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
                 break
             prompts = _open_turns(acting, renderer, lap)
-            gens = backend.generate(prompts, _seeded(turn_sampling, iteration, 0))
+            gens = session_generate(backend, prompts, _seeded(turn_sampling, iteration, 0), session)
             lap("generation")
             turns = _model_turns(acting, gens, renderer, fallback, lap)
             pending = [k for k, turn in enumerate(turns) if turn.action is None]
@@ -377,7 +389,7 @@ def play_episodes(
                 prompts, cues = [prompt for prompt, _ in asks], [cue for _, cue in asks]
                 legal = [acting[k].game.legal_actions(acting[k].state, acting[k].spec.seat) for k in pending]
                 lap("bookkeeping")
-                forced = backend.generate_choice(prompts, legal, _seeded(sampling, iteration, 1))
+                forced = session_generate_choice(backend, prompts, legal, _seeded(sampling, iteration, 1), session)
                 lap("generation")
                 for k, cue, gen, acts in zip(pending, cues, forced, legal):
                     turns[k] = _forced_turn(acting[k], turns[k], cue, gen, acts, renderer)
