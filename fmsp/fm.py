@@ -164,7 +164,7 @@ class LocalTransformersFM:
         self.usage = Usage(**state["usage"])
 
     def complete(self, messages: Messages, **kw: Any) -> Completion:
-        from sepo.backends.base import Prompt, SamplingSpec
+        from sepo.generation import Prompt, SamplingSpec
 
         params = _sampling(kw)
         temperature = params.get("temperature", self.temperature)

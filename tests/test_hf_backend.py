@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sepo.backends import make_backend
-from sepo.backends.base import GenerationBackend, Prompt, SamplingSpec
 from sepo.backends.hf import HFBackend
+from sepo.generation import GenerationBackend, Prompt, SamplingSpec
 from sepo.tiny_models import ARCHS
 
 MESSAGES = [

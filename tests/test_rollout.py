@@ -10,8 +10,8 @@ import pytest
 
 import envs
 from envs import Strategy, UnknownNameError
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf import HFBackend
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 from sepo.rollout.fallback import FALLBACK_CUE
 from sepo.tiny_models import ARCHS

@@ -421,7 +421,7 @@ class ServerVLLMGenerationTestDouble:
 def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from sepo.backends.base import Prompt, SamplingSpec
+    from sepo.generation import Prompt, SamplingSpec
     from sepo.grpo.trl_vllm import TRLVLLMBackend
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -334,7 +334,7 @@ def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_toke
     every decode step reads the weights and every row's key/value cache at the mean context length."""
     import torch
 
-    from sepo.backends.base import Prompt, SamplingSpec
+    from sepo.generation import Prompt, SamplingSpec
 
     vocab = backend.model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(batch)

@@ -218,12 +218,12 @@ class TransformersChatTarget:
         self.max_new_tokens = max_new_tokens
 
     def _prompts(self, conversations: list[Conversation]) -> list[Any]:
-        from sepo.backends.base import Prompt
+        from sepo.generation import Prompt
 
         return [Prompt(ids=self.backend.renderer.prompt_ids(c), messages=c) for c in conversations]
 
     def chat(self, conversations: list[Conversation]) -> list[str]:
-        from sepo.backends.base import SamplingSpec
+        from sepo.generation import SamplingSpec
 
         spec = SamplingSpec(greedy=True, max_new_tokens=self.max_new_tokens)
         return [g.text for g in self.backend.generate(self._prompts(conversations), spec)] if conversations else []
@@ -246,13 +246,13 @@ class OpenAIChatTarget:
         self.max_tokens = max_tokens
 
     def chat(self, conversations: list[Conversation]) -> list[str]:
-        from sepo.backends.base import Prompt, SamplingSpec
+        from sepo.generation import Prompt, SamplingSpec
 
         spec = SamplingSpec(greedy=True, max_new_tokens=self.max_tokens)
         return [g.text for g in self.backend.generate([Prompt([], c) for c in conversations], spec)]
 
     def choose(self, conversations: list[Conversation], choices: list[list[str]]) -> list[list[float]]:
-        from sepo.backends.base import Prompt, SamplingSpec
+        from sepo.generation import Prompt, SamplingSpec
         from sepo.rollout.chat import ChatRenderer
 
         backend = self.backend

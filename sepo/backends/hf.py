@@ -22,9 +22,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.backends.prefix_cache import COUNTS, PrefixCache, preallocated_cache
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 
 

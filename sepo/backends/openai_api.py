@@ -29,7 +29,6 @@ from typing import Any, Literal, TypeVar
 
 import openai
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.vllm import (
     check_batch,
     choice_max_tokens,
@@ -37,6 +36,7 @@ from sepo.backends.vllm import (
     choice_token_ids,
     request_seeds,
 )
+from sepo.generation import Generation, Prompt, SamplingSpec
 
 T = TypeVar("T")
 ServerKind = Literal["vllm", "openai"]

@@ -88,7 +88,7 @@ def choices() -> list[list[str]]:
 def infoset_prompts(renderer: Any, game_params: Mapping[str, Any] | None = None, seat: int = 0) -> list[Any]:
     """The rendered prompt at every info set, in `INFO_STATES` order (`infoset_messages`)."""
     from envs.kuhn import INFO_STATES
-    from sepo.backends.base import Prompt
+    from sepo.generation import Prompt
 
     messages = [infoset_messages(info, game_params, seat) for info in INFO_STATES]
     return [Prompt(ids=renderer.prompt_ids(m), messages=m) for m in messages]
@@ -109,7 +109,7 @@ def reasoning_prompts(backend: Any, renderer: Any, sampling: Any, sample: int,
                       game_params: Mapping[str, Any] | None = None, seat: int = 0) -> list[Any]:
     """Reasoning sample `sample` at every info set (one generation call): per info set, the prompt plus the
     model's own text up to its answer line, ready for the legal actions to be scored as that line."""
-    from sepo.backends.base import Prompt
+    from sepo.generation import Prompt
 
     prompts = infoset_prompts(renderer, game_params, seat)
     seed = None if sampling.seed is None else sampling.seed * 1_000_003 + sample

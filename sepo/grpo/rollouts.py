@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sepo.backends.base import (
+from sepo.generation import (
     Generation,
     GenerationBackend,
     Prompt,

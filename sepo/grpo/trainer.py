@@ -21,7 +21,7 @@ from accelerate.utils import gather
 from transformers import TrainerCallback
 
 from envs import make_game
-from sepo.backends.base import GenerationBackend, SamplingSpec
+from sepo.generation import GenerationBackend, SamplingSpec
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
 from sepo.grpo.rewards import SEPOReward

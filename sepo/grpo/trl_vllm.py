@@ -15,13 +15,13 @@ from typing import Any
 
 from accelerate.utils import gather_object
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.vllm import VLLMBackend, check_batch, choice_max_tokens
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.grpo.trl_seam import check_supported, colocate_llm, vllm_generate
 
 
 class TRLVLLMBackend:
-    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.backends.base.GenerationBackend`."""
+    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.generation.GenerationBackend`."""
 
     def __init__(self, vllm_generation: Any, tokenizer: Any, end_of_turn_id: int) -> None:
         check_supported(vllm_generation)

@@ -25,7 +25,7 @@ from typing import Any
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from envs.sandbox.strategy import act_all
-from sepo.backends.base import (
+from sepo.generation import (
     Generation,
     GenerationBackend,
     Prompt,

@@ -1,5 +1,8 @@
 """The one small interface every generation backend implements (HF generate, vLLM, OpenAI-compatible).
 
+Shared by the backends (`sepo.backends`, which implement it) and the rollout engine (`sepo.rollout`, which
+calls it), so neither subpackage imports the other for it.
+
 The rollout engine owns chat rendering and token bookkeeping, so backends take already-rendered prompts
 (token ids, plus the chat messages for endpoints that only speak chat) and return token ids with their
 sampling log-probabilities. Each method is one batched call: the rollout makes exactly one call per round
