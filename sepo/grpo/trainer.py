@@ -103,6 +103,8 @@ class SEPOTrainer(SeamTrainer):
             yield HFBackend.from_trainer_model(model, self.text_tokenizer())  # it switches eval/no_grad per call
 
     def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> EpisodeSpec:
+        """The episode one rollout plays (`sepo.grpo.rollouts.episode_spec`); with `probe_specs` and `play`, the
+        methods a rollout test double overrides or reuses."""
         return episode_spec(self.args, game, pool, opponent, seed, seat)
 
     def probe_specs(self, row: dict[str, Any], index: int) -> list[EpisodeSpec]:
@@ -182,5 +184,5 @@ class SEPOTrainer(SeamTrainer):
 
     def _batch(self, device: torch.device, mode: str) -> Batch:
         """Where this step's generation batch sits (the group size of `mode`, rank, rounds, gather)."""
-        return Batch(num_generations=self.group_size(mode), process_index=self.accelerator.process_index, max_rounds=self.max_rounds, device=device,
-                     gather=gather)
+        return Batch(num_generations=self.group_size(mode), process_index=self.accelerator.process_index,
+                     max_rounds=self.max_rounds, device=device, gather=gather)
