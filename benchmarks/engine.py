@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from envs import make_game, make_strategy, strategy_registry
-from sepo.backends.base import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import (
     EpisodeRecord,

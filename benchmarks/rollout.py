@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from sepo.backends.base import SamplingSpec
 from sepo.backends.hf import HFBackend
+from sepo.generation import SamplingSpec
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 
 OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")

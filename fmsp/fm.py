@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sepo.backends.base import Prompt, SamplingSpec
 from sepo.backends.openai_api import Usage, connect
+from sepo.generation import Prompt, SamplingSpec
 
 Messages = list[dict[str, str]]
 

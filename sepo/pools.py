@@ -421,23 +421,36 @@ def load_pools(
     overlap is an error.
     """
     _check_game(game)
+    extras = load_pool_dir(extra_dir, game, sandbox) if extra_dir is not None else []
+    return pools_with(game, extras, overrides, strict)
+
+
+def pools_with(
+    game: str,
+    extras: Sequence[PoolMember] = (),
+    overrides: Mapping[str, Sequence[str]] | None = None,
+    strict: bool = False,
+) -> Pools:
+    """`load_pools` from already loaded (validated and smoke-tested) `extras` of `game`: one run loads a pool
+    directory once and builds its training and evaluation pools from the same members."""
+    _check_game(game)
     scripted = strategy_registry(game)
-    extras = {m.name: m for m in load_pool_dir(extra_dir, game, sandbox)} if extra_dir is not None else {}
+    loaded = {m.name: m for m in extras}
     members: dict[str, list[str]] = {pool: list(names) for pool, names in DEFAULT_POOLS[game].items()}
     if strict:
         probes = set(members["exploit"]) | set(members["collusive"])
         members["training"] = [n for n in members["training"] if n not in probes]
-    for member in extras.values():
+    for member in loaded.values():
         members[member.pool].append(member.name)
     for pool, names in (overrides or {}).items():
         _check_pool(pool)
         if isinstance(names, str):
             raise PoolError(f"override for pool {pool!r} must be a list of names, not the string {names!r}")
         members[pool] = list(names)
-    known = sorted(set(scripted) | set(extras))
+    known = sorted(set(scripted) | set(loaded))
     for pool in POOL_NAMES:
         for name in members[pool]:
-            if name not in scripted and name not in extras:
+            if name not in scripted and name not in loaded:
                 raise PoolError(
                     f"unknown strategy {name!r} in the {pool!r} pool of {game!r}; "
                     f"choose from: {', '.join(known)}"
@@ -448,8 +461,8 @@ def load_pools(
         for name in members[pool]:
             if name in registry:  # a second role: the entry keeps the first (see Pools.roles)
                 continue
-            if name in extras:
-                registry[name] = replace(extras[name], pool=pool)
+            if name in loaded:
+                registry[name] = replace(loaded[name], pool=pool)
             else:
                 registry[name] = _scripted_member(game, pool, name, scripted[name])
     return Pools(game=game, members={pool: tuple(members[pool]) for pool in POOL_NAMES}, registry=registry)

@@ -142,7 +142,7 @@ class AnswersWithALegalAction:
         self.tokenizer, self.eot, self.rng, self.prompts = tokenizer, eot, random.Random(seed), []
 
     def generate(self, prompts, sampling):
-        from sepo.backends.base import Generation
+        from sepo.generation import Generation
 
         out = []
         for p in prompts:
@@ -162,8 +162,8 @@ class AnswersWithALegalAction:
 
 @pytest.mark.parametrize("seat", [0, 1])
 def test_training_prompts_at_an_infoset_equal_the_exact_evaluations_token_for_token(seat):
-    from sepo.backends.base import SamplingSpec
     from sepo.eval.kuhn import infoset_prompts
+    from sepo.generation import SamplingSpec
     from sepo.rollout.chat import ChatRenderer
     from sepo.rollout.engine import EpisodeSpec, play_episodes
 

@@ -10,7 +10,7 @@ import pytest
 
 import envs
 from benchmarks.engine import GAME_ANSWERS, InstantReplayBackend, reference_play, specs_for
-from sepo.backends.base import SamplingSpec
+from sepo.generation import SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import play_episodes
 from sepo.tiny_models import ARCHS, build_tokenizer

@@ -10,9 +10,9 @@ import pytest
 
 from envs.kuhn import INFO_STATES, actions_at
 from envs.kuhn_exact import exploitability
-from sepo.backends.base import Generation
 from sepo.eval.config import EvalConfig
 from sepo.eval.evaluate import evaluate_models
+from sepo.generation import Generation
 
 LETTER = {"PASS": "p", "FOLD": "p", "BET": "b", "CALL": "b"}
 

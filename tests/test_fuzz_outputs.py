@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs import GAMES, make_game
-from sepo.backends.base import Generation, SamplingSpec
+from sepo.generation import Generation, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sepo.backends import make_backend
-from sepo.backends.base import GenerationBackend, Prompt, SamplingSpec
 from sepo.backends.hf import HFBackend
+from sepo.generation import GenerationBackend, Prompt, SamplingSpec
 from sepo.tiny_models import ARCHS
 
 MESSAGES = [
@@ -153,15 +153,15 @@ def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
     spec = SamplingSpec(greedy=True, max_new_tokens=6)
     first = _prompts(backend)
     with backend.prefix_session() as cache:
-        gens = backend.generate(first, spec)
+        gens = backend.generate(first, spec, session=cache)
         assert cache.kv and cache.tokens[0][: len(first[0].ids)] == first[0].ids
         assert (cache.misses, cache.stored) == (1, 1)  # the session's first call finds nothing stored
         tail = backend.tokenizer.encode(" next", add_special_tokens=False)
         second = [Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)]
-        reused = backend.generate(second, spec)
+        reused = backend.generate(second, spec, session=cache)
         assert cache.hits == 1
         stranger = [Prompt(ids=tail + p.ids) for p in second]
-        backend.generate(stranger, spec)
+        backend.generate(stranger, spec, session=cache)
         assert cache.misses == 2
     assert backend.prefix_counts == {"hits": 1, "misses": 2, "stored": 3, "refused": 0, "refused_cache_type": 0,
                                      "refused_over_budget": 0}
@@ -178,9 +178,9 @@ def _two_rounds(backend: HFBackend, cache_args: dict | None = None):
     with backend.prefix_session() as cache:
         for name, value in (cache_args or {}).items():
             setattr(cache, name, value)
-        gens = backend.generate(first, spec)
+        gens = backend.generate(first, spec, session=cache)
         tail = backend.tokenizer.encode(" next", add_special_tokens=False)
-        backend.generate([Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)], spec)
+        backend.generate([Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)], spec, session=cache)
     return cache
 
 

@@ -13,15 +13,11 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("envs", "sepo", "fmsp")  # each may import only from itself and the ones before it
 
 # Unit pairs whose mutual imports another branch is removing: left out of the cycle test until it lands, and
 # checked by the strict expected failure below (which then passes, and says to delete this entry and that test).
-BEING_REMOVED = {frozenset({"sepo.backends", "sepo.rollout"}): "being removed on branch reshape-grpo"}
-
 Edge = tuple[str, str, str, int]  # importing unit, imported unit, importing file, line
 
 
@@ -103,12 +99,11 @@ def describe(component: list[str], all_edges: list[Edge]) -> str:
                      if a in component and b in component)  # fmt: skip
 
 
-def graph_of(all_edges: list[Edge], leave_out: set[frozenset[str]] = frozenset()) -> dict[str, set[str]]:
-    """Unit -> the units it imports, without the imports between the units of each pair in `leave_out`."""
+def graph_of(all_edges: list[Edge]) -> dict[str, set[str]]:
+    """Unit -> the units it imports."""
     graph: dict[str, set[str]] = {}
     for a, b, _, _ in all_edges:
-        if frozenset({a, b}) not in leave_out:
-            graph.setdefault(a, set()).add(b)
+        graph.setdefault(a, set()).add(b)
     return graph
 
 
@@ -136,14 +131,5 @@ def test_layers_import_one_way_envs_then_sepo_then_fmsp():
 
 def test_no_import_cycles_between_units():
     all_edges = edges()
-    found = cycles(graph_of(all_edges, set(BEING_REMOVED)))
+    found = cycles(graph_of(all_edges))
     assert not found, "import cycles between units:\n" + "\n".join(describe(c, all_edges) for c in found)
-
-
-@pytest.mark.parametrize("pair", [pytest.param(pair, marks=pytest.mark.xfail(strict=True, reason=reason))
-                                  for pair, reason in BEING_REMOVED.items()], ids=lambda pair: "-".join(sorted(pair)))
-def test_units_being_untangled_elsewhere_no_longer_import_each_other(pair):
-    """Strict expected failure: when it passes, the other branch has landed; delete the pair from BEING_REMOVED."""
-    all_edges = edges()
-    found = [c for c in cycles(graph_of(all_edges)) if pair <= set(c)]
-    assert not found, "\n".join(describe(c, all_edges) for c in found)

@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 
 from envs import make_game
-from sepo.backends.base import Prompt
+from sepo.generation import Prompt
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.trainer import SEPOTrainer
 

@@ -7,8 +7,8 @@ import pytest
 from test_vllm_backend import CHOICE_SETS, hf_choice_probabilities, prompts_for
 from vllm_server import free_port, serve
 
-from sepo.backends.base import GenerationBackend, Prompt, SamplingSpec
 from sepo.backends.openai_api import EndpointUnreachableError, ExactScoringUnavailableError, OpenAIBackend
+from sepo.generation import GenerationBackend, Prompt, SamplingSpec
 
 # Compact JSON lets the tiny random model finish the json_schema path (the generic-endpoint route).
 SERVER_ARGS = ("--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}')

@@ -10,8 +10,8 @@ import pytest
 
 import envs
 from envs import Strategy, UnknownNameError
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf import HFBackend
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 from sepo.rollout.fallback import FALLBACK_CUE
 from sepo.tiny_models import ARCHS
@@ -306,7 +306,7 @@ def test_prefix_kv_reuse_changes_nothing_but_the_work(game, backends):
     for arch, backend in backends.items():
         plain = play_episodes(specs, backend, backend.renderer, SAMPLING, reuse_prefix=False)
         with backend.prefix_session() as cache:
-            reused = play_episodes(specs, backend, backend.renderer, SAMPLING)
+            reused = play_episodes(specs, backend, backend.renderer, SAMPLING, session=cache)
         for (rec_a, traj_a), (rec_b, traj_b) in zip(plain, reused):
             assert traj_a.completion_ids == traj_b.completion_ids and rec_a.totals == rec_b.totals
             assert traj_b.logprobs == pytest.approx(traj_a.logprobs, abs=1e-4)

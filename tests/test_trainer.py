@@ -14,7 +14,8 @@ import torch
 from envs import make_game, make_strategy
 from sepo.grpo.advantages import sepo_round_advantages
 from sepo.grpo.config import SEPOConfig
-from sepo.grpo.trainer import SEPOTrainer, build_group_dataset, group_specs
+from sepo.grpo.groups import build_group_dataset, group_specs
+from sepo.grpo.trainer import SEPOTrainer
 from sepo.objective import PROBE_CREDITS
 from sepo.rollout.engine import EpisodeRecord, Trajectory, TurnRecord
 
@@ -423,8 +424,8 @@ class ServerVLLMGenerationTestDouble:
 def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from sepo.backends.base import Prompt, SamplingSpec
-    from sepo.backends.trl_vllm import TRLVLLMBackend
+    from sepo.generation import Prompt, SamplingSpec
+    from sepo.grpo.trl_vllm import TRLVLLMBackend
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     eot = tok.convert_tokens_to_ids("<|im_end|>")

@@ -12,8 +12,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="vllm-cache-"))
 
-from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec  # noqa: E402
 from sepo.backends.vllm import VLLMBackend, check_batch, sampling_params  # noqa: E402
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec  # noqa: E402
 
 CHOICE_SETS = [
     ["COOPERATE", "DEFECT"],

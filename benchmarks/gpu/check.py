@@ -335,7 +335,7 @@ def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_toke
     every decode step reads the weights and every row's key/value cache at the mean context length."""
     import torch
 
-    from sepo.backends.base import Prompt, SamplingSpec
+    from sepo.generation import Prompt, SamplingSpec
 
     vocab = backend.model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(batch)
@@ -343,16 +343,16 @@ def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_toke
     def prompts() -> list[Prompt]:  # fresh random rows: no call continues a stored one, so each is a prefill
         return [Prompt(ids=torch.randint(10, vocab, (prompt_len,), generator=gen).tolist()) for _ in range(batch)]
 
-    def timed(n: int) -> tuple[float, int]:
+    def timed(n: int, cache: Any) -> tuple[float, int]:
         rows = prompts()
         start = ctx.now()
-        out = backend.generate(rows, SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=n, seed=0))
+        out = backend.generate(rows, SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=n, seed=0), session=cache)
         return ctx.now() - start, max(len(g.token_ids) for g in out)
 
     with backend.prefix_session() as cache:
-        timed(2)  # warm-up; a full-attention model's cache is stored, so later calls preallocate theirs
-        prefill_s, _ = timed(1)
-        total_s, steps = timed(new_tokens)
+        timed(2, cache)  # warm-up; a full-attention model's cache is stored, so later calls preallocate theirs
+        prefill_s, _ = timed(1, cache)
+        total_s, steps = timed(new_tokens, cache)
         counts = cache.counts()
     decode_s = total_s - prefill_s
     dtype_bytes = next(backend.model.parameters()).element_size()

@@ -41,8 +41,8 @@ from fmsp.baselines import baseline_codes
 from fmsp.domain import PolicyCode, PolicyInterface
 from fmsp.domains.gandalf_words import WORDS
 from fmsp.fm import resolve_device_dtype
-from sepo.backends.base import Prompt, SamplingSpec
 from sepo.backends.openai_api import OpenAIBackend
+from sepo.generation import Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 
 SIDES = ("attacker", "defender")

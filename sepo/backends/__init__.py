@@ -1,4 +1,4 @@
-"""Generation backends behind `sepo.backends.base.GenerationBackend`, built by name.
+"""Generation backends behind `sepo.generation.GenerationBackend`, built by name.
 
     hf      transformers `generate`, batched and left-padded (sepo.backends.hf)
     vllm    an in-process vLLM engine (sepo.backends.vllm)
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from sepo.backends.base import GenerationBackend
+from sepo.generation import GenerationBackend
 
 BACKENDS: dict[str, tuple[str, str]] = {
     "hf": ("sepo.backends.hf", "HFBackend"),

@@ -22,9 +22,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.backends.prefix_cache import COUNTS, PrefixCache, preallocated_cache
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 
 
@@ -70,10 +70,10 @@ class HFBackend:
     """GenerationBackend over a transformers causal LM (optionally PEFT-wrapped).
 
     The model is put in eval mode and run without gradients during every call, and its training mode is
-    restored afterwards, so the trainer can generate with its live policy. Inside `prefix_session()` (the
-    rollout engine opens one per `play_episodes`), a call whose prompts all extend the previous `generate`
-    call's rows feeds only the new tokens, and caches are preallocated per call (see
-    `sepo.backends.prefix_cache`); outside a session every call is a plain `generate`.
+    restored afterwards, so the trainer can generate with its live policy. A call given a session (the
+    `PrefixCache` that `prefix_session()` opens; the rollout engine opens one per `play_episodes`) whose
+    prompts all extend the session's previous `generate` call's rows feeds only the new tokens, and caches are
+    preallocated per call (see `sepo.backends.prefix_cache`); a call without one is a plain `generate`.
     """
 
     def __init__(self, model: Any, tokenizer: Any, chat_template: str | None = None):
@@ -84,7 +84,6 @@ class HFBackend:
         self.stop_ids = sorted({self.end_of_turn_id, *self._config_eos_ids()})
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
-        self._prefix: PrefixCache | None = None
         self.prefix_counts: dict[str, int] = dict.fromkeys(COUNTS, 0)  # summed over the closed sessions
         self._full_attention = False  # learnt from the first stored cache: safe to hand generate our own cache
 
@@ -153,34 +152,33 @@ class HFBackend:
 
     @contextlib.contextmanager
     def prefix_session(self) -> Iterator[PrefixCache]:
-        """Reuse key/value caches between the calls made inside this block (weights must not change).
-        A nested session shares the outer one's cache. When the outermost session closes, its cache's counts
-        (hits, misses, stored, refused) are added to `prefix_counts`."""
-        if self._prefix is not None:
-            yield self._prefix
-            return
-        self._prefix = PrefixCache()
+        """A fresh session: the key/value cache that the `generate` / `generate_choice` calls given it
+        (`session=`) reuse between them (the weights must not change meanwhile). When the block closes, its
+        counts (hits, misses, stored, refused) are added to `prefix_counts`."""
+        session = PrefixCache()
         try:
-            yield self._prefix
+            yield session
         finally:
-            for name, n in self._prefix.counts().items():
+            for name, n in session.counts().items():
                 self.prefix_counts[name] += n
-            self._prefix = None
 
     # --- GenerationBackend ---------------------------------------------------------------------------
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
-        """Free generation until end-of-turn or `sampling.max_new_tokens`."""
-        return self._generate(prompts, sampling, sampling.max_new_tokens, None)
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec,
+                 session: PrefixCache | None = None) -> list[Generation]:
+        """Free generation until end-of-turn or `sampling.max_new_tokens` (reusing `session`'s cache)."""
+        return self._generate(prompts, sampling, sampling.max_new_tokens, None, session)
 
     def generate_choice(
-        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec
+        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
+        session: PrefixCache | None = None,
     ) -> list[Generation]:
-        """Trie-constrained decode: each completion is one of its row's choices, then end-of-turn."""
+        """Trie-constrained decode: each completion is one of its row's choices, then end-of-turn (reusing
+        `session`'s cache; its stored rows stay: a forced turn is not what the next round continues)."""
         if len(prompts) != len(choices):
             raise ValueError(f"{len(prompts)} prompts but {len(choices)} choice lists")
         tries = [build_trie(self.tokenizer, p.ids, c) for p, c in zip(prompts, choices)]
         max_new = max((t.max_depth for t in tries), default=0) + 1
-        return self._generate(prompts, sampling, max_new, tries)
+        return self._generate(prompts, sampling, max_new, tries, session)
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         """Teacher-forced probabilities of each choice (+ end-of-turn), normalised per prompt."""
@@ -206,7 +204,8 @@ class HFBackend:
         return procs
 
     def _generate(
-        self, prompts: list[Prompt], sampling: SamplingSpec, max_new_tokens: int, tries: list | None
+        self, prompts: list[Prompt], sampling: SamplingSpec, max_new_tokens: int, tries: list | None,
+        session: PrefixCache | None,
     ) -> list[Generation]:
         if not prompts:
             return []
@@ -214,8 +213,8 @@ class HFBackend:
             raise ValueError("every prompt needs at least one token id")
         device = self.device
         planned = None
-        if self._prefix is not None:
-            planned = self._prefix.plan([p.ids for p in prompts], self.pad_id, device, max_new_tokens)
+        if session is not None:
+            planned = session.plan([p.ids for p in prompts], self.pad_id, device, max_new_tokens)
         if planned is not None:
             ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
             valid_before = planned.cache_valid
@@ -224,7 +223,7 @@ class HFBackend:
             pads = [width - len(p.ids) for p in prompts]
             ids = torch.tensor([[self.pad_id] * n + list(p.ids) for p, n in zip(prompts, pads)], device=device)
             attn = torch.tensor([[0] * n + [1] * len(p.ids) for p, n in zip(prompts, pads)], device=device)
-            own_cache = self._prefix is not None and self._full_attention
+            own_cache = session is not None and self._full_attention
             cache = preallocated_cache(width + max_new_tokens) if own_cache else None
             valid_before = torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
         width = ids.shape[1]
@@ -260,8 +259,8 @@ class HFBackend:
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             out.append(Generation(token_ids=tokens, logprobs=lps, text=text, finished=end is not None))
             kept.append(len(tokens))
-        if self._prefix is not None and tries is None:  # free turns are what the next round continues
+        if session is not None and tries is None:  # free turns are what the next round continues
             ids_in = [p.ids for p in prompts]
-            stored = self._prefix.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept)
+            stored = session.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept)
             self._full_attention = self._full_attention or stored
         return out

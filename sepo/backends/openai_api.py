@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
 from sepo.backends.vllm import (
     check_batch,
     choice_max_tokens,
@@ -40,6 +39,7 @@ from sepo.backends.vllm import (
     choice_token_ids,
     request_seeds,
 )
+from sepo.generation import Generation, Prompt, SamplingSpec
 
 if TYPE_CHECKING:
     import openai

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.models import resolve_model
 
 if TYPE_CHECKING:

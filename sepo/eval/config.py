@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import envs
-from sepo.backends.base import SamplingSpec
 from sepo.checks import (
     COUNT,
     NON_NEGATIVE_INT,
@@ -19,6 +18,7 @@ from sepo.checks import (
     check_ranges,
     require,
 )
+from sepo.generation import SamplingSpec
 from sepo.pools import POOL_NAMES
 
 BACKENDS = ("hf", "vllm", "openai")

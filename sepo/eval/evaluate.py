@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ from sepo.eval.wandb_log import log_run
 from sepo.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from sepo.models import check_model
 from sepo.objective import resolve_lambdas
-from sepo.pools import POOL_NAMES, load_pools
+from sepo.pools import POOL_NAMES, Pools, load_pools
 from sepo.rollout.chat import ChatRenderer
 
 Loader = Callable[[], tuple[Any, Any]]  # () -> (backend, renderer), called only when something must be played
@@ -77,14 +77,13 @@ def load_backend(model: str, cfg: EvalConfig) -> tuple[Any, Any]:
 
 
 def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live: Loader,
-                  position: tuple[int, int]) -> tuple[dict[str, Any], dict[str, list[Row]]]:
-    """One model on one game: every batch of units played or resumed, then summarised. Returns (result, the
-    episode rows of each unit).
+                  position: tuple[int, int], pools: Pools) -> tuple[dict[str, Any], dict[str, list[Row]]]:
+    """One model on one game against `pools` (the game's `eval_pools`): every batch of units played or
+    resumed, then summarised. Returns (result, the episode rows of each unit).
     `position` is (units done so far, units in the run) for the progress lines."""
     params = cfg.game_params.get(game_name, {})
     game = envs.make_game(game_name, **params)
     lambdas = resolve_lambdas(game, evaluation=cfg.use_eval_lambdas)
-    pools = eval_pools(game_name, cfg)
     factories = {name: (lambda n=name: pools.make(n)) for pool in POOL_NAMES for name in pools.names(pool)}
     stamp = model_stamp(model)
     done, total = position
@@ -138,14 +137,14 @@ def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, don
             "kuhn_prompt": prompt_note(cfg.game_params.get("kuhn"))}
 
 
-def eval_pools(game: str, cfg: EvalConfig):
+def eval_pools(game: str, cfg: EvalConfig) -> Pools:
     """The pools of `game`, with `pool_dir` members played in the sandbox."""
     return load_pools(game, extra_dir=cfg.pool_dir, sandbox=SandboxConfig(unsafe=cfg.unsafe_sandbox))
 
 
-def _units_per_game(cfg: EvalConfig) -> dict[str, int]:
+def _units_per_game(cfg: EvalConfig, pools: Mapping[str, Pools]) -> dict[str, int]:
     """How many stored pieces (opponents, plus Kuhn's exact phase) one model has per game."""
-    return {game: len(units(game, eval_pools(game, cfg), cfg.pools))
+    return {game: len(units(game, pools[game], cfg.pools))
             + int(game == "kuhn" and cfg.kuhn_exact) for game in cfg.games}
 
 
@@ -171,20 +170,23 @@ Stored = dict[tuple[str, str], dict[str, list[Row]]]  # (label, game) -> unit ke
 
 
 def evaluate_models(cfg: EvalConfig, models: list[tuple[str, str]],
-                    loader: Callable[[str], tuple[Any, Any]] | None = None) -> tuple[Results, Stored]:
+                    loader: Callable[[str], tuple[Any, Any]] | None = None,
+                    pools: Mapping[str, Pools] | None = None) -> tuple[Results, Stored]:
     """Evaluate (label, model) pairs on every game, storing as it goes (results.json after every game,
     transcripts with `save_transcripts`); returns (results, episode rows). `loader(model)` builds
-    (backend, renderer) (default: `load_backend`)."""
+    (backend, renderer) (default: `load_backend`); `pools` are every game's pools as `eval_pools` builds them
+    (default: loaded here once; a training run passes the ones it loaded)."""
     load = loader or (lambda model: load_backend(model, cfg))
+    pools = pools if pools is not None else {game: eval_pools(game, cfg) for game in cfg.games}
     results: Results = {}
     stored: Stored = {}
-    per_game = _units_per_game(cfg)
+    per_game = _units_per_game(cfg, pools)
     total, done = len(models) * sum(per_game.values()), 0
     for label, model in models:
         live = functools.cache(lambda model=model: load(model))  # loaded on first use: stored models never load
         results[label] = {}
         for game in cfg.games:
-            result, stored[(label, game)] = evaluate_game(label, model, game, cfg, live, (done, total))
+            result, stored[(label, game)] = evaluate_game(label, model, game, cfg, live, (done, total), pools[game])
             results[label][game] = {**result, "model": model}
             done += per_game[game]
             if cfg.save_transcripts:

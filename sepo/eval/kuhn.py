@@ -25,10 +25,10 @@ from typing import Any
 from envs import make_game
 from envs.kuhn import CARDS, INFO_STATES, KuhnState, actions_at
 from envs.kuhn_exact import exploitability
-from sepo.backends.base import Prompt
 from sepo.eval.metrics import entry
 from sepo.eval.progress import bar as progress_bar
 from sepo.eval.stats import bootstrap
+from sepo.generation import Prompt
 
 # the Nash family's card-conditioned rates at alpha = 1/3 (marks on the Kuhn plot):
 # first player bets J 1/3, Q 0, K 1; calls with J 0, Q 2/3 (alpha + 1/3); second player calls Q 1/3.

@@ -7,7 +7,8 @@ group (TRL's RepeatSampler order); K rounds (NaN where a round did not happen); 
 from __future__ import annotations
 
 import torch
-from trl.trainer.utils import nanstd
+
+from sepo.grpo.trl_seam import nanstd
 
 RETURN_MODES = ("reward_to_go", "per_round", "paper")
 SCALE_REWARDS = ("group", "batch", "none")  # TRL's GRPOConfig.scale_rewards, honoured by the per-round advantages

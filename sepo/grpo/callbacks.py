@@ -24,12 +24,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sepo.files import replace_dir_atomic, write_json_atomic
+from sepo.pools import Pools
 
 BEST_DIR = "best"
 BEST_FILE = "best.json"
@@ -50,13 +52,14 @@ def eval_config(args: Any) -> Any:
     )
 
 
-def check_held_out(cfg: Any, training_seeds: set[int]) -> None:
-    """Raise if an evaluation episode would replay a training group's seed."""
+def check_held_out(cfg: Any, training_seeds: set[int], pools: Mapping[str, Pools] | None = None) -> None:
+    """Raise if an evaluation episode would replay a training group's seed. `pools`: every game's evaluation
+    pools (default: loaded as `sepo eval` loads them)."""
     from sepo.eval.episodes import episode_seed, units
     from sepo.eval.evaluate import eval_pools
 
     for game in cfg.games:
-        for unit in units(game, eval_pools(game, cfg), cfg.pools):
+        for unit in units(game, pools[game] if pools is not None else eval_pools(game, cfg), cfg.pools):
             for i in range(cfg.episodes_per_opponent):
                 if episode_seed(cfg.seed, unit, i) in training_seeds:
                     raise ValueError(f"evaluation seed of {unit} episode {i} is a training seed; change `seed`")
@@ -66,26 +69,27 @@ class CheckpointEvalCallback(TrainerCallback):
     """At every save: evaluate the saved policy, append it to checkpoints.json, keep the best in best/. A run
     resumed from a checkpoint whose evaluation a kill cut short evaluates it first (its weights are loaded)."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, pools: Mapping[str, Pools] | None = None) -> None:
         self.cfg = cfg  # the EvalConfig every checkpoint is evaluated with (fixed for the run)
+        self.pools = pools  # every game's evaluation pools, loaded once by the run (None: loaded per evaluation)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Any = None, processing_class: Any = None, train_dataloader: Any = None,
                        **kwargs: Any) -> None:
         dataset = getattr(train_dataloader, "dataset", None)
         if dataset is not None and "seed" in getattr(dataset, "column_names", []):
-            check_held_out(self.cfg, set(dataset["seed"]))
+            check_held_out(self.cfg, set(dataset["seed"]), self.pools)
         step, out = state.global_step, Path(args.output_dir)
         if not state.is_world_process_zero:
             return
         if step and (out / f"checkpoint-{step}").is_dir() and step not in {r["step"] for r in _records(out)}:
-            evaluate_checkpoint(self.cfg, args, step, model, processing_class)
+            evaluate_checkpoint(self.cfg, args, step, model, processing_class, self.pools)
         keep_best(out, _checkpoints(out).get("best"))
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None,
                 processing_class: Any = None, **kwargs: Any) -> None:
         if state.is_world_process_zero:
-            evaluate_checkpoint(self.cfg, args, state.global_step, model, processing_class)
+            evaluate_checkpoint(self.cfg, args, state.global_step, model, processing_class, self.pools)
 
 
 def _checkpoints(out: Path) -> dict[str, Any]:
@@ -101,9 +105,11 @@ def _records(out: Path) -> list[dict[str, Any]]:
     return _checkpoints(out).get("checkpoints", [])
 
 
-def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any, tokenizer: Any) -> None:
-    """Evaluate the live policy as checkpoint-<step>, record it in checkpoints.json (and wandb), and copy the
-    checkpoint to best/ when it has the best evaluated J so far."""
+def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any, tokenizer: Any,
+                        pools: Mapping[str, Pools] | None = None) -> None:
+    """Evaluate the live policy as checkpoint-<step> against `pools` (every game's evaluation pools; default:
+    loaded as `sepo eval` loads them), record it in checkpoints.json (and wandb), and copy the checkpoint to
+    best/ when it has the best evaluated J so far."""
     from sepo.backends.hf import HFBackend
     from sepo.eval.checkpoints import (
         CHECKPOINTS_FILE,
@@ -122,7 +128,7 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     label, start = f"step-{step}", time.perf_counter()
     print(f"[sepo train] checkpoint-{step}: evaluating against the pools of {', '.join(cfg.games)} "
           f"({cfg.episodes_per_opponent} episodes per opponent, held-out seeds)", flush=True)  # fmt: skip
-    results, _ = evaluate_models(cfg, [(label, str(checkpoint))], lambda _: (backend, renderer))
+    results, _ = evaluate_models(cfg, [(label, str(checkpoint))], lambda _: (backend, renderer), pools)
     record = checkpoint_record(step, str(checkpoint), results[label])
     safety = record.get("safety")
     print(f"[sepo train] checkpoint-{step}: evaluated J = {'n/a' if safety is None else f'{safety:.3f}'} in "

@@ -68,13 +68,13 @@ class SEPOReward:
         return [r - p for r, p in zip(rewards, penalties)], probe_penalty
 
     def __call__(self, prompts: list, completions: list, completion_ids: list, episode: list,
-                 probes: list | None = None, log_metric: Callable[[str, float], None] | None = None,
+                 round_rewards: list, log_metric: Callable[[str, float], None] | None = None,
                  **_: Any) -> list[float]:
+        """TRL's scalar reward of each rollout: the mean of its per-round rewards, which the rollout credited
+        once with `round_rewards` (TRL hands the rollout's `round_rewards` column here, and the advantages
+        read the same column); logs the batch's `episode_metrics`."""
         start = time.perf_counter()
-        rewards = []
-        for i, record in enumerate(episode):
-            per_round, _ = self.round_rewards(record, probes[i] if probes else ())
-            rewards.append(sum(per_round) / max(1, len(per_round)))
+        rewards = [sum(per_round) / max(1, len(per_round)) for per_round in round_rewards]
         if log_metric is not None:
             for name, value in episode_metrics(episode, self.games, self.lambdas).items():
                 log_metric(name, value)

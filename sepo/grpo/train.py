@@ -21,6 +21,7 @@ from envs.sandbox.rng import persist_run_rng_key
 from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
+from sepo.grpo.groups import TrainingGroups, training_groups
 from sepo.lora import SEPOModelConfig
 from sepo.models import check_model, resolve_model
 from sepo.recipes import parse_config, prepare_machine
@@ -38,11 +39,13 @@ def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
 
 
 def check_pool_mix(args: SEPOConfig) -> None:
-    """The opponents `pool_mix` and `pool_dir` name exist in their pools (before any model is loaded)."""
-    from sepo.grpo.trainer import group_specs, run_pools
+    """The opponents `pool_mix` and `pool_dir` name exist in their pools (before any model is loaded, and
+    before anything is written). This check loads the pools once more than the run does: a sandboxed member
+    keeps the rng key of its load, and the run's key is recorded in output_dir only after the checks."""
+    from sepo.grpo.groups import group_specs, run_pools
 
     try:
-        group_specs(args, run_pools(args))
+        group_specs(args, run_pools(args).training)
     except ValueError as exc:  # PoolError included: a name, pool or pool_dir the pools reject
         raise UsageError(f"pool_mix / pool_dir: {exc}") from exc
 
@@ -68,9 +71,11 @@ def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
     return path
 
 
-def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = ()):
+def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = (),
+                  groups: TrainingGroups | None = None):
     """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
-    see every rollout batch (see `SEPOTrainer`)."""
+    see every rollout batch (see `SEPOTrainer`); `groups` are the run's pools and dataset (default: built by
+    the trainer from `args`)."""
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
@@ -86,7 +91,8 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
     path = resolve_model(model_args.model_name_or_path, key="model_name_or_path")
     # A text tokenizer (not the multimodal processor of Gemma 4 / Qwen 3.5) keeps TRL on its text-only path.
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    return SEPOTrainer(model=path, args=args, processing_class=tokenizer, peft_config=get_peft_config(model_args),
+    return SEPOTrainer(model=path, args=args, groups=groups, processing_class=tokenizer,
+                       peft_config=get_peft_config(model_args),
                        callbacks=[ModelCardCallback(model_args.model_name_or_path)], rollout_hooks=rollout_hooks)
 
 
@@ -102,7 +108,8 @@ def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any
     prepare_machine(args)
     # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
     persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
-    trainer = build_trainer(args, model_args, rollout_hooks=rollout_hooks)
+    trainer = build_trainer(args, model_args, groups=training_groups(args),  # the run's one load of its pools
+                            rollout_hooks=rollout_hooks)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)
     trainer.train(resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir))

@@ -1,18 +1,16 @@
 """SEPOTrainer: TRL's GRPOTrainer with multi-round game rollouts and per-round SEPO advantages.
 
 TRL keeps the loss, optimiser, reference model, vLLM weight sync, accelerate/DeepSpeed/FSDP and logging.
-This subclass adds three things: a `rollout_func` that plays every episode of the rank's batch in
-lock-step rounds, a SEPO reward function, and (after `super()._generate_and_score_completions`) a
-(B, T) per-token advantage tensor from per-round group normalisation.
+The class only wires SEPO's pieces into TRL: a `rollout_func` that plays every episode of the rank's batch in
+lock-step rounds (`sepo.grpo.rollouts`, which also credits each rollout's per-round rewards once), the SEPO
+reward function (`sepo.grpo.rewards`, the mean of those rewards), and after TRL has scored the batch a (B, T)
+per-token advantage tensor from per-round group normalisation (`sepo.grpo.scoring`) in place of TRL's own.
+What it trains on comes built from `sepo.grpo.groups`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -20,286 +18,128 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather
-from datasets import Dataset
 from transformers import TrainerCallback
-from trl import GRPOTrainer
-from trl.models.utils import unwrap_model_for_generation
 
-from envs import Game, make_game
-from envs.sandbox import SandboxConfig
-from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
-from sepo.grpo.adaptive import AdaptiveExploiter, with_adaptive
-from sepo.grpo.advantages import sepo_round_advantages, token_advantages
+from envs import make_game
+from sepo.generation import GenerationBackend, SamplingSpec
 from sepo.grpo.config import SEPOConfig
+from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
 from sepo.grpo.rewards import SEPOReward
-from sepo.objective import PROBE_CREDITS, resolve_lambdas
-from sepo.pools import POOL_NAMES, Pools, load_pools
+from sepo.grpo.rollouts import (
+    Played,
+    RolloutContext,
+    TimedBackend,
+    episode_spec,
+    exported_factories,
+    play,
+    probe_specs,
+    rollout_columns,
+)
+from sepo.grpo.scoring import Batch, round_reward_matrix, sepo_advantages
+from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
+from sepo.objective import resolve_lambdas
+from sepo.rollout.chat import ChatRenderer
+from sepo.rollout.engine import EpisodeSpec
 
 logger = logging.getLogger(__name__)
 
-RolloutHook = Callable[["SEPOTrainer", list[tuple[Any, Any, list[Any]]]], None]
+RolloutHook = Callable[["SEPOTrainer", Played], None]
 """Called after every rollout batch with the trainer and `play`'s results: (record, trajectory, probe
 records) per rollout, in the batch's order (e.g. the study records them)."""
 
 
-def run_pools(args: SEPOConfig, exploiter: AdaptiveExploiter | None = None) -> dict[str, Pools]:
-    """The pools of every game of a run: defaults plus `pool_dir` members (played in the sandbox), split by
-    role as `strict_pools` asks, plus the adaptive exploiter in Kuhn's exploit pool when `adaptive_exploiter`
-    (`exploiter` is the trainer's; the parse-time check passes none)."""
-    sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
-    pools = {g: load_pools(g, extra_dir=args.pool_dir, sandbox=sandbox, strict=args.strict_pools) for g in args.games}
-    if args.adaptive_exploiter:
-        pools["kuhn"] = with_adaptive(pools["kuhn"], exploiter or AdaptiveExploiter())
-    return pools
-
-
-def group_specs(args: SEPOConfig, pools: dict[str, Pools]) -> list[dict[str, Any]]:
-    """One block of the pool mix: a (game, pool, opponent) row per group, as configured by `pool_mix`.
-
-    A name in two pools (separation by role) forms one group per pool it is asked for in; each row
-    carries its pool, which decides the episode's credit downstream."""
-    rng = random.Random(args.seed)
-    block = []
-    for game in args.games:
-        for pool in POOL_NAMES:
-            choice = args.pool_mix.get(pool, 0)
-            names = pools[game].names(pool)
-            if choice == "all":
-                chosen = list(names)
-            elif isinstance(choice, list):
-                chosen = list(choice)
-                wrong = [n for n in chosen if n not in names]
-                if wrong:
-                    raise ValueError(f"pool_mix[{pool!r}] names {wrong}, which are not in the {pool!r} pool of "
-                                     f"{game!r}; that pool holds: {', '.join(names)}")
-            else:
-                chosen = [rng.choice(names) for _ in range(int(choice))] if names else []
-            block += [{"game": game, "pool": pool, "opponent": name} for name in chosen]
-    if not block:
-        raise ValueError(f"pool_mix {args.pool_mix} selects no opponent for games {args.games}")
-    return block
-
-
-def group_seed(seed: int, game: str, pool: str, opponent: str, block: int, index: int) -> int:
-    """The seed of the `index`-th group against (game, pool, opponent) in block `block` of a run seeded `seed`.
-
-    Keyed by what the group is, not by its position in the block, so arms whose pool mixes differ (reward_only's
-    training groups only, per_pool's extra penalty groups) deal their k-th training group against an opponent
-    the same cards, values and opponent stream at every step: paired deals."""
-    digest = hashlib.sha256(f"{seed}:{game}:{pool}:{opponent}:{block}:{index}".encode()).digest()
-    return int.from_bytes(digest[:6], "big")
-
-
-def build_group_dataset(args: SEPOConfig, pools: dict[str, Pools]) -> Dataset:
-    """Dataset of groups: each row names (game, pool, opponent, seed, seat); TRL repeats it G times.
-
-    Rows come in blocks of the whole pool mix with fresh seeds (`group_seed`: paired across arms); with
-    `shuffle_dataset=False` (the default) each generation batch of the same size as a block sees every
-    configured opponent once.
-    """
-    block = group_specs(args, pools)
-    if args.num_groups:
-        n = args.num_groups
-    else:
-        per_step = max(1, args.generation_batch_size // args.num_generations // args.steps_per_generation)
-        n = max(len(block), per_step * max(1, args.max_steps) * args.num_iterations)
-    blocks = math.ceil(n / len(block)) + 1
-    rows = []
-    for b in range(blocks):
-        seen: dict[tuple[str, str, str], int] = {}
-        for row in block:
-            key = (row["game"], row["pool"], row["opponent"])
-            seen[key] = seen.get(key, -1) + 1
-            group = {**row, "seed": group_seed(args.seed, *key, b, seen[key]), "seat": args.seat}
-            rows.append({"prompt": group_prompt(group), **group})
-    return Dataset.from_list(rows)
-
-
-GROUP_KEYS = ("game", "pool", "opponent", "seed", "seat")
-
-
-def group_prompt(group: dict[str, Any]) -> str:
-    """The dataset's `prompt` for one group: its (game, pool, opponent, seed, seat) as canonical JSON.
-
-    TRL hands exactly these strings to `rollout_func`, so the rollout reads what to play from its own
-    arguments (and the completions table in wandb shows which group each rollout belongs to)."""
-    return json.dumps({k: group[k] for k in GROUP_KEYS})
-
-
-def parse_group_prompt(prompt: str) -> dict[str, Any]:
-    """The group a dataset prompt names (the inverse of `group_prompt`)."""
-    try:
-        group = json.loads(prompt)
-        return {k: group[k] for k in GROUP_KEYS}
-    except (TypeError, ValueError, KeyError) as exc:
-        raise ValueError(f"a SEPO group prompt is JSON with keys {GROUP_KEYS}; got {prompt!r}") from exc
-
-
-class _TimedBackend:
-    """Wraps a GenerationBackend and accumulates the seconds spent inside its calls."""
-
-    def __init__(self, inner: GenerationBackend) -> None:
-        self.inner, self.seconds, self.calls = inner, 0.0, 0
-
-    def _timed(self, fn, *a):
-        t0 = time.perf_counter()
-        try:
-            return fn(*a)
-        finally:
-            self.seconds += time.perf_counter() - t0
-            self.calls += 1
-
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
-        return self._timed(self.inner.generate, prompts, sampling)
-
-    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
-        return self._timed(self.inner.generate_choice, prompts, choices, sampling)
-
-    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
-        return self._timed(self.inner.score_choices, prompts, choices)
-
-    def prefix_session(self):
-        return prefix_session(self.inner)
-
-
-class SEPOTrainer(GRPOTrainer):
+class SEPOTrainer(SeamTrainer):
     """GRPOTrainer for SEPO-GRPO: game rollouts, SEPO rewards credited by pool, per-round advantages.
 
-    `train_dataset` defaults to the group dataset built from `args` (see `build_group_dataset`);
-    `reward_funcs` defaults to the SEPO reward. Everything else is GRPOTrainer's.
+    `groups` are the run's pools, adaptive exploiter and group dataset (`sepo.grpo.groups.training_groups`,
+    built from `args` when not given); the reward is the SEPO reward. Everything else is GRPOTrainer's.
     """
 
-    def __init__(self, model: Any, args: SEPOConfig, train_dataset: Dataset | None = None,
+    def __init__(self, model: Any, args: SEPOConfig, groups: TrainingGroups | None = None,
                  processing_class: Any = None, peft_config: Any = None,
-                 callbacks: Sequence[TrainerCallback] | None = None, reward_funcs: Any = None,
+                 callbacks: Sequence[TrainerCallback] | None = None,
                  rollout_hooks: Sequence[RolloutHook] = ()) -> None:
         if not isinstance(args, SEPOConfig):
             raise TypeError(f"SEPOTrainer needs a SEPOConfig, got {type(args).__name__}")
-        self.games: dict[str, Game] = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
-        self.adaptive = AdaptiveExploiter() if args.adaptive_exploiter else None
-        self.pools = run_pools(args, self.adaptive)
-        self.lambdas = {g: resolve_lambdas(self.games[g], args.lambdas.get(g)) for g in args.games}
-        self.max_rounds = max(game.num_rounds for game in self.games.values())
-        # FMSP-exported members (scripted ones are built by the rollout from the game's registry)
-        self._pool_factories = {m.name: m.factory for p in self.pools.values() for m in p.registry.values()
-                                if m.source.get("kind") != "scripted"}
-        self.sepo_reward = SEPOReward(self.games, self.lambdas, args.credit, args.fallback_penalty,
+        groups = groups if groups is not None else training_groups(args)
+        games = {g: make_game(g, **args.game_params.get(g, {})) for g in args.games}
+        self.lambdas = {g: resolve_lambdas(games[g], args.lambdas.get(g)) for g in args.games}  # training λ
+        self.adaptive = groups.adaptive
+        self.max_rounds = max(game.num_rounds for game in games.values())
+        self.sepo_reward = SEPOReward(games, self.lambdas, args.credit, args.fallback_penalty,
                                       paper=args.return_mode == "paper", exploit_reward=args.exploit_reward)
-        if train_dataset is None:
-            train_dataset = build_group_dataset(args, self.pools)
         callbacks = list(callbacks or [])
         if args.keep_best_by_safety:
             from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 
-            callbacks.append(CheckpointEvalCallback(eval_config(args)))
+            callbacks.append(CheckpointEvalCallback(eval_config(args), groups.pools.evaluation))
         self.rollout_hooks = list(rollout_hooks)
-        super().__init__(model=model, reward_funcs=reward_funcs or [self.sepo_reward], args=args,
-                         train_dataset=train_dataset, processing_class=processing_class,
-                         peft_config=peft_config, callbacks=callbacks, rollout_func=self._rollout)
-        from sepo.rollout.chat import ChatRenderer
-
-        self.renderer = ChatRenderer(self._tokenizer, enable_thinking=args.enable_thinking)
+        super().__init__(model=model, reward_funcs=[self.sepo_reward], args=args,
+                         train_dataset=groups.dataset, processing_class=processing_class,
+                         peft_config=peft_config, callbacks=callbacks)
+        self.renderer = ChatRenderer(self.text_tokenizer(), enable_thinking=args.enable_thinking)
         if args.use_vllm:
-            from sepo.backends.trl_vllm import check_supported, ensure_weight_sync
-
-            check_supported(self.vllm_generation)
-            ensure_weight_sync(self.vllm_generation)
-        self.sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
-                                     max_new_tokens=args.max_turn_tokens)
+            check_supported(self.vllm_engine())
+            ensure_weight_sync(self.vllm_engine())
+        sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
+                                max_new_tokens=args.max_turn_tokens)
+        self.rollout_context = RolloutContext(
+            args=args, pools=groups.pools.training, renderer=self.renderer, sampling=sampling,
+            process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
+            factories=exported_factories(groups.pools.training))
 
     # --- rollouts -----------------------------------------------------------------------------------
     @contextmanager
     def generation_backend(self):
         """The rollout engine for this step: vLLM (colocate engine or server) when use_vllm, else HF generate."""
         if self.use_vllm:
-            from sepo.backends.trl_vllm import TRLVLLMBackend
+            from sepo.grpo.trl_vllm import TRLVLLMBackend
 
-            yield TRLVLLMBackend(self.vllm_generation, self._tokenizer, self.renderer.end_of_turn_id)
+            yield TRLVLLMBackend(self.vllm_engine(), self.text_tokenizer(), self.renderer.end_of_turn_id)
             return
         from sepo.backends.hf import HFBackend
 
-        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
-            yield HFBackend.from_trainer_model(model, self._tokenizer)  # it switches eval/no_grad per call
+        with self.generation_model() as model:
+            yield HFBackend.from_trainer_model(model, self.text_tokenizer())  # it switches eval/no_grad per call
 
-    def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> Any:
-        from sepo.rollout.engine import EpisodeSpec
+    def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> EpisodeSpec:
+        """The episode one rollout plays (`sepo.grpo.rollouts.episode_spec`); with `probe_specs` and `play`, the
+        methods a rollout test double overrides or reuses."""
+        return episode_spec(self.args, game, pool, opponent, seed, seat)
 
-        return EpisodeSpec(game=game, game_params=dict(self.args.game_params.get(game, {})), pool=pool,
-                           opponent=opponent, seed=seed, seat=seat)
+    def probe_specs(self, row: dict[str, Any], index: int) -> list[EpisodeSpec]:
+        """The probe episodes of one training rollout (`sepo.grpo.rollouts.probe_specs`)."""
+        return probe_specs(self.args, self.rollout_context.pools, row, index)
 
-    def probe_specs(self, row: dict[str, Any], index: int) -> list[Any]:
-        """credit shared / auxiliary: the probe episodes of one training rollout (`index`: its position in
-        the global batch), one against every exploiter and every collusive partner of the game's pools, as
-        the method's code played them, each with its own seed; their penalty reaches this rollout
-        (auxiliary) or the group mean does (shared)."""
-        rng = random.Random(f"{row['seed']}:{index}:probes")
-        pools = self.pools[row["game"]]
-        return [self._spec(row["game"], pool, name, rng.randrange(2**31), int(row["seat"]))
-                for pool in ("exploit", "collusive") for name in pools.names(pool)]
+    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> Played:
+        """This rank's rollout batch played with `backend` (`sepo.grpo.rollouts.play`)."""
+        return play(self.rollout_context, rows, backend)
 
-    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> list[tuple[Any, Any, list[Any]]]:
-        """Play one episode per row (plus its probe episodes when credit is shared or auxiliary) in one
-        lock-step batch, with the same number of generation calls on every rank; returns (record,
-        trajectory, probe records)."""
-        from sepo.rollout.engine import play_episodes
-
-        specs = [self._spec(r["game"], r["pool"], r["opponent"], int(r["seed"]), int(r["seat"])) for r in rows]
-        first = self.accelerator.process_index * len(rows)  # this rank's offset in the global batch
-        probes = [self.probe_specs(r, first + i) if self.args.credit in PROBE_CREDITS else []
-                  for i, r in enumerate(rows)]
-        flat = [spec for specs_i in probes for spec in specs_i]
-        results = play_episodes([*specs, *flat], backend, self.renderer, self.sampling,
-                                opponents=self._pool_factories, fallback=self.args.fallback, trajectories=True,
-                                collective=self.accelerator.num_processes > 1)
-        main, rest = results[: len(specs)], iter(results[len(specs):])
-        return [(record, traj, [next(rest)[0] for _ in probes_i]) for (record, traj), probes_i in zip(main, probes)]
-
-    def _rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
-        """TRL rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras.
+    def rollout(self, prompts: list) -> dict[str, list]:
+        """TRL's rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras
+        (`sepo.grpo.rollouts.rollout_columns`, the credited round rewards among them).
 
         `prompts` are this rank's dataset prompts, already repeated G times by TRL's sampler; each names the
         group its rollout belongs to (`group_prompt`). Rollout hooks see every batch as it was played."""
-        mode = "train" if self.model.training else "eval"
+        mode = self.metric_mode()
         rows = [parse_group_prompt(p) for p in prompts]
         t0 = time.perf_counter()
         with self.generation_backend() as backend:
             if self.adaptive is not None and self.adaptive.due(self.state.global_step, self.args.adaptive_every):
                 self._refresh_adaptive(backend, mode)
-            timed = _TimedBackend(backend)
+            timed = TimedBackend(backend)
             results = self.play(rows, timed)
         rollout_s = time.perf_counter() - t0
-        for name, n in getattr(backend, "prefix_counts", {}).items():  # HF: KV reuse across rounds, per step
-            self._metrics[mode][f"sepo/prefix_cache/{name}"].append(float(n))
+        metrics = {f"sepo/prefix_cache/{name}": float(n)  # HF: KV reuse across rounds, per step
+                   for name, n in getattr(backend, "prefix_counts", {}).items()}
         for hook in self.rollout_hooks:
             hook(self, results)
-        self._metrics[mode]["sepo/time/generation_s"].append(timed.seconds)
-        self._metrics[mode]["sepo/time/rollout_s"].append(rollout_s)
-        self._metrics[mode]["sepo/time/rollout_overhead_s"].append(rollout_s - timed.seconds)
-        self._metrics[mode]["sepo/generation_calls"].append(float(timed.calls))
-        eos = set(self.eos_token_ids)
-        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
-                                                 "round_ids", "forced_mask", "episode", "probes")}
-        for record, traj, probes in results:
-            ids, lps = list(traj.completion_ids), list(traj.logprobs)
-            env, rids, forced = list(traj.env_mask), list(traj.round_ids), list(traj.forced_mask)
-            if not ids or ids[-1] not in eos:  # end with end-of-turn so TRL does not count it as truncated
-                ids.append(self.renderer.end_of_turn_id)
-                lps.append(0.0)
-                env.append(0)
-                rids.append(rids[-1] if rids else 0)
-                forced.append(0)
-            if self.args.mask_forced_tokens:
-                env = [e * (1 - f) for e, f in zip(env, forced)]
-            out["prompt_ids"].append(list(traj.prompt_ids))
-            out["completion_ids"].append(ids)
-            out["logprobs"].append(lps)
-            out["env_mask"].append(env)
-            out["round_ids"].append(rids)
-            out["forced_mask"].append(forced)
-            out["episode"].append(record)
-            out["probes"].append(probes)
-        return out
+        metrics.update({"sepo/time/generation_s": timed.seconds, "sepo/time/rollout_s": rollout_s,
+                        "sepo/time/rollout_overhead_s": rollout_s - timed.seconds,
+                        "sepo/generation_calls": float(timed.calls)})
+        self.record_metrics(mode, metrics)
+        return rollout_columns(results, self.sepo_reward, self.stop_token_ids(), self.renderer.end_of_turn_id,
+                               self.args.mask_forced_tokens)
 
     def _refresh_adaptive(self, backend: GenerationBackend, mode: str) -> None:
         """Recompute the adaptive exploiter's best response from the policy's scored action probabilities at the
@@ -310,98 +150,39 @@ class SEPOTrainer(GRPOTrainer):
         policy = scored_policy(backend, self.renderer, self.args.game_params.get("kuhn"), self.args.seat)
         figures = self.adaptive.refresh(policy, self.state.global_step)
         seconds = time.perf_counter() - t0
-        for key, value in {**figures, "refresh_s": seconds}.items():
-            self._metrics[mode][f"sepo/adaptive/{key}"].append(value)
+        self.record_metrics(mode, {f"sepo/adaptive/{key}": value
+                                   for key, value in {**figures, "refresh_s": seconds}.items()})
         logger.info("step %d: adaptive exploiter refreshed in %.3f s; policy exploitability %.4f, game value %.4f",
                     self.state.global_step, seconds, figures["exploitability"], figures["game_value"])
 
     # --- advantages ---------------------------------------------------------------------------------
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
-        mode = "train" if self.model.training else "eval"
+    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
+        """The seam's hook after TRL scored a batch: the SEPO advantages, timed."""
         t0 = time.perf_counter()
-        output["advantages"] = self._sepo_advantages(inputs, output, mode)
-        self._metrics[mode]["sepo/time/advantages_s"].append(time.perf_counter() - t0)
-        return output
+        advantages = self._sepo_advantages(inputs, output, mode)
+        self.record_metrics(mode, {"sepo/time/advantages_s": time.perf_counter() - t0})
+        return advantages
 
     def _round_reward_matrix(self, inputs: list[dict[str, Any]], device: torch.device) -> torch.Tensor:
-        """Global (N, K) per-round rewards (NaN = round absent); with credit shared, minus the group mean of
-        the rollouts' probe penalties (one constant per group)."""
-        K, n = self.max_rounds, len(inputs)
-        local = torch.full((n, K), torch.nan, device=device)
-        probe_penalty = torch.zeros(n, device=device)
-        for i, x in enumerate(inputs):
-            rewards, probe_penalty[i] = self.sepo_reward.round_rewards(x["episode"], x["probes"])
-            local[i, : len(rewards)] = torch.tensor(rewards, dtype=torch.float32, device=device)
-        rewards = gather(local)
-        if self.args.credit in PROBE_CREDITS:
-            penalties = gather(probe_penalty)
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["sepo/probe_penalty"].append(penalties.mean().item())
-            if self.args.credit == "shared":
-                G = self.num_generations if self.model.training else self.num_generations_eval
-                rewards = rewards - penalties.view(-1, G).mean(dim=1).repeat_interleave(G).unsqueeze(1)
+        """Global (N, K) per-round rewards of a scored batch (`sepo.grpo.scoring.round_reward_matrix`)."""
+        mode = self.metric_mode()
+        rewards, metrics = round_reward_matrix(self.args, inputs, self._batch(device, mode))
+        self.record_metrics(mode, metrics)
         return rewards
 
     def _sepo_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
-        device = self.accelerator.device
-        G = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._round_reward_matrix(inputs, device)
-        weights = gather(torch.tensor([self.args.pool_weight(x["pool"]) for x in inputs], device=device))
-        adv, zero_std = sepo_round_advantages(
-            rewards, G, advantage_mode=self.args.advantage_mode, return_mode=self.args.return_mode,
-            pool_weights=weights if self.args.pool_weights else None, eps=self.args.advantage_epsilon,
-            scale=self.args.scale_rewards,
-        )
-        n, p = len(inputs), self.accelerator.process_index
-        local = adv[p * n : (p + 1) * n]
-        T = output["completion_ids"].size(1)
-        round_ids = torch.full((n, T), -1, dtype=torch.long, device=device)
-        forced = torch.zeros((n, T), dtype=torch.long, device=device)
-        for i, x in enumerate(inputs):
-            r = torch.tensor(x["round_ids"][:T], dtype=torch.long, device=device)
-            round_ids[i, : len(r)] = r
-            f = torch.tensor(x["forced_mask"][:T], dtype=torch.long, device=device)
-            forced[i, : len(f)] = f
-        keep = output["completion_mask"] * (1 - forced)
-        if "tool_mask" in output:
-            keep = keep * output["tool_mask"]
-        token_adv = token_advantages(local, round_ids, keep)
-        if self.args.loss_scale == "training_tokens":
-            token_adv = token_adv * self._training_token_scale(inputs, output, mode)
-        self._log_advantage_metrics(rewards, adv, zero_std, mode)
-        return token_adv
-
-    def _training_token_scale(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> float:
-        """N_all / N_train: TRL's dapo loss divides by every loss token of the generation batch (N_all); scaling
-        every advantage by this factor makes its denominator the training groups' loss tokens (N_train), so
-        the payoff gradient is the same whether or not an arm adds penalty groups (they add their own terms on
-        top, at the weight `pool_weights` gives them). With no training group (e.g. exploitability descent)
-        the factor is 1. Exact for the policy-gradient term; the KL term (beta > 0) keeps TRL's normaliser."""
-        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
-        tokens = mask.sum(dim=1).to(torch.float64)
-        training = torch.tensor([x["pool"] == "training" for x in inputs], dtype=torch.float64, device=tokens.device)
-        counts = gather(torch.stack([tokens.sum(), (tokens * training).sum()]).unsqueeze(0)).sum(dim=0)
-        scale = float(counts[0] / counts[1]) if counts[1] > 0 else 1.0
-        self._metrics[mode]["sepo/loss_scale"].append(scale)
-        return scale
-
-    def _log_advantage_metrics(self, rewards: torch.Tensor, adv: torch.Tensor, zero_std: torch.Tensor,
-                               mode: str) -> None:
-        m = self._metrics[mode]
-        exists = ~torch.isnan(rewards)
-        m["sepo/frac_round_zero_std"].append(zero_std.float().mean().item())
-        # no learning signal: every (group, round) that happened has zero reward spread, so every advantage is 0
-        cells = exists.view(zero_std.size(0), -1, rewards.size(1)).any(dim=1)
-        no_signal = bool((zero_std == (cells if zero_std.dim() == 2 else cells.any(dim=1))).all())
-        m["sepo/no_learning_signal"].append(float(no_signal))
-        if no_signal and mode == "train":
+        """This rank's per-token advantages of a scored batch (`sepo.grpo.scoring.sepo_advantages`), its
+        metrics logged under `mode`."""
+        batch = self._batch(self.accelerator.device, mode)
+        rewards = self._round_reward_matrix(inputs, batch.device)
+        token_adv, metrics = sepo_advantages(self.args, inputs, output, rewards, batch)
+        self.record_metrics(mode, metrics)
+        if metrics["sepo/no_learning_signal"] and mode == "train":
             logger.warning("step %d: every group's rewards are equal (zero spread), so every advantage is 0 and "
                            "this step has no learning signal", self.state.global_step + 1)
-        m["sepo/round_reward_mean"].append(torch.nanmean(rewards).item())
-        for t in range(adv.size(1)):
-            if exists[:, t].any():
-                col = adv[exists[:, t], t]
-                m[f"sepo/adv/round_{t}/abs_mean"].append(col.abs().mean().item())
-                m[f"sepo/adv/round_{t}/std"].append(col.std(unbiased=False).item())
-        m["sepo/adv/abs_mean"].append(adv[exists].abs().mean().item() if exists.any() else 0.0)
+        return token_adv
+
+    def _batch(self, device: torch.device, mode: str) -> Batch:
+        """Where this step's generation batch sits (the group size of `mode`, rank, rounds, gather)."""
+        return Batch(num_generations=self.group_size(mode), process_index=self.accelerator.process_index,
+                     max_rounds=self.max_rounds, device=device, gather=gather)

@@ -25,7 +25,15 @@ from typing import Any
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from envs.base import act_all
-from sepo.backends.base import Generation, GenerationBackend, Prompt, SamplingSpec, prefix_session
+from sepo.generation import (
+    Generation,
+    GenerationBackend,
+    Prompt,
+    SamplingSpec,
+    prefix_session,
+    session_generate,
+    session_generate_choice,
+)
 from sepo.rollout.chat import ChatRenderer, Lap, no_lap
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 
@@ -151,10 +159,6 @@ class _InPlay:
     prefill: str = ""
     n_fallbacks: int = 0
     n_parse_failures: int = 0
-    # the current turn, between generation and the game step
-    turn_ids: list[int] = field(default_factory=list)
-    turn_text: str = ""  # decode_turn(turn_ids)
-    action: str | None = None
 
     @property
     def context(self) -> list[int]:
@@ -164,6 +168,16 @@ class _InPlay:
         return not self.game.is_terminal(self.state) and self.spec.seat in self.game.current_players(
             self.state
         )
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """The LLM seat's current turn, between generation and the game step: its token ids (the model's, then any
+    fallback cue and forced action), their text (`decode_turn(ids)`) and the action it plays (None: unparsed)."""
+
+    ids: list[int]
+    text: str
+    action: str | None
 
 
 def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _InPlay:
@@ -222,8 +236,9 @@ def _open_turns(acting: list[_InPlay], renderer: ChatRenderer, lap: Lap) -> list
 
 def _model_turns(
     acting: list[_InPlay], gens: list[Generation], renderer: ChatRenderer, keep_open: bool, lap: Lap
-) -> list[_InPlay]:
-    """Record the model's tokens and parse them; returns the episodes whose turn produced no action.
+) -> list[_Turn]:
+    """Record the model's tokens and parse them; returns every acting episode's turn (action None: it did not
+    parse).
 
     A turn that did not end with end-of-turn (truncated, or stopped by another stop token, which is dropped)
     never parses. When the fallback will continue the turn (`keep_open`), the end-of-turn is left out.
@@ -244,31 +259,32 @@ def _model_turns(
         for ep, text, (ids, _) in zip(acting, texts, turns)
     ]
     lap("parsing")
-    pending = []
+    out = []
     for ep, text, (ids, lps), action in zip(acting, texts, turns, actions):
         if action is None and ids and ids[-1] == eot and keep_open:
             ids, lps = ids[:-1], lps[:-1]
         ep.traj.extend(ids, lps, env=1, rnd=ep.state.round, forced=0)
-        ep.turn_ids, ep.turn_text, ep.action = ids, text, action
+        out.append(_Turn(ids=ids, text=text, action=action))
         ep.turns.append(TurnRecord(round=ep.state.round, text=text, action=action or "", parsed=action is not None,
                                    fallback=False, n_model_tokens=len(ids), n_forced_tokens=0))
         if action is None:
             ep.n_parse_failures += 1
-            pending.append(ep)
     lap("bookkeeping")
-    return pending
+    return out
 
 
-def _fallback_prompt(ep: _InPlay, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
-    context = ep.context[: len(ep.context) - len(ep.turn_ids)]
-    ids, cue = fallback_prompt_ids(context, ep.turn_ids, renderer.tokenizer, renderer.end_of_turn_id,
+def _fallback_prompt(ep: _InPlay, turn: _Turn, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
+    context = ep.context[: len(ep.context) - len(turn.ids)]
+    ids, cue = fallback_prompt_ids(context, turn.ids, renderer.tokenizer, renderer.end_of_turn_id,
                                    renderer.cue_ids)
-    prefix = ep.prefill + ep.turn_text + FALLBACK_CUE
+    prefix = ep.prefill + turn.text + FALLBACK_CUE
     return Prompt(ids=ids, messages=list(ep.messages), assistant_prefix=prefix), cue
 
 
-def _forced_turn(ep: _InPlay, cue: list[int], gen: Generation, legal: list[str], renderer: ChatRenderer):
-    """Append the cue (env tokens) and the constrained action tokens + end-of-turn (forced tokens)."""
+def _forced_turn(ep: _InPlay, turn: _Turn, cue: list[int], gen: Generation, legal: list[str],
+                 renderer: ChatRenderer) -> _Turn:
+    """Append the cue (env tokens) and the constrained action tokens + end-of-turn (forced tokens); returns
+    the turn they complete."""
     by_key = {a.casefold(): a for a in legal}
     action = by_key.get(gen.text.strip().casefold())
     if action is None or not gen.token_ids or gen.token_ids[-1] != renderer.end_of_turn_id:
@@ -277,22 +293,23 @@ def _forced_turn(ep: _InPlay, cue: list[int], gen: Generation, legal: list[str],
         )
     ep.traj.extend(cue, None, env=0, rnd=ep.state.round, forced=0)
     ep.traj.extend(gen.token_ids, gen.logprobs, env=1, rnd=ep.state.round, forced=1)
-    ep.turn_ids = [*ep.turn_ids, *cue, *gen.token_ids]
-    ep.turn_text = renderer.decode_turn(ep.turn_ids)
-    ep.action = action
+    ids = [*turn.ids, *cue, *gen.token_ids]
     ep.n_fallbacks += 1
-    turn = ep.turns[-1]
-    turn.action, turn.fallback, turn.n_forced_tokens = action, True, len(gen.token_ids)
+    last = ep.turns[-1]
+    last.action, last.fallback, last.n_forced_tokens = action, True, len(gen.token_ids)
+    return _Turn(ids=ids, text=renderer.decode_turn(ids), action=action)
 
 
-def _close_unparsed(ep: _InPlay, renderer: ChatRenderer) -> None:
+def _close_unparsed(ep: _InPlay, turn: _Turn, renderer: ChatRenderer) -> _Turn:
     """No fallback: end the turn (a synthetic end-of-turn if it was cut off) and play a seeded random
-    legal action, so the episode continues and the failure is counted."""
-    if not ep.turn_ids or ep.turn_ids[-1] != renderer.end_of_turn_id:
+    legal action, so the episode continues and the failure is counted; returns the closed turn."""
+    ids = turn.ids
+    if not ids or ids[-1] != renderer.end_of_turn_id:
         ep.traj.extend([renderer.end_of_turn_id], None, env=0, rnd=ep.state.round, forced=1)
-        ep.turn_ids = [*ep.turn_ids, renderer.end_of_turn_id]
+        ids = [*ids, renderer.end_of_turn_id]
     rng = random.Random(f"{ep.spec.seed}:unparsed:{len(ep.turns)}")
-    ep.action = ep.turns[-1].action = rng.choice(ep.game.legal_actions(ep.state, ep.spec.seat))
+    action = ep.turns[-1].action = rng.choice(ep.game.legal_actions(ep.state, ep.spec.seat))
+    return _Turn(ids=ids, text=turn.text, action=action)
 
 
 def _seeded(sampling: SamplingSpec, iteration: int, call: int) -> SamplingSpec:
@@ -314,6 +331,7 @@ def play_episodes(
     max_turn_tokens: int | None = None,
     collective: bool | int = False,
     reuse_prefix: bool = True,
+    session: Any = None,
     timer: PhaseTimer | None = None,
 ) -> list[tuple[EpisodeRecord, Trajectory | None]]:
     """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
@@ -329,6 +347,8 @@ def play_episodes(
         iterations.
     reuse_prefix: let a backend that offers `prefix_session()` (HF) reuse each round's key/value cache in
         the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
+    session: an open `prefix_session()` of `backend` to generate in instead of one opened for this call
+        (e.g. to read its counts afterwards); every call of the rollout is passed the one session.
     timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
     """
     lap = timer.lap if timer is not None else no_lap
@@ -347,7 +367,8 @@ def play_episodes(
     iteration = 0
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: [ep.opponent.close() for ep in episodes])  # sandboxed opponents end with the rollout
-        stack.enter_context(prefix_session(backend) if reuse_prefix else contextlib.nullcontext())
+        if session is None and reuse_prefix:
+            session = stack.enter_context(prefix_session(backend))
         while True:
             _advance_opponents(episodes)
             acting = [ep for ep in episodes if ep.agent_to_act()]
@@ -359,24 +380,26 @@ def play_episodes(
                     raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
                 break
             prompts = _open_turns(acting, renderer, lap)
-            gens = backend.generate(prompts, _seeded(turn_sampling, iteration, 0))
+            gens = session_generate(backend, prompts, _seeded(turn_sampling, iteration, 0), session)
             lap("generation")
-            pending = _model_turns(acting, gens, renderer, fallback, lap)
+            turns = _model_turns(acting, gens, renderer, fallback, lap)
+            pending = [k for k, turn in enumerate(turns) if turn.action is None]
             if fallback and (pending or n_iter is not None):
-                prompts, cues = zip(*[_fallback_prompt(ep, renderer) for ep in pending]) if pending else ((), ())
-                legal = [ep.game.legal_actions(ep.state, ep.spec.seat) for ep in pending]
+                asks = [_fallback_prompt(acting[k], turns[k], renderer) for k in pending]
+                prompts, cues = [prompt for prompt, _ in asks], [cue for _, cue in asks]
+                legal = [acting[k].game.legal_actions(acting[k].state, acting[k].spec.seat) for k in pending]
                 lap("bookkeeping")
-                forced = backend.generate_choice(list(prompts), legal, _seeded(sampling, iteration, 1))
+                forced = session_generate_choice(backend, prompts, legal, _seeded(sampling, iteration, 1), session)
                 lap("generation")
-                for ep, cue, gen, acts in zip(pending, cues, forced, legal):
-                    _forced_turn(ep, cue, gen, acts, renderer)
+                for k, cue, gen, acts in zip(pending, cues, forced, legal):
+                    turns[k] = _forced_turn(acting[k], turns[k], cue, gen, acts, renderer)
             elif pending:
-                for ep in pending:
-                    _close_unparsed(ep, renderer)
-            for ep in acting:
-                ep.messages.append({"role": "assistant", "content": ep.prefill + ep.turn_text})
+                for k in pending:
+                    turns[k] = _close_unparsed(acting[k], turns[k], renderer)
+            for ep, turn in zip(acting, turns):
+                ep.messages.append({"role": "assistant", "content": ep.prefill + turn.text})
             lap("bookkeeping")
-            _step(acting, [ep.action for ep in acting])
+            _step(acting, [turn.action for turn in turns])
             lap("game")
             iteration += 1
             if bar is not None:

@@ -1,5 +1,8 @@
 """The one small interface every generation backend implements (HF generate, vLLM, OpenAI-compatible).
 
+Shared by the backends (`sepo.backends`, which implement it) and the rollout engine (`sepo.rollout`, which
+calls it), so neither subpackage imports the other for it.
+
 The rollout engine owns chat rendering and token bookkeeping, so backends take already-rendered prompts
 (token ids, plus the chat messages for endpoints that only speak chat) and return token ids with their
 sampling log-probabilities. Each method is one batched call: the rollout makes exactly one call per round
@@ -53,10 +56,28 @@ class Generation:
 
 
 def prefix_session(backend: Any) -> AbstractContextManager[Any]:
-    """The backend's optional `prefix_session()` (HF: reuse KV caches across the calls inside it; the weights
-    must not change meanwhile), or a no-op for backends without one (vLLM caches prefixes by itself)."""
-    session = getattr(backend, "prefix_session", None)
-    return session() if session is not None else nullcontext()
+    """The backend's optional `prefix_session()`, opening a session object to pass to its calls (HF: the KV
+    cache they reuse; the weights must not change meanwhile), or a no-op yielding None for backends without one
+    (vLLM caches prefixes by itself)."""
+    opener = getattr(backend, "prefix_session", None)
+    return opener() if opener is not None else nullcontext()
+
+
+def session_generate(backend: GenerationBackend, prompts: list[Prompt], sampling: SamplingSpec,
+                     session: Any = None) -> list[Generation]:
+    """`backend.generate`, in `session` (an open `prefix_session` of this backend; None: a plain call, the only
+    kind backends without sessions take)."""
+    if session is None:
+        return backend.generate(prompts, sampling)
+    return backend.generate(prompts, sampling, session=session)
+
+
+def session_generate_choice(backend: GenerationBackend, prompts: list[Prompt], choices: list[list[str]],
+                            sampling: SamplingSpec, session: Any = None) -> list[Generation]:
+    """`backend.generate_choice`, in `session` as `session_generate` is."""
+    if session is None:
+        return backend.generate_choice(prompts, choices, sampling)
+    return backend.generate_choice(prompts, choices, sampling, session=session)
 
 
 @runtime_checkable

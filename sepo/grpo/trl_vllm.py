@@ -1,11 +1,12 @@
-"""`GenerationBackend` on top of TRL's own vLLM engine (`trainer.vllm_generation`), so SEPO rollouts use the
-engine TRL keeps weight-synced.
+"""`GenerationBackend` on top of TRL's own vLLM engine (the trainer's `VLLMGeneration`), so SEPO rollouts use the
+engine TRL keeps weight-synced. TRL's engine is reached only through `sepo.grpo.trl_seam`.
 
 colocate: the rank's `vllm.LLM` is driven directly through `sepo.backends.vllm.VLLMBackend` (per-prompt
     SamplingParams, structured `choice` per prompt, exact choice scoring).
 server: every call goes through `VLLMGeneration.generate`, a collective (gather -> rank-0 HTTP ->
     broadcast): ranks pad their batches to the same size, and constrained calls are made once per distinct
-    choice list across all ranks, in the same order everywhere, with `structured_outputs` in generation_kwargs.
+    choice list across all ranks, in the same order everywhere, with `structured_outputs` in the call's
+    generation kwargs (`trl_seam.vllm_generate`).
 """
 
 from __future__ import annotations
@@ -14,49 +15,19 @@ from typing import Any
 
 from accelerate.utils import gather_object
 
-from sepo.backends.base import Generation, Prompt, SamplingSpec
-
-
-def check_supported(vllm_generation: Any) -> None:
-    """Raise a clear error for TRL vLLM settings the SEPO rollout does not support."""
-    if getattr(vllm_generation, "enable_sleep_mode", False):
-        raise ValueError("vllm_enable_sleep_mode is not supported by SEPO rollouts; set it to false")
-    if vllm_generation.mode == "colocate" and getattr(vllm_generation, "tensor_parallel_size", 1) > 1:
-        raise ValueError("SEPO rollouts in colocate mode need vllm_tensor_parallel_size=1 (use server mode for TP)")
-
-
-def ensure_weight_sync(vllm_generation: Any) -> bool:
-    """Make colocate weight sync work where the engine's parameters lost their weight loaders after loading
-    (vLLM CPU kernels repack them; TRL 1.16's per-parameter `load_weights` then fails): push the (PEFT-merged)
-    weights through vLLM's in-place `reload_weights` instead, which restores the loaders, loads and
-    re-processes. Returns True when the replacement was installed; TRL's own sync is kept otherwise."""
-    if vllm_generation.mode != "colocate":
-        return False
-    runner = vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
-    if all(hasattr(p, "weight_loader") for p in runner.model.parameters()):
-        return False
-    from vllm.model_executor.model_loader.reload.inplace import reload_weights
-
-    def sync_weights() -> None:
-        reload_weights(runner.vllm_config, runner.model, vllm_generation._iter_named_params(), None,
-                       is_checkpoint_format=True)
-        vllm_generation.llm.reset_prefix_cache()
-
-    vllm_generation.sync_weights = sync_weights
-    return True
+from sepo.backends.vllm import VLLMBackend, check_batch, choice_max_tokens
+from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.grpo.trl_seam import check_supported, colocate_llm, vllm_generate
 
 
 class TRLVLLMBackend:
-    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.backends.base.GenerationBackend`."""
+    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.generation.GenerationBackend`."""
 
     def __init__(self, vllm_generation: Any, tokenizer: Any, end_of_turn_id: int) -> None:
         check_supported(vllm_generation)
         self.vg, self.tokenizer, self.eot = vllm_generation, tokenizer, int(end_of_turn_id)
-        self.local = None
-        if vllm_generation.mode == "colocate":
-            from sepo.backends.vllm import VLLMBackend
-
-            self.local = VLLMBackend(vllm_generation.llm, end_of_turn_ids=[self.eot])
+        llm = colocate_llm(vllm_generation)
+        self.local = VLLMBackend(llm, end_of_turn_ids=[self.eot]) if llm is not None else None
 
     # --- server mode: collective calls -------------------------------------------------------------
     def _collective(self, ids: list[list[int]], generation_kwargs: dict[str, Any]) -> list[Generation]:
@@ -65,12 +36,7 @@ class TRLVLLMBackend:
         if max(counts) == 0:  # every rank agrees: nothing to generate, no request
             return []
         padded = ids + [[self.eot]] * (max(counts) - len(ids))
-        saved = self.vg.generation_kwargs
-        self.vg.generation_kwargs = {**saved, **generation_kwargs}
-        try:
-            _, completions, logprobs, _ = self.vg.generate(prompts=padded, images=None, num_generations=1)
-        finally:
-            self.vg.generation_kwargs = saved
+        completions, logprobs = vllm_generate(self.vg, padded, generation_kwargs)
         gens = []
         for toks, lps in list(zip(completions, logprobs))[: len(ids)]:
             toks = list(toks)
@@ -88,8 +54,6 @@ class TRLVLLMBackend:
     def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
         if self.local is not None:
             return self.local.generate_choice(prompts, choices, sampling) if prompts else []
-        from sepo.backends.vllm import check_batch, choice_max_tokens
-
         check_batch(prompts, choices)
         keys = [tuple(c) for c in choices]
         every = sorted({k for rank_keys in gather_object([keys]) for k in rank_keys})

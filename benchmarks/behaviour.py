@@ -1,0 +1,207 @@
+"""Behaviour record of SEPO-GRPO training and evaluation on a tiny model, to compare before and after a reshape.
+
+    python -m benchmarks.behaviour --out FILE
+
+On a tiny random-weight Llama built from config (`sepo.tiny_models.save_tiny_model`), on the CPU with one
+thread and fixed seeds, every case below runs 2 SEPO-GRPO steps through `sepo.grpo.train.main` (the real entry:
+recipe parsing, pools, trainer, checkpoint callback) and then `sepo eval` on the trained adapter. The record
+holds, per case: the sorted logged keys, the logged values of steps 1 and 2 (rounded to 1e-6; wall-time
+values are left out, their keys kept), a checksum of the final weights, the per-checkpoint evaluation
+(checkpoints.json) and the `sepo eval` results. Two records of the same code are equal; a pure reshape keeps
+them equal.
+
+The cases cover the paths a reshape of the trainer touches: per-pool credit with an FMSP-exported pool member
+played in the sandbox (`pool_dir`) and the per-checkpoint evaluation; shared credit (probe episodes, the group
+penalty) with the training-token loss scale; Kuhn with the adaptive exploiter (scored policy, refresh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: one deterministic thread
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+DEFECTOR = "class Defector:\n    def act(self, view):\n        return 'DEFECT'\n"
+RNG_KEY = "0" * 64  # sandboxed members' rng key: fixed, so the record is reproducible
+
+COMMON: dict[str, Any] = {
+    "use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"],
+    "num_generations": 2, "gradient_accumulation_steps": 1, "max_turn_tokens": 6, "max_completion_length": 192,
+    "learning_rate": 5.0e-2, "use_cpu": True, "bf16": False, "max_steps": 2, "save_strategy": "steps",
+    "save_steps": 1, "logging_steps": 1, "report_to": "none", "seed": 0, "torch_threads": 1,
+    "disable_tqdm": True, "rng_key": RNG_KEY, "checkpoint_eval_episodes": 1,
+}
+
+CASES: dict[str, dict[str, Any]] = {
+    # per_pool credit, a sandboxed pool_dir member in the exploit pool, per-checkpoint evaluation and best/
+    "per_pool_pool_dir": {
+        "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}}, "credit": "per_pool",
+        "pool_mix": {"training": ["tit_for_tat"], "exploit": ["always_defect", "fmsp_defector"]},
+        "per_device_train_batch_size": 6, "keep_best_by_safety": True, "pool_dir": "POOL_DIR",
+    },
+    # shared credit: probe episodes against every exploiter and collusive partner, the group-mean penalty,
+    # the training-token loss scale
+    "shared_loss_scale": {
+        "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}}, "credit": "shared",
+        "pool_mix": {"training": ["tit_for_tat", "grim_trigger"]}, "per_device_train_batch_size": 4,
+        "loss_scale": "training_tokens", "keep_best_by_safety": False,
+    },
+    # Kuhn with the adaptive exploiter in its exploit pool (scored policy at the 12 information sets)
+    "kuhn_adaptive": {
+        "games": ["kuhn"], "credit": "per_pool", "adaptive_exploiter": True, "adaptive_every": 1,
+        "pool_mix": {"training": 1, "exploit": ["best_response_to_current"]}, "per_device_train_batch_size": 4,
+        "keep_best_by_safety": False, "max_turn_tokens": 4,
+    },
+}
+
+TIME_MARKERS = ("time", "per_second")  # wall-clock figures (and keys ending `_s`): keys recorded, values not
+
+
+def _timing(key: str) -> bool:
+    """Whether a logged key is a wall-clock figure (differs between two runs of the same code)."""
+    return any(m in key for m in TIME_MARKERS) or key.endswith("_s")
+
+
+def _rounded(value: Any) -> Any:
+    """Floats rounded to 1e-6, recursively (NaN kept as the string 'nan', so the record is strict JSON)."""
+    if isinstance(value, float):
+        return "nan" if value != value else round(value, 6)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _without_paths(value: Any, root: str) -> Any:
+    """`value` with the case's temporary directory replaced by `<run>` (paths differ between records)."""
+    if isinstance(value, str):
+        return value.replace(root, "<run>")
+    if isinstance(value, dict):
+        return {k: _without_paths(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_paths(v, root) for v in value]
+    return value
+
+
+def weights_checksum(directory: Path) -> dict[str, Any]:
+    """sha256 over the saved tensors (sorted by name, dtype, shape and bytes) and their summed values."""
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    digest, total = hashlib.sha256(), 0.0
+    for path in files:
+        tensors = load_file(str(path))
+        for name in sorted(tensors):
+            t = tensors[name].contiguous()
+            digest.update(f"{path.name}:{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            digest.update(t.numpy().tobytes())
+            total += float(t.double().sum())
+    return {"files": [p.name for p in files], "sha256": digest.hexdigest(), "sum": round(total, 6)}
+
+
+def write_pool_dir(root: Path) -> Path:
+    """An FMSP-style pool directory with one exploit member for IPD (always defects), played in the sandbox."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "defector.py").write_text(DEFECTOR)
+    member = {"name": "fmsp_defector", "game": "ipd", "pool": "exploit", "file": "defector.py",
+              "class_name": "Defector", "description": "always defects", "source": {"method": "behaviour"},
+              "sha256": hashlib.sha256(DEFECTOR.encode()).hexdigest(), "view": "dict"}
+    (root / "manifest.json").write_text(json.dumps({"format": "sepo-pool-manifest/1", "members": [member]}))
+    return root
+
+
+def _train(model: Path, root: Path, keys: dict[str, Any]) -> Path:
+    """2 steps of `sepo train` with the case's recipe; returns its output_dir."""
+    import yaml
+
+    from sepo.grpo.train import main
+
+    out = root / "run"
+    root.mkdir(parents=True, exist_ok=True)
+    recipe = {**COMMON, **keys, "model_name_or_path": str(model), "output_dir": str(out)}
+    if recipe.get("pool_dir") == "POOL_DIR":
+        recipe["pool_dir"] = str(write_pool_dir(root / "pool"))
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    if main(["--config", str(root / "recipe.yaml")]) != 0:
+        raise RuntimeError(f"sepo train failed on {root / 'recipe.yaml'}")
+    return out
+
+
+def _logs(out: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """(sorted logged keys, {step: values without wall-time figures}) from the last checkpoint's log history."""
+    last = max(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    history = json.loads((last / "trainer_state.json").read_text())["log_history"]
+    keys = sorted({k for entry in history for k in entry})
+    steps = {str(e["step"]): {k: v for k, v in sorted(e.items()) if not _timing(k)} for e in history if "loss" in e}
+    return keys, _rounded(steps)
+
+
+def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], pool_dir: str | None) -> Any:
+    """`sepo eval` of the trained adapter on the case's games: every pool, one episode per opponent."""
+    from sepo.eval.evaluate import main
+
+    argv = ["--models", f"Trained={out}", "--games", ",".join(games), "--game_params", json.dumps(game_params),
+            "--episodes_per_opponent", "1", "--max_turn_tokens", "6", "--kuhn_rationale_samples", "1",
+            "--bootstrap_resamples", "200", "--seed", "7", "--torch_threads", "1", "--progress", "false",
+            "--output_dir", str(root / "eval")]
+    if pool_dir:
+        argv += ["--pool_dir", pool_dir]
+    if main(argv) != 0:
+        raise RuntimeError("sepo eval failed")
+    return json.loads((root / "eval" / "results.json").read_text())["results"]
+
+
+def run_case(name: str, keys: dict[str, Any], model: Path, tmp: Path) -> dict[str, Any]:
+    """Train, then evaluate, one case; its record (paths replaced by `<run>`)."""
+    root = tmp / name
+    start = time.perf_counter()
+    out = _train(model, root, keys)
+    logged_keys, steps = _logs(out)
+    checkpoints = out / "checkpoints.json"
+    pool_dir = str(root / "pool") if keys.get("pool_dir") else None
+    record = {
+        "logged_keys": logged_keys,
+        "logged_values": steps,
+        "final_weights": weights_checksum(out),
+        "checkpoint_eval": _rounded(json.loads(checkpoints.read_text())) if checkpoints.is_file() else None,
+        "sepo_eval": _rounded(_eval(out, root, keys["games"], keys.get("game_params", {}), pool_dir)),
+    }
+    print(f"[behaviour] {name}: {time.perf_counter() - start:.0f} s", flush=True)
+    return _without_paths(record, str(root))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.behaviour", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="where the JSON record is written")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
+    args = parser.parse_args(argv)
+    import torch
+
+    from sepo.tiny_models import save_tiny_model
+
+    torch.set_num_threads(1)
+    record: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="sepo-behaviour-") as tmp:
+        model = save_tiny_model(Path(tmp) / "tiny", "llama", seed=0)
+        for name in args.cases.split(","):
+            record[name] = run_case(name, CASES[name], model, Path(tmp))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"[behaviour] wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

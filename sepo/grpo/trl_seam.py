@@ -1,0 +1,153 @@
+"""The one place SEPO reaches into TRL's and vLLM's private or experimental surface (TRL 1.16, vLLM 0.32).
+
+Everything below is a name that neither library promises to keep: an underscore method or attribute, an
+experimental argument, an output dict's keys, an engine's internals. SEPO uses each of them only through
+this module, and `tests/test_trl_seam.py` pins every one against the installed versions, so an upgrade that
+moves one fails there, by name, instead of somewhere inside a training run.
+
+TRL:
+    `GRPOTrainer(rollout_func=...)` (experimental) and the keys its result must hold (`ROLLOUT_KEYS`, plus
+        `env_mask`, which TRL reads as the tool mask; every other key reaches the reward functions and the
+        scored inputs as an extra column);
+    `GRPOTrainer._generate_and_score_completions(inputs)` and the keys of its output (`SCORED_KEYS`; the
+        advantages are replaced after TRL computed its own: TRL offers no hook between its rewards and its
+        advantages);
+    `GRPOTrainer._metrics[mode]` (the per-mode lists TRL averages at each log step), `._tokenizer`,
+        `.vllm_generation`, `.eos_token_ids`, `.num_generations_eval`;
+    `trl.models.utils.unwrap_model_for_generation`, `trl.trainer.utils.nanstd`;
+    `VLLMGeneration`: `.mode`, `.llm`, `.generate(prompts, images, num_generations)`, `.generation_kwargs`
+        (read by `generate` in server mode; it takes them no other way), `._iter_named_params()`,
+        `.sync_weights` (replaced for colocate engines whose weights lost their loaders), `.enable_sleep_mode`,
+        `.tensor_parallel_size`.
+vLLM:
+    `LLM.llm_engine.model_executor.driver_worker.model_runner` (`.model`, `.vllm_config`),
+    `vllm.model_executor.model_loader.reload.inplace.reload_weights`, `LLM.reset_prefix_cache`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.models.utils import unwrap_model_for_generation
+from trl.trainer.utils import nanstd
+
+__all__ = ["ROLLOUT_KEYS", "SCORED_KEYS", "SeamTrainer", "check_supported", "colocate_llm", "ensure_weight_sync",
+           "nanstd", "vllm_generate"]
+
+ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs")  # what TRL requires of rollout_func's result
+ENV_MASK = "env_mask"  # rollout_func's optional key: 1 on sampled tokens, 0 on environment tokens
+SCORED_KEYS = ("completion_ids", "completion_mask", "advantages")  # read or replaced in the scored batch
+TOOL_MASK = "tool_mask"  # in the scored batch when rollout_func returned an env_mask
+
+
+class SeamTrainer(GRPOTrainer):
+    """GRPOTrainer reached through two hooks a subclass implements, and a few accessors:
+
+    `rollout(prompts)`: TRL's rollout_func for this rank's prompts (repeated G times by TRL's sampler),
+        returning at least `ROLLOUT_KEYS` (token ids, sampling logprobs) and optionally `env_mask`;
+    `scored_advantages(inputs, output, mode)`: the (B, T) advantages of a batch TRL has scored (`inputs`: the
+        rows with the rollout's extra columns; `output`: TRL's tensors), in place of TRL's own.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(rollout_func=self._rollout_func, **kwargs)
+
+    def _rollout_func(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
+        return self.rollout(prompts)
+
+    def rollout(self, prompts: list) -> dict[str, list]:
+        raise NotImplementedError
+
+    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
+        output["advantages"] = self.scored_advantages(inputs, output, self.metric_mode())
+        return output
+
+    def metric_mode(self) -> str:
+        """TRL's metric mode of the current batch: "train" while the model trains, else "eval"."""
+        return "train" if self.model.training else "eval"
+
+    def record_metrics(self, mode: str, metrics: dict[str, float]) -> None:
+        """Append each metric to TRL's per-mode lists (averaged and logged by TRL at each log step)."""
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(value)
+
+    def text_tokenizer(self) -> Any:
+        """The tokenizer TRL encodes with (the text tokenizer of a processor)."""
+        return self._tokenizer
+
+    def vllm_engine(self) -> Any:
+        """TRL's `VLLMGeneration` (use_vllm: colocate engine or server client)."""
+        return self.vllm_generation
+
+    def stop_token_ids(self) -> set[int]:
+        """The ids TRL treats as the end of a completion (anything else at the end counts as truncated)."""
+        return set(self.eos_token_ids)
+
+    def group_size(self, mode: str) -> int:
+        """G of the current batch: `num_generations` in training, `num_generations_eval` in evaluation."""
+        return self.num_generations if mode == "train" else self.num_generations_eval
+
+    @contextmanager
+    def generation_model(self) -> Iterator[Any]:
+        """The policy unwrapped for generation (DeepSpeed ZeRO-3 parameters gathered as the config asks)."""
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
+            yield model
+
+
+# --- TRL's VLLMGeneration ------------------------------------------------------------------------------
+def check_supported(vllm_generation: Any) -> None:
+    """Raise a clear error for TRL vLLM settings the SEPO rollout does not support."""
+    if getattr(vllm_generation, "enable_sleep_mode", False):
+        raise ValueError("vllm_enable_sleep_mode is not supported by SEPO rollouts; set it to false")
+    if vllm_generation.mode == "colocate" and getattr(vllm_generation, "tensor_parallel_size", 1) > 1:
+        raise ValueError("SEPO rollouts in colocate mode need vllm_tensor_parallel_size=1 (use server mode for TP)")
+
+
+def colocate_llm(vllm_generation: Any) -> Any:
+    """The rank's own `vllm.LLM` in colocate mode; None in server mode."""
+    return vllm_generation.llm if vllm_generation.mode == "colocate" else None
+
+
+def vllm_generate(vllm_generation: Any, prompts: list[list[int]], generation_kwargs: dict[str, Any]
+                  ) -> tuple[list[list[int]], list[list[list[float]]]]:
+    """One `VLLMGeneration.generate` call (a collective in server mode) for token-id prompts, with
+    `generation_kwargs` on top of TRL's for this call only; returns (completion ids, logprobs per token).
+    `generate` reads them only from the `generation_kwargs` attribute, so they are set around the call and
+    restored after it, here and nowhere else."""
+    saved = vllm_generation.generation_kwargs
+    vllm_generation.generation_kwargs = {**saved, **generation_kwargs}
+    try:
+        _, completions, logprobs, _ = vllm_generation.generate(prompts=prompts, images=None, num_generations=1)
+    finally:
+        vllm_generation.generation_kwargs = saved
+    return completions, logprobs
+
+
+def ensure_weight_sync(vllm_generation: Any) -> bool:
+    """Make colocate weight sync work where the engine's parameters lost their weight loaders after loading
+    (vLLM CPU kernels repack them; TRL 1.16's per-parameter `load_weights` then fails): push the (PEFT-merged)
+    weights through vLLM's in-place `reload_weights` instead, which restores the loaders, loads and
+    re-processes. Returns True when the replacement was installed; TRL's own sync is kept otherwise."""
+    if vllm_generation.mode != "colocate":
+        return False
+    runner = vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    if all(hasattr(p, "weight_loader") for p in runner.model.parameters()):
+        return False
+    from vllm.model_executor.model_loader.reload.inplace import reload_weights
+
+    def sync_weights() -> None:
+        reload_weights(runner.vllm_config, runner.model, vllm_generation._iter_named_params(), None,
+                       is_checkpoint_format=True)
+        vllm_generation.llm.reset_prefix_cache()
+
+    vllm_generation.sync_weights = sync_weights
+    return True

@@ -1,0 +1,149 @@
+"""Pins of every private or experimental TRL / vLLM name SEPO uses (`sepo.grpo.trl_seam` lists them), against
+the installed versions: an upgrade that renames, re-signs or drops one fails here, by name. The vLLM pins skip
+when vLLM's pieces are not importable (a machine without vLLM never reaches them)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+import torch
+
+from sepo.grpo import trl_seam
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _source(obj) -> str:
+    return inspect.getsource(obj)
+
+
+# --- TRL's GRPOTrainer ---------------------------------------------------------------------------------------
+def test_rollout_func_is_a_constructor_argument_called_with_prompts_and_the_trainer():
+    from trl import GRPOTrainer
+
+    assert "rollout_func" in _params(GRPOTrainer.__init__)
+    generate = _source(GRPOTrainer._generate)
+    assert "self.rollout_func(prompts, self)" in generate  # SeamTrainer._rollout_func's (prompts, trainer)
+    for key in trl_seam.ROLLOUT_KEYS:  # the keys TRL requires of its result
+        assert f'"{key}"' in generate, key
+    assert f'extra_fields.pop("{trl_seam.ENV_MASK}"' in generate  # env_mask becomes the tool mask
+
+
+def test_generate_and_score_completions_signature_output_keys_and_extra_columns():
+    from trl import GRPOTrainer
+
+    assert _params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+    source = _source(GRPOTrainer._generate_and_score_completions)
+    for key in trl_seam.SCORED_KEYS:
+        assert f'"{key}": ' in source, key
+    assert f'output["{trl_seam.TOOL_MASK}"]' in source
+    # the rollout's extra columns reach the scored inputs (and with them the reward functions' kwargs)
+    assert "inp[key] = values[i]" in source
+    assert source.index("inp[key] = values[i]") < source.index("self._calculate_rewards(")
+
+
+def test_trainer_attributes_set_by_grpo_trainer_init():
+    from trl import GRPOTrainer
+
+    init = _source(GRPOTrainer.__init__)
+    for attribute in ("self._tokenizer =", "self._metrics =", "self.eos_token_ids =", "self.num_generations_eval =",
+                      "self.use_vllm ="):
+        assert attribute in init, attribute
+    assert "defaultdict(list)" in init.split("self._metrics =", 1)[1].splitlines()[0]  # mode -> key -> list
+    assert "self.vllm_generation = VLLMGeneration(" in _source(GRPOTrainer)
+
+
+def test_seam_trainer_overrides_only_existing_names():
+    from trl import GRPOTrainer
+
+    assert hasattr(GRPOTrainer, "_generate_and_score_completions")
+    own = {n for n in vars(trl_seam.SeamTrainer) if not n.startswith("__")}
+    clashes = {n for n in own - {"_generate_and_score_completions"} if hasattr(GRPOTrainer, n)}
+    assert not clashes, f"TRL now defines {clashes}: the seam's names would override them"
+
+
+def test_unwrap_model_for_generation_and_nanstd():
+    from trl.models.utils import unwrap_model_for_generation
+
+    assert _params(unwrap_model_for_generation)[:3] == ["model", "accelerator", "gather_deepspeed3_params"]
+    assert _params(trl_seam.nanstd)[:3] == ["tensor", "dim", "keepdim"]
+    x = torch.tensor([[1.0, 3.0, torch.nan], [2.0, 2.0, 2.0]])
+    torch.testing.assert_close(trl_seam.nanstd(x, dim=1, keepdim=True), torch.tensor([[2.0**0.5], [0.0]]))
+
+
+# --- TRL's VLLMGeneration --------------------------------------------------------------------------------
+def _vllm_generation_class():
+    try:
+        return importlib.import_module("trl.generation.vllm_generation").VLLMGeneration
+    except ImportError as exc:  # pragma: no cover - TRL without its vLLM module
+        pytest.skip(f"trl.generation.vllm_generation is not importable: {exc}")
+
+
+def test_vllm_generation_generate_reads_generation_kwargs():
+    vg = _vllm_generation_class()
+    assert _params(vg.generate)[:4] == ["self", "prompts", "images", "num_generations"]
+    generate = _source(vg.generate)
+    assert '"generation_kwargs": self.generation_kwargs' in generate  # server mode: read from the attribute
+    assert "generation_kwargs.update(self.generation_kwargs)" in generate  # colocate mode
+    assert "Tuple of (prompt_ids, completion_ids, logprobs, logprob_token_ids)" in generate
+    init = _source(vg.__init__)
+    for attribute in ("self.generation_kwargs =", "self.mode =", "self.enable_sleep_mode =",
+                      "self.tensor_parallel_size ="):
+        assert attribute in init, attribute
+    assert "self.llm = LLM(" in _source(vg)
+
+
+def test_vllm_generation_weight_sync_names():
+    vg = _vllm_generation_class()
+    assert _params(vg._iter_named_params) == ["self"]
+    assert _params(vg.sync_weights) == ["self"]  # replaced by a zero-argument function (ensure_weight_sync)
+
+
+def test_vllm_generate_passes_the_kwargs_for_one_call_and_restores_them():
+    class Double:  # what `vllm_generate` needs of a VLLMGeneration
+        def __init__(self):
+            self.generation_kwargs, self.seen = {"seed": 1}, None
+
+        def generate(self, prompts, images, num_generations):
+            self.seen = dict(self.generation_kwargs)
+            return prompts, [[5]] * len(prompts), [[[-0.5]]] * len(prompts), None
+
+    double = Double()
+    assert trl_seam.vllm_generate(double, [[1, 2]], {"max_tokens": 3}) == ([[5]], [[[-0.5]]])
+    assert double.seen == {"seed": 1, "max_tokens": 3} and double.generation_kwargs == {"seed": 1}
+
+
+# --- vLLM's engine internals (colocate weight sync) ------------------------------------------------------------
+def _vllm_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # vLLM missing, or its platform pieces fail to import here
+        pytest.skip(f"{name} is not importable: {exc}")
+
+
+def test_vllm_reload_weights_signature():
+    inplace = _vllm_module("vllm.model_executor.model_loader.reload.inplace")
+    params = inspect.signature(inplace.reload_weights).parameters
+    assert list(params)[:4] == ["vllm_config", "model", "weights_iterator", "weights_path"]
+    assert "is_checkpoint_format" in params
+
+
+def test_vllm_model_runner_path_and_prefix_cache_reset():
+    llm_engine = _vllm_module("vllm.v1.engine.llm_engine")
+    uniproc = _vllm_module("vllm.v1.executor.uniproc_executor")
+    worker_base = _vllm_module("vllm.v1.worker.worker_base")
+    cpu_worker = _vllm_module("vllm.v1.worker.cpu_worker")
+    runner = _vllm_module("vllm.v1.worker.gpu_model_runner")
+    vllm = _vllm_module("vllm")
+    assert "llm_engine" in _source(vllm.LLM.__init__)
+    assert "self.model_executor =" in _source(llm_engine.LLMEngine.__init__)
+    assert "self.driver_worker =" in _source(uniproc.UniProcExecutor)
+    assert "return getattr(self.worker, attr)" in _source(worker_base.WorkerWrapperBase.__getattr__)
+    assert "self.model_runner =" in _source(cpu_worker)  # the worker's runner (CPU; the GPU worker alike)
+    assert "self.vllm_config = vllm_config" in _source(runner.GPUModelRunner.__init__)
+    assert "self.model =" in _source(runner.GPUModelRunner)
+    assert hasattr(vllm.LLM, "reset_prefix_cache")
