@@ -21,8 +21,8 @@ from sepo.study.run import main
 
 IPD = make_game("ipd", num_rounds=4)
 LAMBDAS = IPD.default_lambdas
-ARGS = SimpleNamespace(advantage_mode="per_round", return_mode="reward_to_go", advantage_epsilon=1e-4)
-PAPER = SimpleNamespace(advantage_mode="per_round", return_mode="paper", advantage_epsilon=1e-8)
+ARGS = SimpleNamespace(advantage_mode="per_round", return_mode="reward_to_go", advantage_epsilon=1e-4, scale_rewards="group")
+PAPER = SimpleNamespace(advantage_mode="per_round", return_mode="paper", advantage_epsilon=1e-8, scale_rewards="group")
 POOL_OF = {"tit_for_tat": "training", "grim_trigger": "training", "always_defect": "exploit",
            "alternating_defect": "exploit", "always_cooperate": "collusive"}
 PROBE_OPPONENTS = ("always_defect", "alternating_defect", "always_cooperate")
