@@ -531,6 +531,18 @@ class FMSPEvalConfig:
         check_output_dir("--out", self.out)
 
 
+def load_runs(specs: Sequence[str]) -> list[Run]:
+    """The runs named on a command line as `[NAME=]DIR` (one usage error naming the bad spec)."""
+    runs = []
+    for spec in specs:
+        name, _, path = spec.rpartition("=")
+        try:
+            runs.append(load_run(path, name or None))
+        except (FileNotFoundError, ValueError) as exc:
+            raise UsageError(f"--run {spec!r}: {exc}") from exc
+    return runs
+
+
 def parser():
     """The command line of `fmsp eval`."""
     # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
@@ -541,13 +553,7 @@ def parser():
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(argv)
-    runs = []
-    for spec in args.runs:
-        name, _, path = spec.rpartition("=")
-        try:
-            runs.append(load_run(path, name or None))
-        except (FileNotFoundError, ValueError) as exc:
-            raise UsageError(f"--run {spec!r}: {exc}") from exc
+    runs = load_runs(args.runs)
     if args.projection is not None and not Path(args.projection).is_file():
         raise UsageError(f"--projection {args.projection} does not exist (it is the projection.json an earlier "
                          f"`fmsp eval` wrote)")  # fmt: skip

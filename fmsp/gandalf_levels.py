@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fmsp.archive import ArchiveEntry
-from fmsp.evaluation import Run, load_run
+from fmsp.evaluation import Run, load_runs
 from sepo.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.recipes import RecipeParser
@@ -112,16 +112,10 @@ def parser() -> RecipeParser:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(argv)
-    runs = []
-    for spec in args.runs:
-        name, _, path = spec.rpartition("=")
-        try:
-            run = load_run(path, name or None)
-        except (FileNotFoundError, ValueError) as exc:
-            raise UsageError(str(exc)) from exc
+    runs = load_runs(args.runs)
+    for run in runs:
         if set(run.archives) != {"attacker", "defender"}:
-            raise UsageError(f"{path} is not a Gandalf run (archives: {sorted(run.archives)})")
-        runs.append(run)
+            raise UsageError(f"{run.path} is not a Gandalf run (archives: {sorted(run.archives)})")
     rows = level_table(runs)
     out = Path(args.out)
     write_json_atomic(out / "levels.json", rows)
