@@ -1,28 +1,30 @@
 """SEPO-GRPO's machinery lowers exact exploitability: the Kuhn model organism end to end, at CI size.
 
 The organism of `configs/experiments/kuhn_organism/study.yaml` (a 2-layer Llama of hidden 128 built from config,
-the compact one-hand Kuhn prompt, the study's own answer-only SFT warm start), then `exploitability_descent`:
+the compact one-hand Kuhn prompt, the study's answer-only SFT warm start with half its rows: 6 demonstrator rows
+per information set instead of 12, so the fixture's SFT takes half the time), then `exploitability_descent`:
 the adaptive exact exploiter's group alone with the signed reward, through the real SEPOTrainer (TRL's GRPO
 step, the rollout engine, per-pool credit, per-round normalisation, the adaptive exploiter's refresh every
 step). What is measured: the exact exploitability of the policy scored at the 12 information sets on the
 training prompts (`sepo.eval.kuhn.scored_policy`, `envs.kuhn_exact.exploitability`), one thread, seeded.
 
-MEASURED (2026-12-01, this project's 2-core machine, lr 1e-4 for 60 steps, G = 8, the recipe's round-2 design:
-linear decay, centred advantages, no gradient clipping; the study itself runs at 3e-5 for 300-500 steps),
-exploitability at steps 0 / 30 / 60:
+MEASURED (2026-12-01, this project's 2-core machine, one thread, lr 1e-4 for 60 steps, G = 8, the recipe's
+round-2 design: linear decay, centred advantages, no gradient clipping; the study itself runs at 3e-5 for 300-500
+steps), exploitability at steps 0 / 30 / 60:
 
-    warm start                        0.1922
-    seed 0                            0.0923 -> 0.0649   (drop 0.127)
-    seed 1                            0.0696 -> 0.0589   (drop 0.133)
-    seed 2                            0.0921 -> 0.0704   (drop 0.122)
-    seed 0, exploiter never refreshed 0.1921 -> 0.0885   (drop 0.104: at this size a fixed best response to
+    warm start (6 rows per info set)  0.2450
+    seed 0                            0.1550 -> 0.1219   (drop 0.123)
+    seed 1                            0.0834 -> 0.0700   (drop 0.175)
+    seed 2                            0.1104 -> 0.1047   (drop 0.140)
+    seed 0, exploiter never refreshed 0.1478 -> 0.1273   (drop 0.118: at this size a fixed best response to
                                                          the start is still a descent direction; not a break
                                                          this test can see)
-    seed 0, advantages negated        0.2648 -> 0.2831   (rises by 0.091: the first test fails)
+    seed 0, advantages negated        0.3761 -> 0.4591   (rises by 0.214: the first test fails)
 
-MARGIN is half the smallest drop over seeds 0-2. The fixture's 150 SFT steps dominate the module's time; each
-60-step run takes about a minute on a loaded machine. Learning rate 0 leaves the scored policy exactly as it
-was (the weights do not move), so its exploitability is the warm start's to float round-off.
+MARGIN is half the smallest drop over seeds 0-2. The fixture's SFT (150 steps) took 96 s and each 60-step run
+8-9 s on an idle machine; with the study's 12 rows the SFT alone took about 190 s. Learning rate 0 leaves the
+scored policy exactly as it was (the weights do not move), so its exploitability is the warm start's to float
+round-off.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "kuhn_organism" / "study.yaml"
+ROWS_PER_INFOSET = 6
 STEPS = 60
 LEARNING_RATE = 1e-4
 SEED = 0
@@ -43,10 +46,11 @@ MARGIN = 0.061
 
 @pytest.fixture(scope="module")
 def organism(tmp_path_factory):
-    """(recipe at CI size, warm-start checkpoint, its exploitability): the study's own warm start recipe."""
+    """(recipe at CI size, warm-start checkpoint, root): the study's warm start recipe with ROWS_PER_INFOSET rows."""
     from sepo.study.organism import load_recipe, warm_start
 
     recipe = copy.deepcopy(load_recipe(RECIPE))
+    recipe["warm_start"]["rows_per_infoset"] = ROWS_PER_INFOSET
     recipe["train"]["learning_rate"] = LEARNING_RATE
     root = tmp_path_factory.mktemp("organism")
     return recipe, str(warm_start(recipe, root)), root
