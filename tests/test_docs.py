@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,6 +111,15 @@ def project_text_files() -> list[Path]:
     return [p for p in files if p.is_file() and p.suffix not in {".png", ".npy", ".gguf", ".safetensors"}]
 
 
+def project_texts() -> Iterator[tuple[Path, str]]:
+    """(path, text) of every project file that reads as UTF-8 text."""
+    for path in project_text_files():
+        try:
+            yield path, path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+
+
 def test_readme_is_at_most_300_lines():
     n = len(README.read_text(encoding="utf-8").splitlines())
     assert n <= 300, f"README.md has {n} lines; move depth to a docs/ page and link it"
@@ -135,14 +145,7 @@ def test_result_files_named_in_readme_exist():
 
 
 def test_no_file_cites_a_missing_source():
-    offenders = []
-    for path in project_text_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if MISSING_SOURCE in text:
-            offenders.append(str(path.relative_to(ROOT)))
+    offenders = [str(path.relative_to(ROOT)) for path, text in project_texts() if MISSING_SOURCE in text]
     assert not offenders, f"files citing {MISSING_SOURCE}, which the project does not have: {offenders}"
 
 
@@ -150,11 +153,7 @@ def test_references_citations_name_existing_sections():
     sections = anchors(REFERENCES)
     cited = re.compile(r"docs/references\.md#([\w-]+)|\(references\.md#([\w-]+)\)")
     bad = []
-    for path in project_text_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
+    for path, text in project_texts():
         for m in cited.finditer(text):
             section = m.group(1) or m.group(2)
             if section not in sections:

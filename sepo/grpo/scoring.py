@@ -95,9 +95,7 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
         round_ids[i, : len(r)] = r
         f = torch.tensor(x["forced_mask"][:T], dtype=torch.long, device=device)
         forced[i, : len(f)] = f
-    keep = output["completion_mask"] * (1 - forced)
-    if "tool_mask" in output:
-        keep = keep * output["tool_mask"]
+    keep = loss_mask(output) * (1 - forced)
     token_adv = token_advantages(local, round_ids, keep)
     if args.loss_scale == "training_tokens":
         scale = training_token_scale(inputs, output, batch.gather)
