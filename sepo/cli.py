@@ -20,8 +20,8 @@ COMMANDS: Commands = {
 
 
 def _precheck(command: str, argv: list[str]) -> None:
-    """Unknown keys of `sepo train` / `sepo sft` / `sepo tiny-model` before their modules import TRL or torch
-    (sepo.recipe_keys)."""
+    """Unknown keys of `sepo train` / `sepo sft` / `sepo tiny-model` / `sepo study` (its recipe, its train
+    block and arms, its eval block) before their modules import TRL or torch (sepo.recipe_keys)."""
     from sepo import recipe_keys
 
     recipe_keys.check("sepo", command, argv)

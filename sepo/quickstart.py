@@ -1,13 +1,16 @@
-"""`sepo quickstart`: the whole pipeline on the embedded model, on a CPU (about 15 min on 2 idle cores).
+"""`sepo quickstart`: the whole pipeline on the embedded model, on a CPU (about 10 min on 2 idle cores).
 
     stage 1  SFT warm-start on IPD demonstrator transcripts        (sepo sft   --config configs/quickstart/sft.yaml)
     stage 2  a few SEPO-GRPO steps from the SFT checkpoint          (sepo train --config configs/quickstart/sepo.yaml)
     stage 3  Base vs SFT vs SEPO against every pool opponent        (sepo eval  --config configs/quickstart/eval.yaml)
+    stage 4  the SFT model's answer format on other seeds           (sepo eval, the same recipe, SFT only)
 
 Each stage is the same command a user would type, run in-process with the recipe in configs/quickstart/.
-`--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/. The table
-and the stage timings are recorded in benchmarks/quickstart/<scale>/ (RESULTS.md, results.json), the files the
-README quotes (`--record ''` skips that).
+Stage 4 checks what the warm start is for, the answer format: the share of the SFT model's decisions that
+parse strictly (no fallback), on at least FORMAT_DECISIONS decisions from seeds the table does not use.
+`--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/. The table,
+the format check and the stage timings are recorded in benchmarks/quickstart/<scale>/ (RESULTS.md,
+results.json), the files the README quotes (`--record ''` skips that).
 """
 
 from __future__ import annotations
@@ -26,16 +29,20 @@ REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "configs" / "quickstart"
 RECORDS = REPO / "benchmarks" / "quickstart"
 
-# Per-scale overrides of the committed recipes (full = the recipes as they are).
+# Per-scale overrides of the committed recipes (full = the recipes as they are). "format" is added to "eval"'s
+# for stage 4: a seed the table (seed 0) does not use, and enough episodes for FORMAT_DECISIONS decisions.
 SCALES: dict[str, dict[str, list[str]]] = {
-    "full": {"sft": [], "sepo": [], "eval": []},
+    "full": {"sft": [], "sepo": [], "eval": [], "format": ["--seed", "1", "--episodes_per_opponent", "5"]},
     "ci": {
         "sft": ["--max_steps", "4", "--episodes_scale", "0.05"],
         "sepo": ["--max_steps", "1", "--save_steps", "1", "--max_turn_tokens", "24",
                  "--pool_mix", '{"training": 1, "exploit": 1}', "--gradient_accumulation_steps", "2"],
         "eval": ["--episodes_per_opponent", "1", "--max_turn_tokens", "24", "--pools", "training", "exploit"],
+        "format": ["--seed", "1"],
     },
 }
+FORMAT_GOAL = 0.80  # the share of strict parses the warm start must reach ...
+FORMAT_DECISIONS = 128  # ... measured on at least this many decisions (the full scale plays 140)
 
 
 def _recipe(name: str) -> str:
@@ -46,7 +53,7 @@ def _recipe(name: str) -> str:
 
 
 def _stage(number: int, title: str) -> float:
-    print(f"\n==== [{number}/3] {title} ====", flush=True)
+    print(f"\n==== [{number}/4] {title} ====", flush=True)
     return time.perf_counter()
 
 
@@ -105,8 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     code = evaluate.main(["--config", _recipe("eval"), "--output_dir", str(out / "eval"),
                           "--models", f"Base={base}", f"SFT={merged}", f"SEPO={sepo_dir}", *scale["eval"]])
     seconds["eval"] = time.perf_counter() - t
-    seconds["total"] = time.perf_counter() - t0
     print(f"stage 3 done in {seconds['eval']:.0f} s", flush=True)
+
+    t = _stage(4, "the SFT model's answer format, on seeds the table does not use")
+    if code == 0:
+        code = evaluate.main(["--config", _recipe("eval"), "--output_dir", str(out / "format"),
+                              "--models", f"SFT={merged}", *scale["eval"], *scale["format"]])
+    seconds["format"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - t0
+    if code == 0:
+        print(f"stage 4 done in {seconds['format']:.0f} s: {format_line(answer_format_of(out / 'format'))}")
     print(f"\nquick start finished in {seconds['total'] / 60:.1f} min; table and plots in {out / 'eval'}")
     record = RECORDS / args.scale if args.record is None else (Path(args.record) if args.record else None)
     if code == 0 and record is not None:
@@ -128,9 +143,36 @@ def _step_timings(sepo_dir: Path) -> list[dict[str, Any]]:
             for h in history if "sepo/time/generation_s" in h]
 
 
+def answer_format_of(format_dir: Path) -> dict[str, Any]:
+    """Stage 4's measurement from its results.json: the SFT model's strict-parse share with the eval's
+    interval (one minus the parse-failure rate's), and how its turns ended (`sepo.eval.answer_format`)."""
+    (game, result), = json.loads((format_dir / "results.json").read_text())["results"]["SFT"].items()
+    failure = result["metrics"]["parse_failure_rate"]
+    ci = failure["ci"] and [1 - failure["ci"][1], 1 - failure["ci"][0]]
+    return {"game": game, "seed": json.loads((format_dir / "results.json").read_text())["config"]["seed"],
+            "strict_rate": 1 - failure["value"], "ci": ci, **result["answer_format"],
+            "goal": {"strict_rate": FORMAT_GOAL, "decisions": FORMAT_DECISIONS}}
+
+
+def format_line(f: dict[str, Any]) -> str:
+    """One line: the strict share with its interval, the decisions, the goal, and how the failures ended."""
+    ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f["ci"] else ""
+    met = f["strict_rate"] >= FORMAT_GOAL and f["decisions"] >= FORMAT_DECISIONS
+    goal = f"goal ≥ {FORMAT_GOAL:.2f} on ≥ {FORMAT_DECISIONS} decisions: {'met' if met else 'not met'}"
+    return (f"SFT strict answers {f['strict_rate']:.3f}{ci} of {f['decisions']} decisions ({goal}); "
+            f"of the others, {f['token_limit']} cut at the token limit and {f['ended_unparsed']} ended without one")
+
+
+TOY_SCALE = ("What this scale can show: that every stage runs on the embedded model and what each one writes; "
+             "whether the warm start teaches the answer format (stage 4). What it cannot: whether SEPO-GRPO "
+             "improves J. Two GRPO steps on a 135M model move it little, and with 2 episodes per opponent the "
+             "intervals are wide. The method's evidence is the Kuhn organism study (docs/kuhn_organism.md).")
+
+
 def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict[str, float],
                             load_before: float) -> Path:  # fmt: skip
-    """Record the evaluation table (the eval stage's results.md and results.json) with the stage timings."""
+    """Record the evaluation table (the eval stage's results.md and results.json), the format check (stage 4)
+    and the stage timings."""
     from sepo.provenance import write_record
 
     steps = _step_timings(out / "sepo")
@@ -138,11 +180,16 @@ def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict
     lines += ["", "GRPO steps (from the trainer log):", "", "| step | step s | generation s | rollout s |", "|---|---|---|---|"]
     lines += [f"| {h['step']} | {h.get('step_time', float('nan')):.1f} | {h['sepo/time/generation_s']:.1f} | "
               f"{h.get('sepo/time/rollout_s', float('nan')):.1f} |" for h in steps]  # fmt: skip
+    answers = answer_format_of(out / "format")
+    lines += ["", f"## Answer format (stage 4, seed {answers['seed']})", "", format_line(answers) + ".", "",
+              "Failing texts, as the model wrote them:", "", *(f"- {text!r}" for text in answers["failing_examples"]),
+              "", "## Evaluation table (the eval stage's results.md)", "", TOY_SCALE, ""]
     table = (out / "eval" / "results.md").read_text()
-    figures = {"stages_s": seconds, "grpo_steps": steps, "eval": json.loads((out / "eval" / "results.json").read_text())}
+    figures = {"stages_s": seconds, "grpo_steps": steps, "answer_format": answers,
+               "eval": json.loads((out / "eval" / "results.json").read_text())}
     return write_record(record, title="Quick start: Base vs SFT vs SEPO on the embedded model", command=command,
                         wall_s=seconds["total"], load_before=load_before, figures=figures,
-                        markdown="\n".join(lines) + "\n\n## Evaluation table (the eval stage's results.md)\n\n" + table)
+                        markdown="\n".join(lines) + "\n" + table)
 
 
 if __name__ == "__main__":

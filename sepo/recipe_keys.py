@@ -1,4 +1,5 @@
-"""Unknown keys caught before TRL is imported: the first check of `sepo train`, `sepo sft` (and `sepo tiny-model`).
+"""Unknown keys caught before TRL is imported: the first check of `sepo train`, `sepo sft`, `sepo study` (and
+`sepo tiny-model`).
 
 Their configs subclass TRL's (`SEPOConfig(GRPOConfig)`, `SEPOSFTConfig(SFTConfig)`), so building their parser
 imports trl, transformers' Trainer, peft and torch: 8 s on a loaded 2-core machine (`python -X importtime`),
@@ -9,6 +10,8 @@ it against the live classes). When the installed versions differ from the list's
 the full parser (`sepo.recipes`) reports everything, as before. It rejects, in the words the full parser would
 use: unknown keys and options, numbers outside the ranges the config declares (its `*_RANGES` table, read from
 the same source), an output_dir that is a file, and a model that is neither `default`, a directory nor a hub id.
+For `sepo study` it checks the recipe's own keys, its `train` block's and every arm's (`sepo train` keys) and
+its `eval` block's, naming the recipe's line; the study's arm builder rejects the same keys when it runs.
 Whatever it cannot judge (types, choices, pools) is left to the full parser.
 """
 
@@ -19,6 +22,8 @@ import json
 import sys
 from functools import cache
 from pathlib import Path
+
+import yaml
 
 from sepo.checks import UsageError, did_you_mean
 
@@ -150,20 +155,36 @@ def _spellings(names: set[str]) -> list[str]:
 
 def check(prog: str, command: str, argv: list[str]) -> None:
     """Raise the full parser's UsageError for the first unknown recipe key or option of `argv`; do nothing
-    when the keys are not known here or when help is asked for."""
+    when the keys are not known here or when help is asked for. `study` has its own check (`check_study`)."""
     if any(token in ("-h", "--help") for token in argv):
+        return
+    if command == "study":
+        check_study(prog, argv)
         return
     known = command_keys(command)
     if known is None:
         return
     keys, deprecated, options = known
     values: dict[str, object] = {}
+    for path in _config_paths(argv):
+        values.update(_check_recipe(path, keys | set(deprecated)))
+    values.update(_check_options(prog, command, argv, options, skip=("--config", "--debug")))
+    _check_values(command, values)
+
+
+def _config_paths(argv: list[str]) -> list[str]:
+    """The values of every `--config` in `argv`."""
+    return [token.partition("=")[2] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            for i, token in enumerate(argv) if token == "--config" or token.startswith("--config=")]
+
+
+def _check_options(prog: str, command: str, argv: list[str], options: set[str],
+                   skip: tuple[str, ...] = ()) -> dict[str, object]:  # fmt: skip
+    """Raise for the first option of `argv` not in `options` (its spelling `--a-b` or `--a_b`); return the
+    single values given to the others, by key. Options in `skip` are not looked at."""
+    values: dict[str, object] = {}
     for i, token in enumerate(argv):
-        if token == "--config" or token.startswith("--config="):
-            path = token.partition("=")[2] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
-            values.update(_check_recipe(path, keys | set(deprecated)))
-    for i, token in enumerate(argv):
-        if not token.startswith("--") or token.split("=", 1)[0] in ("--config", "--debug"):
+        if not token.startswith("--") or token.split("=", 1)[0] in skip:
             continue
         word = token.split("=", 1)[0]
         if word[2:].replace("-", "_") not in options:
@@ -172,7 +193,62 @@ def check(prog: str, command: str, argv: list[str]) -> None:
         given = [token.partition("=")[2]] if "=" in token else _following(argv, i)
         if len(given) == 1:
             values[word[2:].replace("-", "_")] = given[0]
-    _check_values(command, values)
+    return values
+
+
+# `sepo study`: its options (StudyCommand), its recipe's top-level keys (StudyConfig), and the keys of the
+# recipe's blocks: `train` and every arm are `sepo train` keys, `eval` is `sepo eval`'s (EvalConfig).
+STUDY_COMMAND = ("sepo/study/run.py", "StudyCommand")
+STUDY_RECIPE = ("sepo/study/config.py", "StudyConfig")
+EVAL_CONFIG = ("sepo/eval/config.py", "EvalConfig")
+
+
+def check_study(prog: str, argv: list[str]) -> None:
+    """Raise for the first unknown option of `sepo study`, or unknown key of its recipe, of the recipe's
+    `train` block, of one of its `arms` or of its `eval` block, naming the recipe's line; do nothing when
+    TRL's keys are not known here (the study's own checks report them when its arms are built)."""
+    train = command_keys("train")
+    if train is None:
+        return
+    _check_options(prog, "study", argv, own_options((STUDY_COMMAND,)) | GENERAL_OPTIONS, skip=("--debug",))
+    train_keys = train[0] | set(train[1])
+    eval_fields, eval_renamed, _, _ = own_keys(*EVAL_CONFIG)
+    blocks = {"train": train_keys, "eval": set(eval_fields) | set(eval_renamed)}
+    for path in _config_paths(argv):
+        node = _recipe_node(path)
+        if node is None:
+            continue  # a missing file or bad YAML: the study's own reader says which
+        top = _check_keys(path, node, own_keys(*STUDY_RECIPE)[0], "the study recipe")
+        for name, keys in blocks.items():
+            if isinstance(top.get(name), yaml.MappingNode):
+                _check_keys(path, top[name], keys, f"its {name} block")
+        if isinstance(top.get("arms"), yaml.MappingNode):
+            for arm, overrides in _check_keys(path, top["arms"], None, "").items():
+                if isinstance(overrides, yaml.MappingNode):
+                    _check_keys(path, overrides, train_keys, f"arm {arm!r}")
+
+
+def _recipe_node(path: str) -> yaml.MappingNode | None:
+    """The YAML node of a recipe (with line numbers), or None when it cannot be read or is not a mapping."""
+    try:
+        node = yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+    return node if isinstance(node, yaml.MappingNode) else None
+
+
+def _check_keys(path: str, node: yaml.MappingNode, keys: set[str] | frozenset[str] | None,
+                where: str) -> dict[str, yaml.Node]:  # fmt: skip
+    """Raise for the first key of mapping `node` not in `keys` (None: any key), naming its line and `where`;
+    return the mapping's value nodes by key."""
+    out = {}
+    for key_node, value in node.value:
+        key = str(key_node.value)
+        if keys is not None and key.replace("-", "_") not in keys:
+            raise UsageError(f"{path}, line {key_node.start_mark.line + 1}: unknown key {key!r} in {where}"
+                             f"{did_you_mean(key.replace('-', '_'), sorted(keys))}")  # fmt: skip
+        out[key] = value
+    return out
 
 
 def _following(argv: list[str], i: int) -> list[str]:
@@ -233,15 +309,11 @@ def _check_values(command: str, values: dict[str, object]) -> None:
 
 def _check_recipe(path: str, keys: set[str]) -> dict[str, object]:
     """A recipe's values, once every key of it is known."""
-    import yaml
-
-    try:
-        text = Path(path).read_text()
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError):
+    node = _recipe_node(path)
+    if node is None:
         return {}  # a missing file or bad YAML: the full parser says where
-    if not isinstance(node, yaml.MappingNode) or not isinstance(data, dict):
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict):
         return {}
     for key_node, _ in node.value:
         key = str(key_node.value)

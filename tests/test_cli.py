@@ -437,6 +437,49 @@ def test_mistakes_are_reported_before_trl_or_torch_is_imported(tmp_path):
         assert line == prefix + _full_parser_error(argv), argv  # the full parser (imports trl) says the same
 
 
+STUDY_TYPOS = [  # (the recipe's line, its misspelling, the message's end)
+    ("  beta: 0.1", "  betta: 0.1", "unknown key 'betta' in its train block (did you mean 'beta'?)"),
+    ("    per_device_train_batch_size: 12", "    per_device_train_batchsize: 12",
+     "unknown key 'per_device_train_batchsize' in arm 'per_pool' (did you mean 'per_device_train_batch_size'?)"),
+    ("  episodes_per_opponent: 2", "  episode_per_opponent: 2",
+     "unknown key 'episode_per_opponent' in its eval block (did you mean 'episodes_per_opponent'?)"),
+    ("eval_base: true", "evalbase: true", "unknown key 'evalbase' in the study recipe (did you mean 'eval_base'?)"),
+]
+
+
+def test_study_recipe_typos_are_reported_before_trl_is_imported(tmp_path):
+    """A misspelt key anywhere in a study recipe (its own keys, the train block, an arm, the eval block) is a
+    one-line error naming its line, from a process that never imported trl, transformers or torch; the
+    committed study recipes pass; and the study's own arm builder (which imports TRL) rejects the same key."""
+    from sepo.study.config import StudyConfig, arm_configs
+
+    source = (REPO / "configs" / "study" / "ipd_default.yaml").read_text()
+    argvs, expected = [], []
+    for i, (line, typo, end) in enumerate(STUDY_TYPOS):
+        assert source.count(f"\n{line}") == 1, line
+        recipe = tmp_path / f"typo{i}.yaml"
+        recipe.write_text(source.replace(f"\n{line}", f"\n{typo}"))
+        number = next(n for n, text in enumerate(recipe.read_text().splitlines(), 1) if text.startswith(typo))
+        argvs.append(["study", "--config", str(recipe)])
+        expected.append(f"sepo study: error: {recipe}, line {number}: {end}")
+    argvs += [["study", "--config", str(p), "--arms", "x"] for p in sorted((REPO / "configs" / "study").glob("*.yaml"))]
+    code = ("import json, sys\nfrom sepo.recipe_keys import check\nout = []\nfor argv in json.loads(sys.argv[1]):\n"
+            "    try:\n        check('sepo', argv[0], argv[1:])\n        out.append('ok')\n"
+            "    except ValueError as exc:\n        out.append(f'sepo study: error: {exc}')\n"
+            "print(json.dumps([out, [m for m in ('trl', 'transformers', 'torch') if m in sys.modules]]))\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(argvs)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out, imported = json.loads(proc.stdout)
+    assert imported == [] and out == expected + ["ok"] * (len(argvs) - len(expected))
+    for i, (_, typo, _) in enumerate(STUDY_TYPOS):  # the slow path names the same key
+        key = typo.split(":")[0].strip()
+        with pytest.raises(ValueError, match=key):
+            cfg = StudyConfig.from_yaml(tmp_path / f"typo{i}.yaml")
+            for arm in cfg.arms:
+                arm_configs(cfg, arm, cfg.seeds[0])
+
+
 def _full_parser_error(argv: list[str]) -> str:
     """What `sepo train` / `sepo sft` / `sepo tiny-model` report for `argv` without the quick check (their own
     parse and checks)."""

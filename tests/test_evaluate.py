@@ -62,6 +62,14 @@ def test_eval_ipd_and_kuhn_files_match_hand_computed_values(tiny_model_dir, tmp_
     assert len(turns) == ipd["decisions"] == 7 * 2 * 3
     fallbacks = sum(t["fallback"] for t in turns)
     assert ipd["metrics"]["fallback_rate"]["value"] == pytest.approx(fallbacks / len(turns))
+    # how the turns ended, per decision: strict answers are the parse-failure rate's complement
+    form = ipd["answer_format"]
+    strict, cut = sum(t["parsed"] for t in turns), sum(not t["parsed"] and t["n_model_tokens"] >= 8 for t in turns)
+    assert (form["decisions"], form["strict"], form["token_limit"]) == (len(turns), strict, cut)
+    assert form["ended_unparsed"] == len(turns) - strict - cut
+    assert form["strict_rate"] == pytest.approx(1 - ipd["metrics"]["parse_failure_rate"]["value"])
+    failing = [t["text"] for t in turns if not t["parsed"]]
+    assert len(form["failing_examples"]) == min(3, len(failing)) and set(form["failing_examples"]) <= set(failing)
     lo, hi = ipd["metrics"]["safety"]["ci"]
     assert lo <= ipd["metrics"]["safety"]["value"] <= hi
     # the markdown row shows the JSON's numbers with their intervals
@@ -69,6 +77,8 @@ def test_eval_ipd_and_kuhn_files_match_hand_computed_values(tiny_model_dir, tmp_
     cells = _table_row(md, "Tiny", "### ipd")
     pay = ipd["metrics"]["payoff"]
     assert cells[1] == "8/4/2" and cells[2] == f"{pay['value']:.3f} [{pay['ci'][0]:.3f}, {pay['ci'][1]:.3f}]"
+    ended = _table_row(md, "Tiny", "How the model's turns ended")
+    assert ended[:3] == ["Tiny", str(len(turns)), f"{strict} ({strict / len(turns):.0%})"]
     kuhn = saved["results"]["Tiny"]["kuhn"]
     assert set(kuhn["kuhn_policy"]) == set(INFO_STATES)
     for probs in kuhn["kuhn_policy"].values():

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.record import main as record_main
 from sepo.quickstart import write_quickstart_record
 
@@ -30,6 +32,11 @@ def test_quickstart_record_holds_the_eval_table_and_stage_timings(tmp_path):
         {"step": 2, "train_runtime": 200.0},
     ]}))  # fmt: skip
     (out / "sepo" / "checkpoint-3").mkdir()  # torn by a kill: no trainer state, skipped
+    (out / "format").mkdir()
+    form = {"decisions": 140, "strict": 119, "token_limit": 5, "ended_unparsed": 16, "strict_rate": 0.85,
+            "failing_examples": ["Opponent cooperated; DEFECT; DEFECT"]}
+    (out / "format" / "results.json").write_text(json.dumps({"config": {"seed": 1}, "results": {"SFT": {"ipd": {
+        "metrics": {"parse_failure_rate": {"value": 0.15, "ci": [0.1, 0.2], "n": 35}}, "answer_format": form}}}}))
     seconds = {"prepare_model": 6.0, "sft": 291.0, "sepo": 207.0, "eval": 109.0, "total": 613.0}
     record = write_quickstart_record(tmp_path / "rec", "sepo quickstart", out, seconds, load_before=0.5)
 
@@ -42,10 +49,16 @@ def test_quickstart_record_holds_the_eval_table_and_stage_timings(tmp_path):
         {"step": 2, "step_time": 99.0, "sepo/time/generation_s": 40.0, "sepo/time/rollout_s": 43.0},
     ]
     assert data["figures"]["eval"] == {"config": {"games": ["ipd"]}, "results": {"Base": {"pay": 2.438}}}
+    answers = data["figures"]["answer_format"]  # one minus the parse-failure rate, with its interval flipped
+    assert answers["strict_rate"] == pytest.approx(0.85) and answers["ci"] == pytest.approx([0.8, 0.9])
+    assert answers["seed"] == 1 and answers["decisions"] == 140
     md = (record / "RESULTS.md").read_text()
     assert "Written by `sepo quickstart`" in md and "Wall time 10.2 min" in md
     for row in ("| sft | 291 |", "| total | 613 |", "| 1 | 101.0 | 38.0 | 41.5 |", "| 2 | 99.0 | 40.0 | 43.0 |"):
         assert row in md
+    assert ("SFT strict answers 0.850 [0.800, 0.900] of 140 decisions (goal ≥ 0.80 on ≥ 128 decisions: met); "
+            "of the others, 5 cut at the token limit and 16 ended without one.") in md
+    assert "- 'Opponent cooperated; DEFECT; DEFECT'" in md
     assert md.endswith(EVAL_MD)  # the evaluation table verbatim
 
 

@@ -5,7 +5,9 @@ For every model and game, each opponent of each pool (training / exploit / collu
 one opponent per batch. The metrics are those of `sepo.objective.aggregate` (payoff, exploit-pool advantage,
 collusion, externality, safety score J, welfare, NRA in both forms) plus fallback and parse-failure rates and
 action frequencies (card-conditioned for Kuhn), each with a 95% bootstrap interval over episodes and its
-episode count n (`sepo.eval.metrics`); what was not measured is null / "–". For Kuhn the model's policy at
+episode count n (`sepo.eval.metrics`); what was not measured is null / "–". How the model's own turns ended
+(a strict answer, cut at `max_turn_tokens`, or ended without one) is counted per decision
+(`sepo.eval.answer_format`). For Kuhn the model's policy at
 the 12 information sets of the classic hand is measured by scoring the legal actions and its exact
 exploitability is computed (`sepo.eval.kuhn`). Stochastic decoding by default (temperature 0.8).
 
@@ -35,6 +37,7 @@ from envs.sandbox import SandboxConfig
 from envs.sandbox.rng import persist_run_rng_key
 from sepo.backends import make_backend
 from sepo.checks import check_output_dir
+from sepo.eval.answer_format import answer_format
 from sepo.eval.checkpoints import checkpoint_models, write_checkpoint_report
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
@@ -110,6 +113,7 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
     result: dict[str, Any] = {
         "game": game_name, "model": model, "lambdas": asdict(lambdas),
         **summarize(rows_by_unit, game.max_payoff, lambdas, cfg.bootstrap_resamples, cfg.confidence, cfg.seed),
+        "answer_format": answer_format((r for rows in rows_by_unit.values() for r in rows), cfg.max_turn_tokens),
     }
     if game_name == "kuhn" and cfg.kuhn_exact:
         result.update(_kuhn_exact(label, stamp, cfg, live, done + 1, total))

@@ -1,7 +1,8 @@
 """`sepo eval`'s tables and plots, from the results (never recomputed here).
 
 Tables: one per game, models as rows (as in the method's Base / SFT / SEPO tables), each cell `value [lo, hi]`
-with the bootstrap interval, "–" for what was not measured, and the episodes per pool beside the row; Kuhn
+with the bootstrap interval, "–" for what was not measured, and the episodes per pool beside the row; below
+it, how each model's turns ended (strict answer, cut at the token limit, ended without one); Kuhn
 adds a table of card-conditioned rates and exact exploitability with the Nash reference row. Plots: rates
 (in [0, 1]) and scores on separate axes, error bars from the intervals, a dot on every measured value (so a
 zero is visible) and "n/a" where nothing was measured; the Kuhn card-conditioned panel marks the Nash rates.
@@ -40,6 +41,20 @@ def cell(e: dict[str, Any] | None, signed: bool = False, digits: int = 3) -> str
     return text.replace("-", "−")
 
 
+def _ending_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """How each model's turns ended (`sepo.eval.answer_format`), per decision; empty for results without it."""
+    counts = [(label, r["answer_format"]) for label, r in rows if r.get("answer_format")]
+    if not counts:
+        return []
+    lines = ["How the model's turns ended, per decision:", "",
+             "| Model | Decisions | Strict answer | Cut at the token limit | Ended without one |", "|---" * 5 + "|"]
+    for label, f in counts:
+        share = [f"{f[k]} ({f[k] / f['decisions']:.0%})" if f["decisions"] else DASH
+                 for k in ("strict", "token_limit", "ended_unparsed")]
+        lines.append(f"| {label} | {f['decisions']} | " + " | ".join(share) + " |")
+    return lines
+
+
 def _games(results: Results) -> list[str]:
     return sorted({g for per_model in results.values() for g in per_model})
 
@@ -57,7 +72,7 @@ def markdown(results: Results, method: str) -> str:
             n = "/".join(str(r["episodes"][p]) for p in ("training", "exploit", "collusive"))
             cells = [cell(r["metrics"].get(m), m in SIGNED) for _, m in COLUMNS]
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += ["", *_ending_table(rows), ""]
         if game == "kuhn":
             headers = ["Model", *(h for h, _ in CARD_COLUMNS), "Exploitability"]
             lines += ["| " + " | ".join(headers) + " |", "|---" * len(headers) + "|"]

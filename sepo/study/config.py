@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from sepo.eval.config import EvalConfig
+
 ARM_ORDER = ("reward_only", "shared", "auxiliary", "per_pool")
 EPISODES_FILE = "episodes.jsonl"
 ARM_SUMMARY = "study_arm.json"
@@ -50,6 +52,9 @@ class StudyConfig:
         cfg = cls(**data)
         if not cfg.arms:
             raise ValueError("study config: `arms` is empty")
+        unknown = sorted(set(cfg.eval) - {f.name for f in dataclasses.fields(EvalConfig) if f.init})
+        if unknown:  # found now, not when the study evaluates after training every arm
+            raise ValueError(f"study config {path}: unknown eval key(s) {unknown} (not `sepo eval` keys)")
         return cfg
 
 
