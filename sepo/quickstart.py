@@ -166,7 +166,8 @@ def format_line(f: dict[str, Any]) -> str:
 TOY_SCALE = ("What this scale can show: that every stage runs on the embedded model and what each one writes; "
              "whether the warm start teaches the answer format (stage 4). What it cannot: whether SEPO-GRPO "
              "improves J. Two GRPO steps on a 135M model move it little, and with 2 episodes per opponent the "
-             "intervals are wide. The method's evidence is the Kuhn organism study (docs/kuhn_organism.md).")
+             "intervals are wide (with 1, as at CI scale, there are none). The method's evidence is the Kuhn "
+             "organism study (docs/kuhn_organism.md).")
 
 
 def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict[str, float],
@@ -182,8 +183,8 @@ def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict
               f"{h.get('sepo/time/rollout_s', float('nan')):.1f} |" for h in steps]  # fmt: skip
     answers = answer_format_of(out / "format")
     lines += ["", f"## Answer format (stage 4, seed {answers['seed']})", "", format_line(answers) + ".", "",
-              "Failing texts, as the model wrote them:", "", *(f"- {text!r}" for text in answers["failing_examples"]),
-              "", "## Evaluation table (the eval stage's results.md)", "", TOY_SCALE, ""]
+              "Failing texts, as the model wrote them:" if answers["failing_examples"] else "No failing text.", "",
+              *(f"- {text!r}" for text in answers["failing_examples"]), "", "## Evaluation table (the eval stage's results.md)", "", TOY_SCALE, ""]
     table = (out / "eval" / "results.md").read_text()
     figures = {"stages_s": seconds, "grpo_steps": steps, "answer_format": answers,
                "eval": json.loads((out / "eval" / "results.json").read_text())}

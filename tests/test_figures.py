@@ -101,3 +101,20 @@ def test_record_timing_counts_outcomes_and_ranks_the_slowest(tmp_path):
     assert data["figures"]["slowest"][0]["test"].endswith("test_sample.py::test_slow")
     assert data["figures"]["slowest"][0]["seconds"] >= 1.0
     assert "| passed | 2 |" in (tmp_path / "rec" / "RESULTS.md").read_text()
+
+
+def test_sft_format_counts_strict_turns_by_what_the_model_read_before(tmp_path):
+    """benchmarks.sft_format's round split: the first decision, and later ones after a strict or a failed turn
+    (the model's own earlier turns are in its history), counted from stored episode rows."""
+    from benchmarks.sft_format import by_round
+
+    def episode(*parsed: bool) -> dict:
+        return {"turns": [{"round": i, "parsed": p} for i, p in enumerate(parsed)]}
+
+    shard = tmp_path / "episodes" / "SFT" / "ipd"
+    shard.mkdir(parents=True)
+    (shard / "training.a.json").write_text(json.dumps({"data": [episode(True, True, False, False)]}))
+    (shard / "exploit.b.json").write_text(json.dumps({"data": [episode(False, True, True), episode(False, False)]}))
+    assert by_round(tmp_path) == {"first": {"strict": 1, "of": 3},
+                                  "after_strict": {"strict": 2, "of": 3},  # T->T, T->F, T->T
+                                  "after_failure": {"strict": 1, "of": 3}}  # F->F, F->T, F->F
