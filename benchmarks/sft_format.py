@@ -100,7 +100,8 @@ def padding_share(batch_size: int, seed: int = 0) -> dict[str, Any]:
     rows = build_dataset(recipe["games"], seed=recipe.get("data_seed_value", 0),
                          episodes_scale=recipe["episodes_scale"], game_params=recipe["game_params"])["train"]
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("default"))
-    lengths = [len(tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=True)) for r in rows]
+    texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in rows]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     random.Random(seed).shuffle(lengths)
     batches = [lengths[i : i + batch_size] for i in range(0, len(lengths), batch_size)]
     padded = sum(max(b) * len(b) for b in batches)

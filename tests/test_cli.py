@@ -547,7 +547,7 @@ def test_quickstart_help_states_its_measured_duration(capsys):
     with pytest.raises(SystemExit):
         sepo(["quickstart", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "in minutes" not in text and "about 15 min on 2 idle cores" in text  # 14.1 min measured (issue 25)
+    assert "in minutes" not in text and "about 10 min on 2 idle cores" in text  # benchmarks/quickstart/full: 9.1
 
 
 # --- every command reads its keys the same way (RecipeParser) -------------------------------------
