@@ -157,8 +157,11 @@ def answer_format_of(format_dir: Path) -> dict[str, Any]:
 def format_line(f: dict[str, Any]) -> str:
     """One line: the strict share with its interval, the decisions, the goal, and how the failures ended."""
     ci = f" [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}]" if f["ci"] else ""
-    met = f["strict_rate"] >= FORMAT_GOAL and f["decisions"] >= FORMAT_DECISIONS
-    goal = f"goal ≥ {FORMAT_GOAL:.2f} on ≥ {FORMAT_DECISIONS} decisions: {'met' if met else 'not met'}"
+    goal = f"goal ≥ {FORMAT_GOAL:.2f} on ≥ {FORMAT_DECISIONS} decisions: "
+    if f["decisions"] < FORMAT_DECISIONS:
+        goal += "too few decisions to tell"
+    else:
+        goal += "met" if f["strict_rate"] >= FORMAT_GOAL else "not met"
     return (f"SFT strict answers {f['strict_rate']:.3f}{ci} of {f['decisions']} decisions ({goal}); "
             f"of the others, {f['token_limit']} cut at the token limit and {f['ended_unparsed']} ended without one")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.record import main as record_main
-from sepo.quickstart import write_quickstart_record
+from sepo.quickstart import format_line, write_quickstart_record
 
 TESTS = Path(__file__).resolve().parent
 
@@ -59,6 +59,8 @@ def test_quickstart_record_holds_the_eval_table_and_stage_timings(tmp_path):
     assert ("SFT strict answers 0.850 [0.800, 0.900] of 140 decisions (goal ≥ 0.80 on ≥ 128 decisions: met); "
             "of the others, 5 cut at the token limit and 16 ended without one.") in md
     assert "- 'Opponent cooperated; DEFECT; DEFECT'" in md
+    assert "goal ≥ 0.80 on ≥ 128 decisions: not met" in format_line({**answers, "strict_rate": 0.79})
+    assert "too few decisions to tell" in format_line({**answers, "decisions": 24})
     assert md.endswith(EVAL_MD)  # the evaluation table verbatim
 
 
