@@ -12,12 +12,12 @@ of the recipe's rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,9 @@ from transformers import AutoTokenizer
 from sepo.files import write_json_atomic
 from sepo.models import resolve_model
 from sepo.provenance import load_average, write_record
+from sepo.recipes import RecipeParser
 from sepo.sft.data import build_dataset
+from sepo.subcommands import report_usage_errors
 
 DEV_SEED = 100
 RECIPES = Path(__file__).resolve().parent.parent / "configs" / "quickstart"
@@ -113,15 +115,25 @@ def _share(c: dict[str, int]) -> str:
     return f"{c['strict']}/{c['of']}" if c["of"] else "–"
 
 
+PROG = "python -m benchmarks.sft_format"
+
+
+@dataclass
+class SFTFormatConfig:
+    """The keys of `python -m benchmarks.sft_format` (command line or `--config` recipe)."""
+
+    runs: str = field(default="runs/figures/sft_format", metadata={"help": "the variants' outputs"})
+    out: str = field(default="benchmarks/quickstart/sft_format", metadata={"help": "the record"})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sft_format", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=Path("runs/figures/sft_format"), help="the variants' outputs")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/quickstart/sft_format"), help="the record")
-    args = parser.parse_args(argv)
+    (args,) = RecipeParser((SFTFormatConfig,), prog=PROG, description=__doc__.splitlines()[0]).parse(
+        sys.argv[1:] if argv is None else argv)
+    runs, out = Path(args.runs), Path(args.out)
     load_before, t0 = load_average(), time.perf_counter()
     rows = []
     for name, overrides in VARIANTS.items():
-        rows.append(run_variant(args.runs, name, overrides))
+        rows.append(run_variant(runs, name, overrides))
         print(f"{name}: strict {rows[-1]['strict_rate']:.3f} in {rows[-1]['sft_s']:.0f} s of SFT", flush=True)
     lines = [f"Answer-format check on the development seed {DEV_SEED} (140 decisions per variant).", "",
              "| variant | SFT s | strict share [95% CI] | first decision | after a strict turn | after a failed turn |",
@@ -135,13 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "SFT s: the wall time of each variant's `sepo sft` (loading, tokenising, training, merging). The "
               "variants ran one after another while other jobs shared the 2 cores, so the times are indicative; "
               "the quick start's own record times the recipe it runs."]
-    write_record(args.out, title="The quick start's SFT recipe: answer format by variant",
+    write_record(out, title="The quick start's SFT recipe: answer format by variant",
                  command="python -m benchmarks.sft_format", wall_s=time.perf_counter() - t0, load_before=load_before,
                  figures={"dev_seed": DEV_SEED, "variants": rows, "padding_batch_4": padding},
                  markdown="\n".join(lines))  # fmt: skip
-    print(f"recorded in {args.out}/RESULTS.md and results.json")
+    print(f"recorded in {out}/RESULTS.md and results.json")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

@@ -8,15 +8,18 @@ line of the error are recorded in DIR (RESULTS.md, results.json) with the ratio 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sepo.checks import UsageError
 from sepo.provenance import load_average, write_record
+from sepo.recipes import RecipeParser
+from sepo.subcommands import report_usage_errors
 
 TYPO = "--bogus_flag"
 COMMANDS = [["sepo", c] for c in ("train", "sft", "eval", "data", "tournament", "study", "quickstart", "tiny-model")]
@@ -36,11 +39,24 @@ def _timed(argv: list[str], repeats: int) -> dict[str, Any]:
             "message": lines[-1] if lines else ""}
 
 
+PROG = "python -m benchmarks.startup"
+
+
+@dataclass
+class StartupConfig:
+    """The keys of `python -m benchmarks.startup` (command line or `--config` recipe)."""
+
+    out: str = field(default="benchmarks/startup", metadata={"help": "the record"})
+    repeats: int = field(default=3, metadata={"help": "fresh processes per command line"})
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise UsageError("--repeats must be >= 1")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.startup", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/startup"), help="the record")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per command line")
-    args = parser.parse_args(argv)
+    (args,) = RecipeParser((StartupConfig,), prog=PROG, description=__doc__.splitlines()[0]).parse(
+        sys.argv[1:] if argv is None else argv)
     load_before, t0 = load_average(), time.perf_counter()
     baseline = _timed(BASELINE, args.repeats)
     rows = []
@@ -52,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
              "| command | median s | / baseline | exit | message |", "|---|---|---|---|---|"]
     lines += [f"| `{r['command']}` | {r['median_s']:.2f} | {r['median_s'] / baseline['median_s']:.2f} | {r['exit']} | "
               f"{r['message']} |" for r in rows]  # fmt: skip
-    write_record(args.out, title="Start-up: a misspelt flag, rejected", command="python -m benchmarks.startup",
+    write_record(Path(args.out), title="Start-up: a misspelt flag, rejected", command="python -m benchmarks.startup",
                  wall_s=time.perf_counter() - t0, load_before=load_before,
                  figures={"baseline": baseline, "commands": rows}, markdown="\n".join(lines))  # fmt: skip
     print(f"recorded in {args.out}/RESULTS.md and results.json")
@@ -60,4 +76,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))
