@@ -146,12 +146,12 @@ def _step_timings(sepo_dir: Path) -> list[dict[str, Any]]:
 def answer_format_of(format_dir: Path) -> dict[str, Any]:
     """Stage 4's measurement from its results.json: the SFT model's strict-parse share with the eval's
     interval (one minus the parse-failure rate's), and how its turns ended (`sepo.eval.answer_format`)."""
-    (game, result), = json.loads((format_dir / "results.json").read_text())["results"]["SFT"].items()
+    saved = json.loads((format_dir / "results.json").read_text())
+    [(game, result)] = saved["results"]["SFT"].items()  # the quick start plays one game
     failure = result["metrics"]["parse_failure_rate"]
     ci = failure["ci"] and [1 - failure["ci"][1], 1 - failure["ci"][0]]
-    return {"game": game, "seed": json.loads((format_dir / "results.json").read_text())["config"]["seed"],
-            "strict_rate": 1 - failure["value"], "ci": ci, **result["answer_format"],
-            "goal": {"strict_rate": FORMAT_GOAL, "decisions": FORMAT_DECISIONS}}
+    return {"game": game, "seed": saved["config"]["seed"], "strict_rate": 1 - failure["value"], "ci": ci,
+            **result["answer_format"], "goal": {"strict_rate": FORMAT_GOAL, "decisions": FORMAT_DECISIONS}}
 
 
 def format_line(f: dict[str, Any]) -> str:
@@ -185,9 +185,11 @@ def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict
     lines += [f"| {h['step']} | {h.get('step_time', float('nan')):.1f} | {h['sepo/time/generation_s']:.1f} | "
               f"{h.get('sepo/time/rollout_s', float('nan')):.1f} |" for h in steps]  # fmt: skip
     answers = answer_format_of(out / "format")
+    failing = answers["failing_examples"]
     lines += ["", f"## Answer format (stage 4, seed {answers['seed']})", "", format_line(answers) + ".", "",
-              "Failing texts, as the model wrote them:" if answers["failing_examples"] else "No failing text.", "",
-              *(f"- {text!r}" for text in answers["failing_examples"]), "", "## Evaluation table (the eval stage's results.md)", "", TOY_SCALE, ""]
+              "Failing texts, as the model wrote them:" if failing else "No failing text.", "",
+              *(f"- {text!r}" for text in failing), "", "## Evaluation table (the eval stage's results.md)", "",
+              TOY_SCALE, ""]
     table = (out / "eval" / "results.md").read_text()
     figures = {"stages_s": seconds, "grpo_steps": steps, "answer_format": answers,
                "eval": json.loads((out / "eval" / "results.json").read_text())}
