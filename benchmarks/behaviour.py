@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from sepo.eval.evaluate import main as eval_main
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: one deterministic thread
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -97,6 +101,7 @@ def _without_paths(value: Any, root: str) -> Any:
 
 def weights_checksum(directory: Path) -> dict[str, Any]:
     """sha256 over the saved tensors (sorted by name, dtype, shape and bytes) and their summed values."""
+    # deferred: safetensors.torch imports torch (~1 s); `--help` and a bad command line are answered without it
     from safetensors.torch import load_file
 
     files = sorted(directory.glob("*.safetensors"))
@@ -124,8 +129,8 @@ def write_pool_dir(root: Path) -> Path:
 
 def _train(model: Path, root: Path, keys: dict[str, Any]) -> Path:
     """2 steps of `sepo train` with the case's recipe; returns its output_dir."""
-    import yaml
-
+    # deferred: sepo.grpo.train imports trl, transformers' Trainer and torch (seconds); `--help` and a bad
+    # command line are answered without them
     from sepo.grpo.train import main
 
     out = root / "run"
@@ -150,15 +155,13 @@ def _logs(out: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
 
 def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], pool_dir: str | None) -> Any:
     """`sepo eval` of the trained adapter on the case's games: every pool, one episode per opponent."""
-    from sepo.eval.evaluate import main
-
     argv = ["--models", f"Trained={out}", "--games", ",".join(games), "--game_params", json.dumps(game_params),
             "--episodes_per_opponent", "1", "--max_turn_tokens", "6", "--kuhn_rationale_samples", "1",
             "--bootstrap_resamples", "200", "--seed", "7", "--torch_threads", "1", "--progress", "false",
             "--output_dir", str(root / "eval")]
     if pool_dir:
         argv += ["--pool_dir", pool_dir]
-    if main(argv) != 0:
+    if eval_main(argv) != 0:
         raise RuntimeError("sepo eval failed")
     return json.loads((root / "eval" / "results.json").read_text())["results"]
 
@@ -187,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where the JSON record is written")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
     args = parser.parse_args(argv)
+    # deferred: torch and sepo.tiny_models (torch, transformers) take seconds; imported once the command line
+    # is parsed, so `--help` and a bad flag are answered at once
     import torch
 
     from sepo.tiny_models import save_tiny_model

@@ -29,6 +29,7 @@ from typing import Any
 
 from envs import make_game, make_strategy, strategy_registry
 from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.models import resolve_model
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import (
     EpisodeRecord,
@@ -207,9 +208,9 @@ def run(episodes: int = 256, games: Sequence[str] = tuple(GAME_ANSWERS), referen
         renderer: ChatRenderer | None = None) -> dict[str, Any]:
     """Engine cost of every game in `games` (cold and warm) and the straightforward reference on IPD."""
     if renderer is None:
+        # deferred: transformers takes seconds to import; test_engine_exact imports this module's reference
+        # player without it, and a caller that passes a renderer never needs it
         from transformers import AutoTokenizer
-
-        from sepo.models import resolve_model
 
         renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("default")))
     out: dict[str, Any] = {"episodes": episodes, "tokenizer": "SmolLM2-135M-Instruct", "goal_us": GOAL_US,

@@ -54,6 +54,7 @@ def _best_time(fn: Callable[[], object], repeats: int) -> float:
 def bench_ipd(repeats: int) -> dict[str, Any]:
     """Per-match milliseconds of 200-turn matches, ours vs Axelrod, over all ordered twin pairs."""
     start = time.perf_counter()
+    # deferred: axelrod is the [dev] extra's reference, and its import time is itself a measured figure
     import axelrod
 
     import_s = time.perf_counter() - start
@@ -101,6 +102,7 @@ def random_kuhn_policy(rng: random.Random) -> dict[str, dict[str, float]]:
 
 def to_openspiel(policy: dict[str, dict[str, float]], game: Any) -> Any:
     """The equivalent OpenSpiel `TabularPolicy` of a policy over our info-state strings."""
+    # deferred: open_spiel is the [dev] extra's reference; only the comparison against it needs it
     from open_spiel.python.policy import TabularPolicy
 
     tabular = TabularPolicy(game)
@@ -113,6 +115,8 @@ def to_openspiel(policy: dict[str, dict[str, float]], game: Any) -> Any:
 
 def bench_kuhn(repeats: int) -> dict[str, Any]:
     """Per-call milliseconds of exact exploitability, ours vs OpenSpiel, on random tabular policies."""
+    # deferred: open_spiel is the [dev] extra's reference; the IPD part and our own exact exploitability run
+    # without it
     import pyspiel
     from open_spiel.python.algorithms.exploitability import exploitability as openspiel_exploitability
 

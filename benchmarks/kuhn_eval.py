@@ -24,7 +24,12 @@ from typing import Any
 import torch
 
 from sepo.backends.hf_decoding import action_variants, score_actions
+from sepo.eval.config import EvalConfig
+from sepo.eval.episodes import batches, play_batch, units
+from sepo.eval.evaluate import load_backend
+from sepo.eval.kuhn import choices, reasoning_prompts
 from sepo.files import write_json_atomic
+from sepo.pools import POOL_NAMES, load_pools
 from sepo.provenance import git_sha, machine_info
 
 DEFAULT_OUT = Path("benchmarks/kuhn_eval.json")
@@ -55,12 +60,6 @@ def reencode_scores(model: Any, tokenizer: Any, prompts: list[list[int]], choice
 
 def bench(threads: int = 1) -> dict[str, Any]:
     """Time the three phases of the command's work and the scoring baseline; returns the figures."""
-    from sepo.eval.config import EvalConfig
-    from sepo.eval.episodes import batches, play_batch, units
-    from sepo.eval.evaluate import load_backend
-    from sepo.eval.kuhn import choices, reasoning_prompts
-    from sepo.pools import POOL_NAMES, load_pools
-
     torch.set_num_threads(threads)
     cfg = EvalConfig(models=["default"], games=["kuhn"], episodes_per_opponent=1, progress=False)
     backend, renderer = load_backend("default", cfg)

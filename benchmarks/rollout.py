@@ -29,6 +29,7 @@ import torch
 from sepo.backends.hf import HFBackend
 from sepo.generation import SamplingSpec
 from sepo.rollout.engine import EpisodeSpec, play_episodes
+from sepo.tiny_models import build_tiny_model
 
 OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
 
@@ -36,8 +37,6 @@ OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
 def _backend(model: str, gpu: bool, arch: str, vocab_size: int | None = None) -> HFBackend:
     if model == "default":
         return HFBackend.from_model("default", device="cuda" if gpu else "cpu")
-    from sepo.tiny_models import build_tiny_model
-
     if gpu:
         with torch.device("cuda"):
             net, tok = build_tiny_model(arch, shape="4b", dtype=torch.bfloat16, vocab_size=vocab_size)

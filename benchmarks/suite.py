@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from benchmarks import car_tag, engine, games, overhead, rollout, sandbox
 from sepo.files import write_jsonl_atomic, write_text_atomic
 from sepo.provenance import git_sha, machine_info
@@ -149,8 +151,6 @@ def append_results(out: Path, record: dict[str, Any]) -> None:
 
 def run_suite(parts: list[str], quick: bool, gpu: bool, out: Path | None) -> dict[str, Any]:
     """Run the chosen parts, print the table, append the results line; a failing part is recorded, not fatal."""
-    from tqdm.auto import tqdm
-
     figures: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for part in tqdm(parts, desc="benchmarks", unit="part"):

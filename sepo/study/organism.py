@@ -32,7 +32,14 @@ from typing import Any
 
 import yaml
 
+from envs import make_game
+from envs.kuhn import INFO_STATES
+from envs.kuhn_exact import exploitability, game_value
+from envs.strategies.kuhn import STRATEGIES
+from sepo.eval.kuhn import infoset_messages, scored_policy
+from sepo.eval.kuhn_pools import exact_pool_metrics
 from sepo.files import write_json_atomic
+from sepo.rollout.chat import ChatRenderer
 
 GAME = "kuhn"
 
@@ -45,10 +52,6 @@ def exact_checkpoint(policy: Mapping[str, Mapping[str, float]], step: int,
                      game_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One checkpoint's exact figures: exploitability, game value (first mover's, in self-play), J and u
     against the fixed default pools under the evaluation λ, and the policy itself."""
-    from envs import make_game
-    from envs.kuhn_exact import exploitability, game_value
-    from sepo.eval.kuhn_pools import exact_pool_metrics
-
     metrics = exact_pool_metrics(policy, make_game(GAME, **dict(game_params or {})))
     return {"step": step, "exploitability": exploitability(policy), "game_value": game_value(policy, policy),
             "J": metrics.safety, "u": metrics.u, "u_train": metrics.payoff,
@@ -109,6 +112,8 @@ def arm_config(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, outpu
 
 def build_model(out: Path, seed: int) -> Path:
     """The organism's initial weights (deterministic from `seed`) and the project's tokenizer, saved to `out`."""
+    # deferred: sepo.tiny_models imports torch and transformers (seconds); the recipe, job and report
+    # functions of this module need neither
     from sepo.tiny_models import save_tiny_model
 
     if not (out / "config.json").exists():
@@ -120,8 +125,7 @@ def warm_start_rows(table: Mapping[str, Mapping[str, float]], rows_per_infoset: 
                     game_params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Answer-only SFT rows: at each information set's training prompt, the demonstrator's actions in the
     proportions of its table (`rows_per_infoset` rows, largest remainders), the answer alone."""
-    from envs.kuhn import INFO_STATES
-    from sepo.eval.kuhn import infoset_messages
+    # deferred: sepo.sft.data imports transformers (seconds); only building the warm start's rows needs it
     from sepo.sft.data import CHAT_TEMPLATE_KWARGS
 
     rows = []
@@ -144,8 +148,6 @@ def _apportion(row: Mapping[str, float], n: int) -> dict[str, int]:
 
 def demonstrator_table(weights: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """The behavioural mix sum_k w_k * table_k of scripted Kuhn strategies (weights summing to 1), per info set."""
-    from envs.strategies.kuhn import STRATEGIES
-
     if abs(sum(weights.values()) - 1.0) > 1e-9:
         raise ValueError(f"demonstrator weights must sum to 1, got {dict(weights)}")
     tables = {name: STRATEGIES[name]().table for name in weights}
@@ -159,6 +161,8 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
     merged = root / "warm_start" / "merged"
     if (merged / "config.json").exists():
         return merged
+    # deferred: datasets and sepo.sft.train (trl, peft, torch) take seconds to import, and a rerun whose warm
+    # start is already merged returns above without them
     from datasets import Dataset, DatasetDict
 
     from sepo.sft.train import SEPOSFTConfig, run_sft
@@ -185,11 +189,12 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
 def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str) -> dict[str, Any]:
     """Train one (arm, seed) from the warm start `start` and evaluate it exactly every `eval_every` steps
     (step 0 included); written to `out` (atomic) when finished, and returned."""
+    # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
+    # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from sepo.backends.hf import HFBackend
-    from sepo.eval.kuhn import scored_policy
     from sepo.grpo.config import SEPOConfig
     from sepo.grpo.trainer import SEPOTrainer
     from sepo.recipes import RecipeParser
@@ -206,8 +211,6 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
 
     def evaluate(trainer_model: Any, step: int) -> None:
         backend = HFBackend.from_trainer_model(trainer_model, tokenizer)
-        from sepo.rollout.chat import ChatRenderer
-
         policy = scored_policy(backend, ChatRenderer(tokenizer), params, args.seat)
         checkpoints.append(exact_checkpoint(policy, step, params))
 

@@ -17,13 +17,19 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.or
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from envs import make_game
+from envs.kuhn_exact import exploitability
+from sepo.eval.kuhn_optimum import references
 from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.objective import resolve_lambdas
 from sepo.study.organism import GAME, finished, load_recipe
 
 METRICS = ("exploitability", "game_value", "J", "u_train")
@@ -48,11 +54,6 @@ def below(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
 def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
     """`sepo.eval.kuhn_optimum.references` (minutes of exact optimisation), kept in `path` with the λ and weights
     it was computed for, and recomputed when either differs."""
-    import json
-    from dataclasses import asdict
-
-    from sepo.eval.kuhn_optimum import references
-
     key = {"lambdas": asdict(lambdas), "weights": list(weights)}
     if path.exists():
         stored = json.loads(path.read_text())
@@ -65,12 +66,6 @@ def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dic
 
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice)."""
-    import json
-
-    from envs import make_game
-    from envs.kuhn_exact import exploitability
-    from sepo.objective import resolve_lambdas
-
     runs = finished(root, "report")
     arms = {}
     for arm, seeds in runs.items():
@@ -126,9 +121,11 @@ def _refresh_cost(runs: Sequence[Mapping[str, Any]]) -> float | None:
 
 def plot(results: Mapping[str, Any], path: Path) -> None:
     """curves.png: four metric panels with 95% bands across seeds, references, and the frontier plane."""
+    # deferred: matplotlib takes ~1 s to import; the results and tables are written without it
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     refs = results["references"]
