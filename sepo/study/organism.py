@@ -19,7 +19,6 @@ the pilot seeds), then `report` (the reported arms on fresh seeds). Runs go in p
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -27,8 +26,9 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -40,8 +40,14 @@ from sepo.eval.kuhn import infoset_messages, scored_policy
 from sepo.eval.kuhn_pools import exact_pool_metrics
 from sepo.files import write_json_atomic
 from sepo.rollout.chat import ChatRenderer
+from sepo.subcommands import report_usage_errors
+
+if TYPE_CHECKING:
+    from sepo.recipes import RecipeParser
 
 GAME = "kuhn"
+PROG = "python -m sepo.study.organism"
+PHASES = ("design", "pilot", "report", "all")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -318,13 +324,28 @@ def run_jobs(jobs: Sequence[tuple], workers: int) -> None:
                   f"{final:.4f}", flush=True)
 
 
+@dataclass
+class OrganismCommand:
+    """The keys of `python -m sepo.study.organism`; its `config` is the study recipe (`load_recipe`), not a
+    recipe of these keys."""
+
+    config: str = field(metadata={"help": "the study recipe (configs/experiments/kuhn_organism/)"})
+    workers: int = field(default=2, metadata={"help": "parallel runs (one thread each)"})
+    phase: str = field(default="all", metadata={"help": "all = pilot then report; design runs only when named",
+                                                 "choices": PHASES})
+
+
+def parser() -> RecipeParser:
+    """The command line of the organism study."""
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); organism_report and the tests
+    # import this module's recipe and job functions without a command line
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((OrganismCommand,), prog=PROG, description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sepo.study.organism", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the study recipe (configs/experiments/kuhn_organism/)")
-    parser.add_argument("--workers", type=int, default=2, help="parallel runs (one thread each)")
-    parser.add_argument("--phase", choices=("design", "pilot", "report", "all"), default="all",
-                        help="all = pilot then report; design runs only when named")
-    ns = parser.parse_args(argv)
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
     start = warm_start(recipe, root)
@@ -341,4 +362,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))
