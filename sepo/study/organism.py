@@ -36,7 +36,6 @@ from envs import make_game
 from envs.kuhn import INFO_STATES
 from envs.kuhn_exact import exploitability, game_value
 from envs.strategies.kuhn import STRATEGIES
-from sepo.eval.kuhn import infoset_messages, scored_policy
 from sepo.eval.kuhn_pools import exact_pool_metrics
 from sepo.files import write_json_atomic
 from sepo.rollout.chat import ChatRenderer
@@ -131,7 +130,9 @@ def warm_start_rows(table: Mapping[str, Mapping[str, float]], rows_per_infoset: 
                     game_params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Answer-only SFT rows: at each information set's training prompt, the demonstrator's actions in the
     proportions of its table (`rows_per_infoset` rows, largest remainders), the answer alone."""
-    # deferred: sepo.sft.data imports transformers (seconds); only building the warm start's rows needs it
+    # deferred: sepo.eval.kuhn loads numpy, whose BLAS reads OMP_NUM_THREADS once, when it loads (a worker sets
+    # it in `_run_job` first); sepo.sft.data imports transformers (seconds)
+    from sepo.eval.kuhn import infoset_messages
     from sepo.sft.data import CHAT_TEMPLATE_KWARGS
 
     rows = []
@@ -201,6 +202,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from sepo.backends.hf import HFBackend
+    from sepo.eval.kuhn import scored_policy
     from sepo.grpo.config import SEPOConfig
     from sepo.grpo.trainer import SEPOTrainer
     from sepo.recipes import RecipeParser
