@@ -243,7 +243,7 @@ def _progress(config: FMSPConfig, completed: int) -> Any:
 
 
 def _init_wandb(config: FMSPConfig, run_dir: Path) -> Any:
-    # deferred: wandb (~0.5 s to import) and sepo.recipes (transformers' argument parser, ~1.4 s); only a run
+    # deferred: wandb (~0.3 s to import) and sepo.recipes (transformers' argument parser, ~1.4 s); only a run
     # with report_to=wandb needs them
     import wandb
 

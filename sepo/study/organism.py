@@ -339,8 +339,8 @@ class OrganismCommand:
 
 def parser() -> RecipeParser:
     """The command line of the organism study."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); organism_report and the tests
-    # import this module's recipe and job functions without a command line
+    # deferred: sepo.recipes loads transformers and numpy; a spawned worker imports this module before
+    # `_run_job` sets OMP_NUM_THREADS, which numpy's BLAS reads once, when it loads
     from sepo.recipes import RecipeParser
 
     return RecipeParser((OrganismCommand,), prog=PROG, description=__doc__.split("\n\n")[0])
