@@ -2,6 +2,7 @@
 
 import sys
 
-from benchmarks.suite import main
+from benchmarks.suite import PROG, main
+from sepo.subcommands import report_usage_errors
 
-sys.exit(main())
+sys.exit(report_usage_errors(PROG, main))

@@ -17,20 +17,29 @@ penalty) with the training-token loss scale; Kuhn with the adaptive exploiter (s
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from sepo.subcommands import report_usage_errors
+
+if TYPE_CHECKING:
+    from sepo.recipes import RecipeParser
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: one deterministic thread
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+PROG = "python -m benchmarks.behaviour"
 
 DEFECTOR = "class Defector:\n    def act(self, view):\n        return 'DEFECT'\n"
 RNG_KEY = "0" * 64  # sandboxed members' rng key: fixed, so the record is reproducible
@@ -97,6 +106,7 @@ def _without_paths(value: Any, root: str) -> Any:
 
 def weights_checksum(directory: Path) -> dict[str, Any]:
     """sha256 over the saved tensors (sorted by name, dtype, shape and bytes) and their summed values."""
+    # deferred: safetensors.torch imports torch (~1 s); `--help` and a bad command line are answered without it
     from safetensors.torch import load_file
 
     files = sorted(directory.glob("*.safetensors"))
@@ -124,8 +134,8 @@ def write_pool_dir(root: Path) -> Path:
 
 def _train(model: Path, root: Path, keys: dict[str, Any]) -> Path:
     """2 steps of `sepo train` with the case's recipe; returns its output_dir."""
-    import yaml
-
+    # deferred: sepo.grpo.train imports trl, transformers' Trainer and torch (seconds); `--help` and a bad
+    # command line are answered without them
     from sepo.grpo.train import main
 
     out = root / "run"
@@ -150,7 +160,9 @@ def _logs(out: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
 
 def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], pool_dir: str | None) -> Any:
     """`sepo eval` of the trained adapter on the case's games: every pool, one episode per opponent."""
-    from sepo.eval.evaluate import main
+    # deferred: after the os.environ defaults below the imports: numpy's BLAS (loaded by sepo.eval) reads
+    # OMP_NUM_THREADS when it loads
+    from sepo.eval.evaluate import main as eval_main
 
     argv = ["--models", f"Trained={out}", "--games", ",".join(games), "--game_params", json.dumps(game_params),
             "--episodes_per_opponent", "1", "--max_turn_tokens", "6", "--kuhn_rationale_samples", "1",
@@ -158,7 +170,7 @@ def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], 
             "--output_dir", str(root / "eval")]
     if pool_dir:
         argv += ["--pool_dir", pool_dir]
-    if main(argv) != 0:
+    if eval_main(argv) != 0:
         raise RuntimeError("sepo eval failed")
     return json.loads((root / "eval" / "results.json").read_text())["results"]
 
@@ -182,11 +194,27 @@ def run_case(name: str, keys: dict[str, Any], model: Path, tmp: Path) -> dict[st
     return _without_paths(record, str(root))
 
 
+@dataclass
+class BehaviourConfig:
+    """The keys of `python -m benchmarks.behaviour` (command line or `--config` recipe)."""
+
+    out: str = field(metadata={"help": "where the JSON record is written"})
+    cases: str = field(default=",".join(CASES), metadata={"help": "comma-separated subset of: " + ", ".join(CASES)})
+
+
+def parser() -> RecipeParser:
+    """The command line of the behaviour record."""
+    # deferred: after the os.environ defaults below the imports: sepo.recipes loads transformers and
+    # huggingface_hub, which read HF_HUB_OFFLINE when they load
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((BehaviourConfig,), prog=PROG, description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.behaviour", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="where the JSON record is written")
-    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
-    args = parser.parse_args(argv)
+    (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
+    # deferred: torch and sepo.tiny_models (torch, transformers) take seconds; imported once the command line
+    # is parsed, so `--help` and a bad flag are answered at once
     import torch
 
     from sepo.tiny_models import save_tiny_model
@@ -204,4 +232,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

@@ -5,15 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
+from fmsp.baselines.car_tag.evader_flee import FleeDirectly
+from fmsp.domains.car_tag import make_config, simulate, simulate_scalar
+
 
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     """One Car Tag pairing that lasts every step (a pursuer circling at full turn rate never catches an
     evader fleeing directly), vectorised, against the scalar one-game-at-a-time reference."""
-    import numpy as np
-
-    from fmsp.baselines.car_tag.evader_flee import FleeDirectly
-    from fmsp.domains.car_tag import make_config, simulate, simulate_scalar
-
     def circling(obs: dict[str, Any]) -> Any:
         return np.ones_like(obs["pursuer_x"])
 

@@ -19,16 +19,17 @@ that `play_episodes` produces exactly its ids, masks and records.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
+import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from envs import make_game, make_strategy, strategy_registry
 from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.models import resolve_model
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import (
     EpisodeRecord,
@@ -40,6 +41,12 @@ from sepo.rollout.engine import (
     play_episodes,
 )
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
+from sepo.subcommands import report_usage_errors
+
+if TYPE_CHECKING:
+    from sepo.recipes import RecipeParser
+
+PROG = "python -m benchmarks.engine"
 
 GOAL_US = 50.0  # per IPD episode-decision, warm, on the CI machine
 PHASES = ("tokenisation", "rendering", "game", "parsing", "bookkeeping")
@@ -207,9 +214,9 @@ def run(episodes: int = 256, games: Sequence[str] = tuple(GAME_ANSWERS), referen
         renderer: ChatRenderer | None = None) -> dict[str, Any]:
     """Engine cost of every game in `games` (cold and warm) and the straightforward reference on IPD."""
     if renderer is None:
+        # deferred: transformers takes seconds to import; test_engine_exact imports this module's reference
+        # player without it, and a caller that passes a renderer never needs it
         from transformers import AutoTokenizer
-
-        from sepo.models import resolve_model
 
         renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("default")))
     out: dict[str, Any] = {"episodes": episodes, "tokenizer": "SmolLM2-135M-Instruct", "goal_us": GOAL_US,
@@ -239,12 +246,26 @@ def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     return run(episodes=16, reference_episodes=4) if quick else run()
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=256)
-    parser.add_argument("--games", default=",".join(GAME_ANSWERS))
-    parser.add_argument("--reference-episodes", type=int, default=64)
-    args = parser.parse_args(argv)
+@dataclass
+class EngineConfig:
+    """The keys of `python -m benchmarks.engine` (command line or `--config` recipe)."""
+
+    episodes: int = field(default=256, metadata={"help": "episodes of every game"})
+    games: str = field(default=",".join(GAME_ANSWERS), metadata={"help": "comma-separated games"})
+    reference_episodes: int = field(default=64, metadata={"help": "IPD episodes of the straightforward reference"})
+
+
+def parser() -> RecipeParser:
+    """The command line of the engine benchmark."""
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); test_engine_exact imports this module's
+    # reference player without a command line
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((EngineConfig,), prog=PROG, description=__doc__.split("\n\n")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
     result = run(args.episodes, [g for g in args.games.split(",") if g], args.reference_episodes)
     for game, r in result["games"].items():
         warm = r["warm"]
@@ -253,8 +274,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "reference" in result:
         print(f"reference (ipd)    {result['reference']['us_per_decision']:7.1f} us/decision")
     print(json.dumps(result))
-    return result
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(report_usage_errors(PROG, main))

@@ -15,19 +15,28 @@ One torch thread by default: on small shared machines OpenMP spin-waiting otherw
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from sepo.backends.hf_decoding import action_variants, score_actions
+from sepo.eval.config import EvalConfig
+from sepo.eval.episodes import batches, play_batch, units
+from sepo.eval.evaluate import load_backend
+from sepo.eval.kuhn import choices, reasoning_prompts
 from sepo.files import write_json_atomic
+from sepo.pools import POOL_NAMES, load_pools
 from sepo.provenance import git_sha, machine_info
+from sepo.recipes import RecipeParser
+from sepo.subcommands import report_usage_errors
 
 DEFAULT_OUT = Path("benchmarks/kuhn_eval.json")
+PROG = "python -m benchmarks.kuhn_eval"
 
 
 @torch.no_grad()
@@ -55,12 +64,6 @@ def reencode_scores(model: Any, tokenizer: Any, prompts: list[list[int]], choice
 
 def bench(threads: int = 1) -> dict[str, Any]:
     """Time the three phases of the command's work and the scoring baseline; returns the figures."""
-    from sepo.eval.config import EvalConfig
-    from sepo.eval.episodes import batches, play_batch, units
-    from sepo.eval.evaluate import load_backend
-    from sepo.eval.kuhn import choices, reasoning_prompts
-    from sepo.pools import POOL_NAMES, load_pools
-
     torch.set_num_threads(threads)
     cfg = EvalConfig(models=["default"], games=["kuhn"], episodes_per_opponent=1, progress=False)
     backend, renderer = load_backend("default", cfg)
@@ -102,13 +105,23 @@ def bench(threads: int = 1) -> dict[str, Any]:
     }
 
 
+@dataclass
+class KuhnEvalConfig:
+    """The keys of `python -m benchmarks.kuhn_eval` (command line or `--config` recipe)."""
+
+    threads: int = field(default=1, metadata={"help": "torch intra-op CPU threads"})
+    out: str = field(default=str(DEFAULT_OUT), metadata={"help": "where the figures are written (JSON)"})
+
+
+def parser() -> RecipeParser:
+    """The command line of the Kuhn evaluation benchmark."""
+    return RecipeParser((KuhnEvalConfig,), prog=PROG, description=__doc__.splitlines()[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kuhn_eval", description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
+    (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
     figures = bench(args.threads)
-    write_json_atomic(args.out, {"git_sha": git_sha(), "machine": machine_info(),
+    write_json_atomic(Path(args.out), {"git_sha": git_sha(), "machine": machine_info(),
                                  "load_average_1min": os.getloadavg()[0], **figures})
     total = figures["rollout_s"] + figures["exact_samples_s"] + figures["scoring_s"]
     print(f"rollouts {figures['rollout_s']:.1f} s, reasoning samples {figures['exact_samples_s']:.1f} s, scoring "
@@ -119,4 +132,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(report_usage_errors(PROG, main))

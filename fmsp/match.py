@@ -26,6 +26,7 @@ from fmsp.domains import DOMAINS, make_domain
 from fmsp.sandbox import Sandbox
 from sepo.checks import UsageError, check_choice
 from sepo.files import write_json_atomic
+from sepo.recipes import RecipeParser
 
 # The domain config key that counts the games of a match.
 GAMES_KEY = {"car_tag": "n_games", "gandalf": "n_games"}  # SEPO games: "n_episodes"
@@ -59,8 +60,6 @@ class MatchConfig:
 
 def parser():
     """The command line of `fmsp match`."""
-    from sepo.recipes import RecipeParser
-
     return RecipeParser((MatchConfig,), prog="fmsp match", description=__doc__.split("\n")[0])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from sepo import recipe_keys
 from sepo.subcommands import Commands, dispatch
 
 # subcommand -> (module, one-line help). Modules are imported lazily so `sepo --help` is instant.
@@ -22,8 +23,6 @@ COMMANDS: Commands = {
 def _precheck(command: str, argv: list[str]) -> None:
     """Unknown keys of `sepo train` / `sepo sft` / `sepo tiny-model` / `sepo study` (its recipe, its train
     block and arms, its eval block) before their modules import TRL or torch (sepo.recipe_keys)."""
-    from sepo import recipe_keys
-
     recipe_keys.check("sepo", command, argv)
 
 

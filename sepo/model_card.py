@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import ModelCard
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sepo.files import write_text_atomic
@@ -38,8 +39,6 @@ def name_base_model(card_path: Path, name_or_path: str) -> bool:
     directory; False when there is nothing to replace."""
     if not card_path.is_file() or not {PLACEHOLDER, MODEL_PLACEHOLDER} & _present(card_path.read_text()):
         return False
-    from huggingface_hub import ModelCard
-
     card = ModelCard.load(card_path)
     text, hub_id = base_model_reference(name_or_path)
     card.text = card.text.replace(PLACEHOLDER, text).replace(MODEL_PLACEHOLDER, f'model="{card_path.parent}"')

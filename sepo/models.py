@@ -52,6 +52,8 @@ def embedded_model_path() -> Path:
     if (target / "config.json").is_file():
         return target
     gguf = embedded_gguf_path()
+    # deferred: transformers' model classes take seconds to import and this module is light (the start-up
+    # check `sepo.recipe_keys` uses it); only the one-off GGUF conversion needs them
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from sepo.files import write_json_atomic, write_text_atomic
 
 
 def cpu_name() -> str:
@@ -29,6 +32,7 @@ def machine_info(gpu: bool = False) -> dict[str, Any]:
     """CPU, cores, Python (and the CUDA device's name with `gpu`)."""
     info: dict[str, Any] = {"cpu": machine(), "cores": os.cpu_count(), "python": platform.python_version()}
     if gpu:
+        # deferred: torch takes ~1 s to import; only a GPU record needs it, and the CPU benchmarks' records don't
         import torch
 
         info["gpu"] = torch.cuda.get_device_name()
@@ -60,10 +64,6 @@ def write_record(out_dir: str | Path, *, title: str, command: str, wall_s: float
     """Record figures the README quotes: `out_dir/results.json` (the figures, the command that produced them,
     when, where, at which git commit, the wall time and the load average) and `out_dir/RESULTS.md` (the same
     header, then `markdown`). Both are replaced atomically; returns `out_dir`."""
-    from datetime import UTC, datetime
-
-    from sepo.files import write_json_atomic, write_text_atomic
-
     out = Path(out_dir)
     date, sha, info, load_after = datetime.now(UTC).isoformat(timespec="seconds"), git_sha(), machine_info(), load_average()
     write_json_atomic(out / "results.json", {

@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from sepo.checks import check_choice, check_output_dir
+from sepo.eval import evaluate
+from sepo.files import last_complete_checkpoint
+from sepo.models import resolve_model
+from sepo.provenance import load_average, write_record
 from sepo.recipes import RecipeParser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,10 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     scale = SCALES[args.scale]
     out = Path(args.out)
 
-    from sepo.eval import evaluate
+    # deferred: the SFT and SEPO-GRPO stages import trl, peft and torch (seconds); `sepo quickstart --help` and a
+    # mistyped flag are answered without them
     from sepo.grpo import train
-    from sepo.models import resolve_model
-    from sepo.provenance import load_average
     from sepo.sft import train as sft
 
     load_before, seconds = load_average(), {}
@@ -133,8 +136,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _step_timings(sepo_dir: Path) -> list[dict[str, Any]]:
     """Per-step timings from the GRPO run's trainer state (step time, SEPO's generation/rollout seconds)."""
-    from sepo.files import last_complete_checkpoint
-
     checkpoint = last_complete_checkpoint(sepo_dir)
     if checkpoint is None:
         return []
@@ -177,8 +178,6 @@ def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict
                             load_before: float) -> Path:  # fmt: skip
     """Record the evaluation table (the eval stage's results.md and results.json), the format check (stage 4)
     and the stage timings."""
-    from sepo.provenance import write_record
-
     steps = _step_timings(out / "sepo")
     lines = ["| stage | seconds |", "|---|---|"] + [f"| {k} | {v:.0f} |" for k, v in seconds.items()]
     lines += ["", "GRPO steps (from the trainer log):", "", "| step | step s | generation s | rollout s |", "|---|---|---|---|"]

@@ -18,14 +18,18 @@ Whatever it cannot judge (types, choices, pools) is left to the full parser.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import sys
 from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import yaml
 
-from sepo.checks import UsageError, did_you_mean
+import sepo.checks
+from sepo.checks import UsageError, check_output_dir, did_you_mean
+from sepo.models import check_model
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_FILE = Path(__file__).with_name("upstream_keys.json")
@@ -75,8 +79,6 @@ def _default(value: ast.expr | None) -> object:
 
 
 def installed_versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str | None] = {}
     for name in UPSTREAM_PACKAGES:
         try:
@@ -97,8 +99,8 @@ def upstream_keys() -> dict[str, dict[str, list[str]]] | None:
 def live_upstream_keys() -> dict[str, dict[str, list[str]]]:
     """For every TRL class `COMMANDS` names: its keys and the option names its parser adds (without `--`,
     `_` spelling), from the classes themselves (imports trl)."""
-    import dataclasses
-
+    # deferred: trl and sepo.recipes (transformers' argument parser) take seconds to import; this module exists
+    # so that the quick check runs without them, and only the key-list refresh and its test call this function
     import trl
 
     from sepo.recipes import RecipeParser
@@ -265,8 +267,6 @@ def _following(argv: list[str], i: int) -> list[str]:
 def ranges(path: str, name: str) -> dict[str, object] | None:
     """A config's ranges table (`NAME = {...}` in `path`), evaluated with sepo.checks' names only (the tables
     are written with them); None when it uses anything else."""
-    import sepo.checks
-
     tree = ast.parse((ROOT / path).read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
@@ -291,9 +291,6 @@ def _number(value: object, integer: bool) -> object:
 
 
 def _check_values(command: str, values: dict[str, object]) -> None:
-    from sepo.checks import check_output_dir
-    from sepo.models import check_model
-
     source = COMMANDS[command][2]
     table = (ranges(*source) if source else None) or {}
     for key, allowed in table.items():

@@ -36,6 +36,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from transformers.hf_argparser import HfArgumentParser, string_to_bool
+from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
 from sepo.checks import UsageError, did_you_mean
 
@@ -501,6 +502,8 @@ def set_torch_threads(threads: int | None) -> None:
     """`torch_threads` (every command that runs a model has the key): torch's intra-op threads; None leaves
     torch's default (one per core). On a small shared machine 1 avoids OpenMP spin-waiting on busy cores."""
     if threads:
+        # deferred: torch takes ~1 s to import and this module is every command's parser (sepo eval, fmsp
+        # included); only a command that sets torch_threads needs it
         import torch
 
         torch.set_num_threads(threads)
@@ -534,8 +537,6 @@ def fall_back_to_fp32(args: Any) -> None:
     transformers' own behaviour (bf16 on the CPU)."""
     if args.use_cpu or not (args.bf16 or args.bf16 is None and not args.fp16 or args.bf16_full_eval):
         return
-    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
     if is_torch_bf16_gpu_available() or is_torch_xla_available():
         return
     warnings.warn("no bf16-capable GPU here: training in fp32 (bf16 set to false); set `bf16: false` or "

@@ -11,8 +11,11 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 
 from envs.sandbox.text import safe_text
+from sepo import __version__
 from sepo.checks import UsageError, debug_enabled, did_you_mean
 
 Commands = dict[str, tuple[str, str]]  # subcommand -> (module, one-line help)
@@ -29,14 +32,9 @@ def usage(prog: str, commands: Commands) -> str:
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
     try:
         return package_version("sepo-fmsp")
     except PackageNotFoundError:  # a source tree that was never installed
-        from sepo import __version__
-
         return __version__
 
 

@@ -16,7 +16,16 @@ from typing import Literal
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    Gemma4TextConfig,
+    GenerationConfig,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen3_5TextConfig,
+)
 
 from sepo.checks import check_choice, check_output_dir
 from sepo.recipes import RecipeParser
@@ -40,6 +49,8 @@ CHATML_TEMPLATE = (
 
 
 def _template(arch: str) -> str:
+    # deferred: trl (which brings peft, accelerate and datasets) adds ~1 s to this module's import; only the
+    # Qwen 3.5 and Gemma 4 templates come from it, the Llama tiny model and most tests need none of it
     from trl import chat_template_utils
 
     if arch == "qwen3_5":
@@ -107,8 +118,6 @@ def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
         raise ValueError("the organism shape is a Llama; use arch='llama'")
     big = shape == "4b"
     if arch == "llama":
-        from transformers import LlamaConfig
-
         dims = (
             dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
                  num_key_value_heads=8, head_dim=128)
@@ -120,8 +129,6 @@ def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
         return LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=False,
                            rms_norm_eps=1e-6, **dims, **ids)
     if arch == "qwen3_5":
-        from transformers import Qwen3_5TextConfig
-
         dims = (
             dict(hidden_size=2560, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=16,
                  num_key_value_heads=4, head_dim=256, linear_num_value_heads=32, linear_num_key_heads=16,
@@ -134,8 +141,6 @@ def _config(arch: Arch, vocab: int, ids: dict[str, int], shape: str):
         return Qwen3_5TextConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=False,
                                  **dims, **ids)
     if arch == "gemma4":
-        from transformers import Gemma4TextConfig
-
         dims = (
             dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=42, num_attention_heads=8,
                  num_key_value_heads=2, head_dim=256, global_head_dim=512, hidden_size_per_layer_input=256,
@@ -162,8 +167,6 @@ def build_tiny_model(
     `REAL_VOCAB["qwen3_5"]`; default the tokenizer's 512 tokens. The tokenizer stays the small one: ids past
     it decode to nothing, which a random-weight model's turns are anyway.
     """
-    from transformers import AutoModelForCausalLM
-
     tok = build_tokenizer(arch)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     if vocab_size is not None and vocab_size < len(tok):
@@ -209,8 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     smoke test of a setup (every stage runs on it in seconds; its play is noise)."""
     (args,) = parser().parse(argv)
     path = save_tiny_model(args.out, args.arch, seed=args.seed)
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(path)
     print(f"saved a tiny random-weight {args.arch} model ({config.model_type}, {config.num_hidden_layers} layers) "
           f"to {path}; smoke-test with e.g. "

@@ -52,6 +52,7 @@ import importlib
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -59,6 +60,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from sepo.files import write_json_atomic, write_jsonl_atomic
+from sepo.generation import Prompt, SamplingSpec
+from sepo.provenance import git_sha, machine_info
+
+# Imports of torch, transformers, trl, peft and of the project modules that load them (sepo.tiny_models,
+# sepo.grpo, sepo.backends.hf, benchmarks.rollout / overhead / suite) sit in the functions that use them, each
+# marked "deferred: after versions()": `main` first checks every REQUIRED package with `versions()`, which names
+# the remedy (`make gpu-wheels`) instead of a bare ImportError, and sets TRL_EXPERIMENTAL_SILENCE before trl loads.
 
 SCHEMA = "sepo-gpu-check/2"
 RECIPE = "configs/sepo/ipd_qwen35_4b.yaml"
@@ -115,6 +125,7 @@ def versions() -> dict[str, str]:
 
 def device_info(cuda: bool) -> dict[str, Any]:
     """The device's name and the nominal bandwidth and bf16 peak the figures are measured against."""
+    # deferred: after versions() (see the note above SCHEMA)
     import torch
 
     name = torch.cuda.get_device_name() if cuda else "cpu"
@@ -149,6 +160,7 @@ class Context:
 
     def sync(self) -> None:
         if self.cuda:
+            # deferred: after versions() (see the note above SCHEMA)
             import torch
 
             torch.cuda.synchronize()
@@ -160,6 +172,7 @@ class Context:
 
 def _vocab(ctx: Context, arch: str) -> int | None:
     """The real vocabulary at full size (the Llama shape gets Qwen 3.5's), the tokenizer's in the smoke test."""
+    # deferred: after versions() (see the note above SCHEMA)
     from sepo.tiny_models import REAL_VOCAB
 
     return None if ctx.tiny else REAL_VOCAB.get(arch, REAL_VOCAB["qwen3_5"])
@@ -167,6 +180,7 @@ def _vocab(ctx: Context, arch: str) -> int | None:
 
 def build_model(ctx: Context, arch: str) -> tuple[Any, Any]:
     """A random-weight model of `arch`: 4B-shaped bf16 on cuda with the real vocabulary, or the tiny one."""
+    # deferred: after versions() (see the note above SCHEMA)
     import torch
 
     from sepo.tiny_models import build_tiny_model
@@ -184,8 +198,7 @@ def model_label(ctx: Context, arch: str, model: Any) -> str:
 
 def part_grpo_step(ctx: Context) -> dict[str, Any]:
     """One full SEPO-GRPO step of the paper recipe on the HF backend: 1 warm-up + 2 timed steps."""
-    import tempfile
-
+    # deferred: after versions() (see the note above SCHEMA)
     import torch
     from transformers.trainer_callback import PrinterCallback
     from trl import get_peft_config
@@ -249,6 +262,7 @@ def step_progress(step_parts: Any, ctx: Context, figures: Callable[[list[dict[st
     """A callback that, after every step's log entry, reports the steps so far and, from the first timed step
     on, the per-step figures so far (`figures(log_history)`): what a kill during a later step leaves. A step
     that would end past `ctx.deadline` (at the last step's pace) is not started: training stops, noted."""
+    # deferred: after versions() (see the note above SCHEMA)
     from transformers import TrainerCallback
 
     class StepProgress(TrainerCallback):
@@ -291,6 +305,7 @@ def prediction(step: dict[str, Any] | None, tiny: bool) -> dict[str, Any] | None
 
 
 def _rollout_part(ctx: Context, arch: str, arms: tuple[str, ...]) -> dict[str, Any]:
+    # deferred: after versions() (see the note above SCHEMA)
     from benchmarks import rollout
 
     if ctx.tiny:
@@ -333,9 +348,8 @@ def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_toke
     """Decode tokens/s of `HFBackend.generate` inside a prefix session at `batch` rows (random prompts of
     `prompt_len` tokens, `new_tokens` new ones): a prefill-only call is timed apart and subtracted. Roofline:
     every decode step reads the weights and every row's key/value cache at the mean context length."""
+    # deferred: after versions() (see the note above SCHEMA)
     import torch
-
-    from sepo.generation import Prompt, SamplingSpec
 
     vocab = backend.model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(batch)
@@ -368,6 +382,7 @@ def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_toke
 
 def part_decode(ctx: Context) -> dict[str, Any]:
     """Decode through the project's HF backend at batch 1 and at batch 256 (smoke test: 1 and 8)."""
+    # deferred: after versions() (see the note above SCHEMA)
     import torch
 
     from sepo.backends.hf import HFBackend
@@ -411,6 +426,7 @@ def forward_flops(model: Any, batch: int, length: int, logits_tokens: int) -> fl
 def part_flops(ctx: Context) -> dict[str, Any]:
     """Prefill FLOP/s (no grad, last-token logits, as generate runs it) and the backward pass's FLOP/s with a
     frozen base and LoRA r16 on q/k/v/o (as the recipe trains; no gradient checkpointing here), with MFU."""
+    # deferred: after versions() (see the note above SCHEMA)
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -514,8 +530,6 @@ class Check:
     """The run's state and its two files, rewritten whole (atomically) at every change."""
 
     def __init__(self, args: argparse.Namespace, found: dict[str, str], cuda: bool, start: float):
-        from sepo.provenance import git_sha, machine_info
-
         self.args, self.cuda, self.start = args, cuda, start
         self.out = Path(args.out)
         self.device = device_info(cuda)
@@ -549,8 +563,6 @@ class Check:
         return out
 
     def write(self) -> None:
-        from sepo.files import write_json_atomic, write_jsonl_atomic
-
         self.doc["wall_s"] = round(self.elapsed(), 1)
         write_json_atomic(self.out / "gpu_check.json", self.doc)
         got = self.by_part()
@@ -595,6 +607,7 @@ class Check:
         self.write()
 
     def run_part(self, part: Part, entry: dict[str, Any]) -> None:
+        # deferred: after versions() (see the note above SCHEMA)
         import torch
 
         entry.update(status="running", started_at_s=round(self.elapsed(), 1))
@@ -678,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise CheckError(f"unknown part(s) {sorted(unknown)}; choose from {[p.name for p in parts()]}", 2)
         found = versions()
+        # deferred: after versions() (see the note above SCHEMA)
         import torch
 
         if not args.cpu and not torch.cuda.is_available():
@@ -702,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(check: Check) -> None:
     """Print each part's status and the figures table."""
+    # deferred: after versions() (see the note above SCHEMA)
     from benchmarks.suite import table
 
     for e in check.doc["parts"]:

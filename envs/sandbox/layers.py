@@ -116,7 +116,8 @@ class Layers:
 def seccomp_program(pid: int) -> bytes:
     """The BPF program (libseccomp's compilation, native architecture; other ABIs are killed) for a worker
     whose own pid is `pid`."""
-    # deferred: pyseccomp is optional; layers are detected without it
+    # deferred: pyseccomp loads the OS's libseccomp, which a machine may lack; here its ImportError becomes a
+    # missing layer in `detect_layers` instead of a failed import of the whole sandbox
     import pyseccomp as sc
 
     deny = sc.ERRNO(errno.EPERM)

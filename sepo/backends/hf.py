@@ -25,6 +25,7 @@ from transformers import (
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.backends.prefix_cache import COUNTS, PrefixCache, preallocated_cache
 from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.models import adapter_base_model, resolve_model
 from sepo.rollout.chat import ChatRenderer
 
 
@@ -101,9 +102,9 @@ class HFBackend:
         A PEFT adapter directory may also be given as `name_or_path`; its base model is read from
         adapter_config.json. dtype None keeps the checkpoint's dtype; device None picks cuda when available.
         """
+        # deferred: transformers' Auto classes load its modeling utilities (seconds on top of the generation
+        # classes this module needs); the trainer's and the study's live models never load a checkpoint here
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from sepo.models import adapter_base_model, resolve_model
 
         path = resolve_model(name_or_path)
         base = adapter_base_model(path) if adapter is None else None
@@ -117,6 +118,7 @@ class HFBackend:
         except (OSError, ValueError) as exc:  # transformers says ValueError for a directory without a tokenizer
             raise ValueError(f"cannot load model {name_or_path!r} (resolved to {path}): {exc}") from None
         if adapter:
+            # deferred: peft takes seconds to import; only a checkpoint with a LoRA adapter needs it
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, adapter)

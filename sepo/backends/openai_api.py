@@ -85,7 +85,8 @@ def connect(base_url: str | None, api_key: str | None, timeout: float, max_retri
     """The SDK client for `base_url` (else $OPENAI_BASE_URL, else OpenAI) with `api_key` (else $OPENAI_API_KEY;
     a custom endpoint without one gets "EMPTY", as vLLM expects); with neither, a ValueError saying
     `no_endpoint`. `max_retries` are the SDK's own (with its backoff)."""
-    # deferred: openai is optional (the fmsp extra); only a client that talks to an endpoint needs it
+    # deferred: openai takes ~0.4 s to import; only a client that talks to an endpoint needs it (`sepo eval` of
+    # local checkpoints never does)
     import openai
 
     base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -148,7 +149,7 @@ class OpenAIBackend:
 
     def _call(self, fn: Callable[..., T], **kw: Any) -> T:
         """One SDK request; connection failures become EndpointUnreachableError, usage is counted."""
-        # deferred: openai is optional; imported once the first request is made (`connect` has loaded it)
+        # deferred: openai is loaded by `connect` (above) only once a client exists; here it is already in memory
         import openai
 
         try:

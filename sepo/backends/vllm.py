@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 def sampling_params(spec: SamplingSpec, **extra: Any) -> SamplingParams:
     """vLLM SamplingParams for `spec` that return each sampled token's logprob; `extra` adds or overrides
     fields (seed, stop_token_ids, structured_outputs, ...). Reusable by adapters of TRL's vLLM engine."""
+    # deferred: vllm is the optional [gpu] extra (and takes seconds to import); the helpers here and the HF
+    # path work without it, only code that talks to an engine imports it
     from vllm import SamplingParams
 
     kw: dict[str, Any] = dict(max_tokens=spec.max_new_tokens, logprobs=0, seed=spec.seed)
@@ -115,6 +117,8 @@ class VLLMBackend:
         85% of its memory)."""
         path = resolve_model(name_or_path)
         check_model_path(path)
+        # deferred: vllm is the optional [gpu] extra; imported once a model path has been checked, so a bad
+        # path is reported without it
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -163,6 +167,7 @@ class VLLMBackend:
     ) -> list[Generation]:
         """Structured `choice` decoding per prompt (vLLM StructuredOutputsParams); the token budget is set
         from the choices so no completion is cut short, `sampling.max_new_tokens` is not used."""
+        # deferred: vllm is the optional [gpu] extra; this method runs only on an engine it built
         from vllm.sampling_params import StructuredOutputsParams
 
         check_batch(prompts, choices)
@@ -182,6 +187,7 @@ class VLLMBackend:
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         """Exact choice probabilities: prompt logprobs of choice tokens + end-of-turn, teacher-forced on
         prompt+choice+end-of-turn (one engine call for all pairs), normalised over each prompt's choices."""
+        # deferred: vllm is the optional [gpu] extra; this method runs only on an engine it built
         from vllm import SamplingParams
 
         check_batch(prompts, choices)

@@ -94,6 +94,7 @@ def checkpoint_figure(records: Sequence[Mapping[str, Any]]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 

@@ -120,6 +120,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     paths = []

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from envs.base import Strategy
+from envs.kuhn_exact import best_response, exploitability, game_value
+from envs.strategies.kuhn import PlaysTable
 from sepo.pools import PoolMember, Pools
 
 ADAPTIVE_NAME = "best_response_to_current"
@@ -47,8 +49,6 @@ class AdaptiveExploiter:
 
     def factory(self) -> Strategy:
         """A fresh strategy playing the table as it is now (a snapshot: a later refresh does not change it)."""
-        from envs.strategies.kuhn import PlaysTable
-
         if not self.table:
             raise RuntimeError(f"{ADAPTIVE_NAME} was asked to play before its first refresh")
         return PlaysTable(self.table)
@@ -60,8 +60,6 @@ class AdaptiveExploiter:
     def refresh(self, policy: Table, step: int) -> dict[str, float]:
         """Set the table to the exact best response to `policy` in both positions; returns the policy's exact
         exploitability and game value (first mover's value in self-play) at this refresh."""
-        from envs.kuhn_exact import best_response, exploitability, game_value
-
         self.table = best_response(policy, 0) | best_response(policy, 1)
         self.refreshed_at = step
         return {"exploitability": exploitability(policy), "game_value": game_value(policy, policy)}

@@ -28,10 +28,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import wandb
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from sepo.backends.hf import HFBackend
+from sepo.eval.checkpoints import (
+    CHECKPOINTS_FILE,
+    CHECKPOINTS_PLOT,
+    checkpoint_record,
+    plot_checkpoints,
+    write_checkpoints,
+)
+from sepo.eval.config import EvalConfig
+from sepo.eval.episodes import episode_seed, units
+from sepo.eval.evaluate import eval_pools, evaluate_models
+from sepo.eval.wandb_log import entry_logs
 from sepo.files import replace_dir_atomic, write_json_atomic
 from sepo.pools import Pools
+from sepo.rollout.chat import ChatRenderer
 
 BEST_DIR = "best"
 BEST_FILE = "best.json"
@@ -39,10 +53,8 @@ EVAL_DIR = "checkpoint_eval"
 HELD_OUT_OFFSET = 1_000  # eval seed = training seed + offset: another stream of episode seeds
 
 
-def eval_config(args: Any) -> Any:
+def eval_config(args: Any) -> EvalConfig:
     """The EvalConfig of the per-checkpoint evaluation of a SEPOConfig run."""
-    from sepo.eval.config import EvalConfig
-
     return EvalConfig(
         models=[], games=list(args.games), game_params=dict(args.game_params),
         episodes_per_opponent=args.checkpoint_eval_episodes, temperature=args.temperature, top_p=args.top_p,
@@ -55,9 +67,6 @@ def eval_config(args: Any) -> Any:
 def check_held_out(cfg: Any, training_seeds: set[int], pools: Mapping[str, Pools] | None = None) -> None:
     """Raise if an evaluation episode would replay a training group's seed. `pools`: every game's evaluation
     pools (default: loaded as `sepo eval` loads them)."""
-    from sepo.eval.episodes import episode_seed, units
-    from sepo.eval.evaluate import eval_pools
-
     for game in cfg.games:
         for unit in units(game, pools[game] if pools is not None else eval_pools(game, cfg), cfg.pools):
             for i in range(cfg.episodes_per_opponent):
@@ -94,8 +103,6 @@ class CheckpointEvalCallback(TrainerCallback):
 
 def _checkpoints(out: Path) -> dict[str, Any]:
     """A run's checkpoints.json so far ({} before the first evaluation)."""
-    from sepo.eval.checkpoints import CHECKPOINTS_FILE
-
     path = out / CHECKPOINTS_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -110,17 +117,6 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     """Evaluate the live policy as checkpoint-<step> against `pools` (every game's evaluation pools; default:
     loaded as `sepo eval` loads them), record it in checkpoints.json (and wandb), and copy the checkpoint to
     best/ when it has the best evaluated J so far."""
-    from sepo.backends.hf import HFBackend
-    from sepo.eval.checkpoints import (
-        CHECKPOINTS_FILE,
-        CHECKPOINTS_PLOT,
-        checkpoint_record,
-        plot_checkpoints,
-        write_checkpoints,
-    )
-    from sepo.eval.evaluate import evaluate_models
-    from sepo.rollout.chat import ChatRenderer
-
     out = Path(args.output_dir)
     checkpoint = out / f"checkpoint-{step}"
     backend = HFBackend.from_trainer_model(model, tokenizer)
@@ -163,10 +159,6 @@ def _log_wandb(args: TrainingArguments, record: dict[str, Any]) -> None:
     wandb."""
     if "wandb" not in (args.report_to or []):
         return
-    import wandb
-
-    from sepo.eval.wandb_log import entry_logs
-
     if wandb.run is None:
         return
     logs: dict[str, float] = {"train/global_step": record["step"]}

@@ -12,6 +12,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from envs import GAMES
 from sepo.checks import (
     COUNT,
     NON_NEGATIVE,
@@ -175,8 +176,6 @@ class SEPOConfig(GRPOConfig):
         check_ranges(self, SEPO_RANGES)
         fall_back_to_fp32(self)
         super().__post_init__()
-        from envs import GAMES
-
         self.games = check_names("game", self.games, GAMES)
         _check_choice("credit mode", self.credit, CREDIT_MODES)
         _check_choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)

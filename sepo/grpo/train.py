@@ -15,14 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trl import ModelConfig
+import wandb
+from transformers import AutoTokenizer
+from trl import ModelConfig, get_peft_config
 
 from envs.sandbox.rng import persist_run_rng_key
 from sepo.checks import UsageError
 from sepo.files import resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
-from sepo.grpo.groups import TrainingGroups, training_groups
+from sepo.grpo.groups import TrainingGroups, group_specs, run_pools, training_groups
+from sepo.grpo.trainer import SEPOTrainer
 from sepo.lora import SEPOModelConfig
+from sepo.model_card import ModelCardCallback, final_card
 from sepo.models import check_model, resolve_model
 from sepo.recipes import parse_config, prepare_machine
 
@@ -42,8 +46,6 @@ def check_pool_mix(args: SEPOConfig) -> None:
     """The opponents `pool_mix` and `pool_dir` name exist in their pools (before any model is loaded, and
     before anything is written). This check loads the pools once more than the run does: a sandboxed member
     keeps the rng key of its load, and the run's key is recorded in output_dir only after the checks."""
-    from sepo.grpo.groups import group_specs, run_pools
-
     try:
         group_specs(args, run_pools(args).training)
     except ValueError as exc:  # PoolError included: a name, pool or pool_dir the pools reject
@@ -76,12 +78,6 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
     """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
     see every rollout batch (see `SEPOTrainer`); `groups` are the run's pools and dataset (default: built by
     the trainer from `args`)."""
-    from transformers import AutoTokenizer
-    from trl import get_peft_config
-
-    from sepo.grpo.trainer import SEPOTrainer
-    from sepo.model_card import ModelCardCallback
-
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and "dtype" not in model_init_kwargs:
         model_init_kwargs["dtype"] = model_args.dtype
@@ -115,12 +111,8 @@ def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any
     trainer.train(resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir))
     trainer.save_model(args.output_dir)
     if "wandb" in (args.report_to or []) and trainer.accelerator.is_main_process:
-        import wandb
-
         wandb.finish()  # flush the run (summary and history) before the process exits
     if trainer.accelerator.is_main_process:
-        from sepo.model_card import final_card
-
         final_card(trainer, model_args.model_name_or_path)
     return trainer
 

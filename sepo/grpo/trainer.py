@@ -21,7 +21,10 @@ from accelerate.utils import gather
 from transformers import TrainerCallback
 
 from envs import make_game
+from sepo.backends.hf import HFBackend
+from sepo.eval.kuhn import scored_policy
 from sepo.generation import GenerationBackend, SamplingSpec
+from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
 from sepo.grpo.rewards import SEPOReward
@@ -37,6 +40,7 @@ from sepo.grpo.rollouts import (
 )
 from sepo.grpo.scoring import Batch, round_reward_matrix, sepo_advantages
 from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
+from sepo.grpo.trl_vllm import TRLVLLMBackend
 from sepo.objective import resolve_lambdas
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec
@@ -70,8 +74,6 @@ class SEPOTrainer(SeamTrainer):
                                       paper=args.return_mode == "paper", exploit_reward=args.exploit_reward)
         callbacks = list(callbacks or [])
         if args.keep_best_by_safety:
-            from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
-
             callbacks.append(CheckpointEvalCallback(eval_config(args), groups.pools.evaluation))
         self.rollout_hooks = list(rollout_hooks)
         super().__init__(model=model, reward_funcs=[self.sepo_reward], args=args,
@@ -93,12 +95,8 @@ class SEPOTrainer(SeamTrainer):
     def generation_backend(self):
         """The rollout engine for this step: vLLM (colocate engine or server) when use_vllm, else HF generate."""
         if self.use_vllm:
-            from sepo.grpo.trl_vllm import TRLVLLMBackend
-
             yield TRLVLLMBackend(self.vllm_engine(), self.text_tokenizer(), self.renderer.end_of_turn_id)
             return
-        from sepo.backends.hf import HFBackend
-
         with self.generation_model() as model:
             yield HFBackend.from_trainer_model(model, self.text_tokenizer())  # it switches eval/no_grad per call
 
@@ -144,8 +142,6 @@ class SEPOTrainer(SeamTrainer):
     def _refresh_adaptive(self, backend: GenerationBackend, mode: str) -> None:
         """Recompute the adaptive exploiter's best response from the policy's scored action probabilities at the
         12 information sets (the training prompts), and log the policy's exact exploitability and game value."""
-        from sepo.eval.kuhn import scored_policy
-
         t0 = time.perf_counter()
         policy = scored_policy(backend, self.renderer, self.args.game_params.get("kuhn"), self.args.seat)
         figures = self.adaptive.refresh(policy, self.state.global_step)

@@ -142,6 +142,8 @@ def ensure_weight_sync(vllm_generation: Any) -> bool:
     runner = vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
     if all(hasattr(p, "weight_loader") for p in runner.model.parameters()):
         return False
+    # deferred: vllm is the optional [gpu] extra (this module is imported by every trainer, vLLM or not); only a
+    # colocate engine whose parameters lost their weight loaders reaches this line
     from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
     def sync_weights() -> None:

@@ -339,6 +339,9 @@ class ChatRenderer:
     def _use_training_template(self) -> None:
         """Switch to TRL's prefix-preserving training variant of the template, which renders the turns the
         model actually produced (think blocks included) so multi-round trajectories are consistent."""
+        # deferred: trl (with peft, accelerate and datasets) takes seconds to import and this module is loaded by
+        # `sepo eval` and fmsp too; only a template that is not prefix-preserving (e.g. a thinking template)
+        # needs TRL's variant, ChatML ones (the embedded model, the tiny Llama) never import it
         from trl.chat_template_utils import get_training_chat_template
 
         original = self.tokenizer.chat_template

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from envs.base import act_all
 from sepo.generation import (
@@ -360,8 +362,6 @@ def play_episodes(
     turn_sampling = replace(sampling, max_new_tokens=max_turn_tokens or sampling.max_new_tokens)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         upper = max((ep.game.max_decisions_per_seat for ep in episodes), default=0)  # at most; sequential
         bar = tqdm(total=n_iter or upper, desc="rollout decisions", unit="step")  # games may end sooner
     iteration = 0

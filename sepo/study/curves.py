@@ -36,6 +36,7 @@ from typing import Any
 from sepo.eval.checkpoints import CHECKPOINTS_FILE
 from sepo.eval.report import cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.recipes import RecipeParser
 from sepo.study.config import StudyConfig, arm_dir, run_label
 from sepo.study.report import SEED_METHOD, across, seed_cell
 from sepo.subcommands import report_usage_errors
@@ -245,6 +246,7 @@ def plot_curves(summary: Mapping[str, Any], path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PLOTTED), figsize=(5.5 * len(PLOTTED), 3.8))
@@ -298,8 +300,6 @@ class CurvesConfig:
 
 def parser():
     """The command line of the learning curves."""
-    from sepo.recipes import RecipeParser
-
     return RecipeParser((CurvesConfig,), prog="python -m sepo.study.curves", description=__doc__.splitlines()[0])
 
 

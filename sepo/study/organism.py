@@ -19,7 +19,6 @@ the pilot seeds), then `report` (the reported arms on fresh seeds). Runs go in p
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -27,14 +26,27 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from envs import make_game
+from envs.kuhn import INFO_STATES
+from envs.kuhn_exact import exploitability, game_value
+from envs.strategies.kuhn import STRATEGIES
+from sepo.eval.kuhn_pools import exact_pool_metrics
 from sepo.files import write_json_atomic
+from sepo.rollout.chat import ChatRenderer
+from sepo.subcommands import report_usage_errors
+
+if TYPE_CHECKING:
+    from sepo.recipes import RecipeParser
 
 GAME = "kuhn"
+PROG = "python -m sepo.study.organism"
+PHASES = ("design", "pilot", "report", "all")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -45,10 +57,6 @@ def exact_checkpoint(policy: Mapping[str, Mapping[str, float]], step: int,
                      game_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One checkpoint's exact figures: exploitability, game value (first mover's, in self-play), J and u
     against the fixed default pools under the evaluation λ, and the policy itself."""
-    from envs import make_game
-    from envs.kuhn_exact import exploitability, game_value
-    from sepo.eval.kuhn_pools import exact_pool_metrics
-
     metrics = exact_pool_metrics(policy, make_game(GAME, **dict(game_params or {})))
     return {"step": step, "exploitability": exploitability(policy), "game_value": game_value(policy, policy),
             "J": metrics.safety, "u": metrics.u, "u_train": metrics.payoff,
@@ -109,6 +117,8 @@ def arm_config(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, outpu
 
 def build_model(out: Path, seed: int) -> Path:
     """The organism's initial weights (deterministic from `seed`) and the project's tokenizer, saved to `out`."""
+    # deferred: sepo.tiny_models imports torch and transformers (seconds); the recipe, job and report
+    # functions of this module need neither
     from sepo.tiny_models import save_tiny_model
 
     if not (out / "config.json").exists():
@@ -120,7 +130,8 @@ def warm_start_rows(table: Mapping[str, Mapping[str, float]], rows_per_infoset: 
                     game_params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Answer-only SFT rows: at each information set's training prompt, the demonstrator's actions in the
     proportions of its table (`rows_per_infoset` rows, largest remainders), the answer alone."""
-    from envs.kuhn import INFO_STATES
+    # deferred: sepo.eval.kuhn loads numpy, whose BLAS reads OMP_NUM_THREADS once, when it loads (a worker sets
+    # it in `_run_job` first); sepo.sft.data imports transformers (seconds)
     from sepo.eval.kuhn import infoset_messages
     from sepo.sft.data import CHAT_TEMPLATE_KWARGS
 
@@ -144,8 +155,6 @@ def _apportion(row: Mapping[str, float], n: int) -> dict[str, int]:
 
 def demonstrator_table(weights: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """The behavioural mix sum_k w_k * table_k of scripted Kuhn strategies (weights summing to 1), per info set."""
-    from envs.strategies.kuhn import STRATEGIES
-
     if abs(sum(weights.values()) - 1.0) > 1e-9:
         raise ValueError(f"demonstrator weights must sum to 1, got {dict(weights)}")
     tables = {name: STRATEGIES[name]().table for name in weights}
@@ -159,6 +168,8 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
     merged = root / "warm_start" / "merged"
     if (merged / "config.json").exists():
         return merged
+    # deferred: datasets and sepo.sft.train (trl, peft, torch) take seconds to import, and a rerun whose warm
+    # start is already merged returns above without them
     from datasets import Dataset, DatasetDict
 
     from sepo.sft.train import SEPOSFTConfig, run_sft
@@ -185,6 +196,8 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
 def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str) -> dict[str, Any]:
     """Train one (arm, seed) from the warm start `start` and evaluate it exactly every `eval_every` steps
     (step 0 included); written to `out` (atomic) when finished, and returned."""
+    # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
+    # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
@@ -206,8 +219,6 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
 
     def evaluate(trainer_model: Any, step: int) -> None:
         backend = HFBackend.from_trainer_model(trainer_model, tokenizer)
-        from sepo.rollout.chat import ChatRenderer
-
         policy = scored_policy(backend, ChatRenderer(tokenizer), params, args.seat)
         checkpoints.append(exact_checkpoint(policy, step, params))
 
@@ -315,13 +326,28 @@ def run_jobs(jobs: Sequence[tuple], workers: int) -> None:
                   f"{final:.4f}", flush=True)
 
 
+@dataclass
+class OrganismCommand:
+    """The keys of `python -m sepo.study.organism`; its `config` is the study recipe (`load_recipe`), not a
+    recipe of these keys."""
+
+    config: str = field(metadata={"help": "the study recipe (configs/experiments/kuhn_organism/)"})
+    workers: int = field(default=2, metadata={"help": "parallel runs (one thread each)"})
+    phase: str = field(default="all", metadata={"help": "all = pilot then report; design runs only when named",
+                                                 "choices": PHASES})
+
+
+def parser() -> RecipeParser:
+    """The command line of the organism study."""
+    # deferred: sepo.recipes loads transformers and numpy; a spawned worker imports this module before
+    # `_run_job` sets OMP_NUM_THREADS, which numpy's BLAS reads once, when it loads
+    from sepo.recipes import RecipeParser
+
+    return RecipeParser((OrganismCommand,), prog=PROG, description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sepo.study.organism", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the study recipe (configs/experiments/kuhn_organism/)")
-    parser.add_argument("--workers", type=int, default=2, help="parallel runs (one thread each)")
-    parser.add_argument("--phase", choices=("design", "pilot", "report", "all"), default="all",
-                        help="all = pilot then report; design runs only when named")
-    ns = parser.parse_args(argv)
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
     start = warm_start(recipe, root)
@@ -338,4 +364,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

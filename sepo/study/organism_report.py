@@ -16,18 +16,26 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.or
 
 from __future__ import annotations
 
-import argparse
+import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs import make_game
+from envs.kuhn_exact import exploitability
+from sepo.eval.kuhn_optimum import references
 from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
+from sepo.objective import resolve_lambdas
+from sepo.recipes import RecipeParser
 from sepo.study.organism import GAME, finished, load_recipe
+from sepo.subcommands import report_usage_errors
 
 METRICS = ("exploitability", "game_value", "J", "u_train")
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
+PROG = "python -m sepo.study.organism_report"
 
 
 def intervals(seeds: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -48,11 +56,6 @@ def below(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
 def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
     """`sepo.eval.kuhn_optimum.references` (minutes of exact optimisation), kept in `path` with the λ and weights
     it was computed for, and recomputed when either differs."""
-    import json
-    from dataclasses import asdict
-
-    from sepo.eval.kuhn_optimum import references
-
     key = {"lambdas": asdict(lambdas), "weights": list(weights)}
     if path.exists():
         stored = json.loads(path.read_text())
@@ -65,12 +68,6 @@ def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dic
 
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice)."""
-    import json
-
-    from envs import make_game
-    from envs.kuhn_exact import exploitability
-    from sepo.objective import resolve_lambdas
-
     runs = finished(root, "report")
     arms = {}
     for arm, seeds in runs.items():
@@ -126,9 +123,11 @@ def _refresh_cost(runs: Sequence[Mapping[str, Any]]) -> float | None:
 
 def plot(results: Mapping[str, Any], path: Path) -> None:
     """curves.png: four metric panels with 95% bands across seeds, references, and the frontier plane."""
+    # deferred: matplotlib takes ~1 s to import; the results and tables are written without it
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     refs = results["references"]
@@ -248,11 +247,22 @@ def design_markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass
+class OrganismReportCommand:
+    """The keys of `python -m sepo.study.organism_report`; its `config` is the study recipe (as
+    `sepo.study.organism` reads it), not a recipe of these keys."""
+
+    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/kuhn_organism/)"})
+    out: str = field(metadata={"help": "where results.json, curves.png and curves.md go"})
+
+
+def parser() -> RecipeParser:
+    """The command line of the organism study's report."""
+    return RecipeParser((OrganismReportCommand,), prog=PROG, description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sepo.study.organism_report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--out", required=True, help="where results.json, curves.png and curves.md go")
-    ns = parser.parse_args(argv)
+    (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -267,4 +277,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

@@ -248,6 +248,7 @@ def plot_report(report: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: pyplot only after matplotlib.use("Agg") has chosen the headless backend
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(21, 4))

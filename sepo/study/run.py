@@ -21,6 +21,7 @@ from sepo.eval.metrics import compare
 from sepo.eval.stats import METHOD
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.provenance import machine
+from sepo.recipes import RecipeParser
 from sepo.study.checks import exact_checks
 from sepo.study.config import (
     ARM_SUMMARY,
@@ -209,8 +210,6 @@ class StudyCommand:
 
 def parser():
     """The command line of `sepo study`."""
-    from sepo.recipes import RecipeParser
-
     return RecipeParser((StudyCommand,), prog="sepo study", description=__doc__.splitlines()[0])
 
 
