@@ -217,9 +217,10 @@ def check_study(prog: str, argv: list[str]) -> None:
     eval_fields, eval_renamed, _, _ = own_keys(*EVAL_CONFIG)
     blocks = {"train": train_keys, "eval": set(eval_fields) | set(eval_renamed)}
     for path in _config_paths(argv):
-        node = _recipe_node(path)
-        if node is None:
+        read = _recipe_node(path)
+        if read is None:
             continue  # a missing file or bad YAML: the study's own reader says which
+        node = read[0]
         top = _check_keys(path, node, own_keys(*STUDY_RECIPE)[0], "the study recipe")
         for name, keys in blocks.items():
             if isinstance(top.get(name), yaml.MappingNode):
@@ -230,13 +231,15 @@ def check_study(prog: str, argv: list[str]) -> None:
                     _check_keys(path, overrides, train_keys, f"arm {arm!r}")
 
 
-def _recipe_node(path: str) -> yaml.MappingNode | None:
-    """The YAML node of a recipe (with line numbers), or None when it cannot be read or is not a mapping."""
+def _recipe_node(path: str) -> tuple[yaml.MappingNode, str] | None:
+    """The YAML node of a recipe (with line numbers) and its text, or None when it cannot be read or is not a
+    mapping."""
     try:
-        node = yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader)
+        text = Path(path).read_text()
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
     except (OSError, yaml.YAMLError):
         return None
-    return node if isinstance(node, yaml.MappingNode) else None
+    return (node, text) if isinstance(node, yaml.MappingNode) else None
 
 
 def _check_keys(path: str, node: yaml.MappingNode, keys: set[str] | frozenset[str] | None,
@@ -306,10 +309,11 @@ def _check_values(command: str, values: dict[str, object]) -> None:
 
 def _check_recipe(path: str, keys: set[str]) -> dict[str, object]:
     """A recipe's values, once every key of it is known."""
-    node = _recipe_node(path)
-    if node is None:
+    read = _recipe_node(path)
+    if read is None:
         return {}  # a missing file or bad YAML: the full parser says where
-    data = yaml.safe_load(Path(path).read_text())
+    node, text = read
+    data = yaml.safe_load(text)
     if not isinstance(data, dict):
         return {}
     for key_node, _ in node.value:
