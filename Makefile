@@ -157,6 +157,7 @@ figures-study: install
 	$(RECORD) benchmarks/study --title "The four-arm credit study, toy scale (configs/study/ipd_default.yaml)" \
 	  --copy $(FIG)/study/report.md --copy $(FIG)/study/report.json -- \
 	  $(BIN)/sepo study --config configs/study/ipd_default.yaml --output_dir $(FIG)/study
+	cp $(FIG)/study/study.png benchmarks/study/study.png  # the plot report.md shows
 
 # The Kuhn experiment (configs/experiments/kuhn_default.yaml): SFT warm start, then per_pool and reward_only
 # SEPO-GRPO with every checkpoint evaluated (exact exploitability, J, u, e, c), then the learning curves
