@@ -235,6 +235,29 @@ def test_sepo_sft_sigkill_resume_matches_uninterrupted(tiny_model_dir, sft_data,
                          f"merged model ({why})")
 
 
+# --- resumed at the last step ----------------------------------------------------------------------------------
+
+
+@slow
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_run_resumed_from_its_last_checkpoint_takes_no_further_step(command, tiny_model_dir, sft_data, tmp_path):
+    """A kill after the last checkpoint (during its evaluation, the final save or the card) leaves a run whose
+    resume point is step max_steps; resumed, it must not train step max_steps + 1 (transformers' Trainer would)."""
+    out = tmp_path / command
+    args = _train_args(tiny_model_dir, out) if command == "train" else _sft_args(tiny_model_dir, sft_data, out)
+    args[args.index("--max_steps") + 1] = "2"
+    run_cli(args, tmp_path / "first.log")
+    weights = "adapter_model.safetensors"
+    before = load_file(out / weights)
+
+    run_cli(args, tmp_path / "resumed.log")
+
+    assert sorted(c.name for c in complete_checkpoints(out)) == ["checkpoint-1", "checkpoint-2"]
+    assert _state(out / "checkpoint-2")["global_step"] == 2
+    _assert_same_tensors(before, load_file(out / weights), "final weights after the resume")
+    _assert_same_tensors(load_file(out / "checkpoint-2" / weights), load_file(out / weights), "checkpoint-2")
+
+
 # --- fmsp run --------------------------------------------------------------------------------------------------
 
 FMSP_ITERATIONS = 6
@@ -294,3 +317,61 @@ def test_fmsp_run_sigkill_resume_matches_uninterrupted(tmp_path):
     a, b = (json.loads((run / "summary.json").read_text()) for run in (full, out))
     assert {k: v for k, v in b.items() if k not in ("run_dir", "wall_s_this_session")} == \
         {k: v for k, v in a.items() if k not in ("run_dir", "wall_s_this_session")}, why
+
+
+# --- sepo study ------------------------------------------------------------------------------------------------
+
+STUDY_STEPS = 6
+
+
+def _study_args(model_dir: str, out: Path) -> list[str]:
+    """`sepo study` of one arm (auxiliary credit, so each batch records probe episodes too) and one seed on the
+    tiny model, a checkpoint per step; the recipe is written next to `out`."""
+    recipe = out.parent / f"{out.name}.yaml"
+    recipe.write_text(json.dumps({  # JSON is YAML
+        "output_dir": str(out), "eval_base": False, "seeds": [0],
+        "train": {"model_name_or_path": model_dir, "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}},
+                  "pool_mix": {"training": ["tit_for_tat", "mixed"]}, "num_generations": 2,
+                  "per_device_train_batch_size": 2, "max_turn_tokens": 4, "max_completion_length": 128,
+                  "learning_rate": 1e-2, "use_cpu": True, "bf16": False, "max_steps": STUDY_STEPS,
+                  "save_strategy": "steps", "save_steps": 1, "save_total_limit": 100, "logging_steps": 1,
+                  "report_to": "none", "disable_tqdm": True},
+        "arms": {"auxiliary": {"credit": "auxiliary"}},
+        "eval": {"episodes_per_opponent": 1, "max_turn_tokens": 4, "progress": False, "bootstrap_resamples": 200},
+    }))
+    return ["sepo.cli", "study", "--config", str(recipe)]
+
+
+@slow
+def test_sepo_study_sigkill_resume_matches_uninterrupted(tiny_model_dir, tmp_path):
+    """A study killed inside an arm's training resumes that arm from its last complete checkpoint, and its
+    recorded rollouts (what the study's exact checks read) are every batch once, as an uninterrupted run's."""
+    full, out = tmp_path / "uninterrupted", tmp_path / "killed"
+    run_cli(_study_args(tiny_model_dir, full), tmp_path / "uninterrupted.log")
+    arm = lambda run: run / "auxiliary" / "seed_0"  # noqa: E731
+    rng, seed = kill_rng()
+    step = rng.randint(1, STUDY_STEPS - 3)
+    delay = rng.uniform(0, mean_interval(list(arm(full).glob("checkpoint-*/trainer_state.json"))))
+    why = f"KILL_SEED={seed}: killed {delay:.3f} s after checkpoint-{step}"
+    ready = lambda: (arm(out) / f"checkpoint-{step}" / "trainer_state.json").is_file()  # noqa: E731
+    run_and_kill(_study_args(tiny_model_dir, out), tmp_path / "killed.log", ready, delay)
+    assert not (arm(out) / "study_arm.json").exists(), f"the kill came after the arm's training ({why})"
+    before, done = fingerprint(arm(out)), complete_checkpoints(arm(out))
+
+    run_cli(_study_args(tiny_model_dir, out), tmp_path / "resumed.log")
+
+    assert f"resumed from {done[-1].name}" in (tmp_path / "resumed.log").read_text(), why
+    _assert_nothing_lost(before, fingerprint(arm(out)), [f"{c.name}/" for c in done], why)
+    episodes = [(run / "auxiliary" / "seed_0" / "episodes.jsonl").read_text().splitlines() for run in (full, out)]
+    assert [json.loads(line)["batch"] for line in episodes[1]] == list(range(STUDY_STEPS)), why
+    assert episodes[1] == episodes[0], why  # the same episodes and probes, batch by batch
+    final = f"checkpoint-{STUDY_STEPS}"
+    assert _untimed(_state(arm(out) / final)["log_history"]) == _untimed(_state(arm(full) / final)["log_history"]), why
+    _assert_same_tensors(load_file(arm(full) / "model.safetensors"),
+                         load_file(arm(out) / "model.safetensors"), f"final weights ({why})")
+    summary = json.loads((arm(out) / "study_arm.json").read_text())
+    assert summary["resumed_from_step"] == int(done[-1].name.split("-")[1]), why
+    a, b = (json.loads((run / "report.json").read_text()) for run in (full, out))
+    played = lambda report: {label: {k: v for k, v in e.items() if k != "model"}  # noqa: E731
+                             for label, e in report["eval"].items()}  # the model's path differs
+    assert b["checks"] == a["checks"] and played(b) == played(a), why

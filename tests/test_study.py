@@ -136,6 +136,10 @@ def test_config_errors_are_clear(tmp_path, capsys):
                                     "arms": {"shared": {"credit": "shared", "seed": 3}}}))
     assert main(["--config", str(good)]) == 2
     assert "`seed` is set by the study's `seeds`" in capsys.readouterr().err
+    good.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "o"), "train": {"resume_from_checkpoint": True},
+                                    "arms": {"shared": {"credit": "shared"}}}))
+    assert main(["--config", str(good)]) == 2
+    assert "the study resumes an (arm, seed) a kill cut short" in capsys.readouterr().err
 
 
 def test_study_configs_parse():

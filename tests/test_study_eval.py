@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+import torch
 import yaml
 
 from sepo.study.report import report_markdown
@@ -64,6 +65,36 @@ def test_study_reports_best_and_final_checkpoints_and_arm_differences(tmp_path, 
     assert "## Evaluated J per checkpoint" in md and "| per_pool | " in md
 
 
+def test_shared_arm_trains_exactly_as_reward_only(tmp_path, tiny_model_dir):
+    """The shared penalty is a group constant, so per-round normalisation cancels it; the probe episodes it
+    needs sample from their own seeded stream, so the shared arm plays the same training episodes as
+    reward_only and ends with the same weights, bit for bit, while its credited rewards differ."""
+    from safetensors.torch import load_file
+
+    config = recipe(tmp_path, tiny_model_dir)
+    config["train"].update(keep_best_by_safety=False, pool_mix={"training": ["tit_for_tat", "mixed"]})
+    config["arms"] = {"reward_only": {"credit": "reward_only"}, "shared": {"credit": "shared"}}
+    config["eval"]["episodes_per_opponent"] = 1
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["--config", str(path)]) == 0
+    out = tmp_path / "study"
+    runs = {arm: [json.loads(line) for line in (out / arm / "seed_0" / "episodes.jsonl").read_text().splitlines()]
+            for arm in ("reward_only", "shared")}
+    assert all(ep["probes"] for b in runs["shared"] for ep in b["episodes"])  # the shared arm played its probes
+    strip = lambda batches: [[{k: v for k, v in ep.items() if k != "probes"} for ep in b["episodes"]]  # noqa: E731
+                             for b in batches]
+    assert len(runs["shared"]) == 2 and strip(runs["shared"]) == strip(runs["reward_only"])
+    logs = {arm: json.loads((out / arm / "seed_0" / "trainer_state.json").read_text())["log_history"]
+            for arm in runs}
+    credited = {arm: [h["sepo/round_reward_mean"] for h in log if "sepo/round_reward_mean" in h] for arm, log in logs.items()}
+    assert len(credited["shared"]) == 2 and all(s < r - 0.1 for s, r in zip(credited["shared"], credited["reward_only"]))
+    a, b = (load_file(out / arm / "seed_0" / "model.safetensors") for arm in runs)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    report = json.loads((out / "report.json").read_text())
+    assert report["eval"]["shared"]["metrics"] == report["eval"]["reward_only"]["metrics"]
+
+
 def hand_t_interval(values: list[float]) -> tuple[float, float, float]:
     """mean, low, high of the 95% t-interval, computed here from scipy's t quantile and the sample sd."""
     from scipy import stats
@@ -116,17 +147,22 @@ def test_two_seed_study_reports_intervals_across_seeds_and_resumes(tmp_path, tin
     assert md == report_markdown(report)
     assert "## Across training seeds (seeds 0, 1)" in md and "Paired differences across seeds, final" in md
     assert "| reward_only/seed_1 | final | 1 |" in md
-    # resume: every finished (arm, seed) is reused; one whose summary is gone is trained again, alone
+    # resume: every finished (arm, seed) is reused; one whose summary is gone (killed after its last checkpoint)
+    # resumes there, alone, and keeps its recorded rollouts
     states = {(a, s): out / a / f"seed_{s}" / "trainer_state.json" for a in arms for s in seeds}
     stamps = {k: p.stat().st_mtime_ns for k, p in states.items()}
+    episodes = (out / "per_pool" / "seed_1" / "episodes.jsonl").read_text()
     (out / "per_pool" / "seed_1" / "study_arm.json").unlink()
     capsys.readouterr()
     assert main(["--config", str(path)]) in (0, 1)
     printed = capsys.readouterr().out
     for run in ("per_pool/seed_0", "reward_only/seed_0", "reward_only/seed_1"):
         assert f"{run} already trained with these keys" in printed
-    assert "per_pool/seed_1 ({" in printed and printed.count("- training") == 1
+    assert "per_pool/seed_1 ({" in printed and "- resumed from checkpoint-1" in printed
+    assert printed.count("- training") == 0 and printed.count("- resumed") == 1
     assert [k for k, p in states.items() if p.stat().st_mtime_ns != stamps[k]] == [("per_pool", 1)]
+    assert episodes and (out / "per_pool" / "seed_1" / "episodes.jsonl").read_text() == episodes
+    assert json.loads(states[("per_pool", 1)].read_text())["global_step"] == 1  # no step past max_steps
 
 
 def test_difference_table_marks_intervals_that_exclude_zero():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sepo.generation import (
@@ -77,20 +77,32 @@ def probe_specs(args: SEPOConfig, pools: Mapping[str, Pools], row: dict[str, Any
 
 
 def play(ctx: RolloutContext, rows: list[dict[str, Any]], backend: GenerationBackend) -> Played:
-    """Play one episode per row (plus its probe episodes when credit is shared or auxiliary) in one
-    lock-step batch, with the same number of generation calls on every rank; returns (record,
-    trajectory, probe records)."""
+    """Play one episode per row in one lock-step batch, then (credit shared or auxiliary) the rows' probe
+    episodes in another, with the same number of generation calls on every rank; returns (record,
+    trajectory, probe records).
+
+    The probes sample from their own seeded stream (`probe_sampling`), which leaves the run's random state as
+    they found it: the training episodes, the dropout masks and every later step are then the same as in a
+    run of the same seed without probes, so the probe arms differ from `reward_only` only in their penalty."""
     args = ctx.args
     specs = [episode_spec(args, r["game"], r["pool"], r["opponent"], int(r["seed"]), int(r["seat"])) for r in rows]
     first = ctx.process_index * len(rows)  # this rank's offset in the global batch
     probes = [probe_specs(args, ctx.pools, r, first + i) if args.credit in PROBE_CREDITS else []
               for i, r in enumerate(rows)]
     flat = [spec for specs_i in probes for spec in specs_i]
-    results = play_episodes([*specs, *flat], backend, ctx.renderer, ctx.sampling,
-                            opponents=ctx.factories, fallback=args.fallback, trajectories=True,
-                            collective=ctx.num_processes > 1)
-    main, rest = results[: len(specs)], iter(results[len(specs):])
+    played = dict(opponents=ctx.factories, fallback=args.fallback, trajectories=True,
+                  collective=ctx.num_processes > 1)
+    main = play_episodes(specs, backend, ctx.renderer, ctx.sampling, **played)
+    rest = iter(play_episodes(flat, backend, ctx.renderer, probe_sampling(ctx.sampling, rows), **played)
+                if flat else [])
     return [(record, traj, [next(rest)[0] for _ in probes_i]) for (record, traj), probes_i in zip(main, probes)]
+
+
+def probe_sampling(sampling: SamplingSpec, rows: list[dict[str, Any]]) -> SamplingSpec:
+    """The probe episodes' sampling: the rollouts' settings with a seed of their own, drawn from the rows'
+    episode seeds (a seeded call runs on its own generator: HF forks torch's RNG, vLLM seeds each request)."""
+    rng = random.Random(":".join(str(r["seed"]) for r in rows) + ":probe-sampling")
+    return replace(sampling, seed=rng.randrange(2**31))
 
 
 def rollout_columns(results: Played, reward: SEPOReward, eos_ids: set[int], end_of_turn_id: int,

@@ -29,6 +29,7 @@ from sepo.lora import SEPOModelConfig
 from sepo.model_card import ModelCardCallback, final_card
 from sepo.models import check_model, resolve_model
 from sepo.recipes import parse_config, prepare_machine
+from sepo.resume import train_to_max_steps
 
 
 def parse(argv: list[str] | None) -> tuple[SEPOConfig, ModelConfig]:
@@ -108,7 +109,7 @@ def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any
                             rollout_hooks=rollout_hooks)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)
-    trainer.train(resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir))
+    train_to_max_steps(trainer, resolve_resume(args.resume_from_checkpoint, args.output_dir))
     trainer.save_model(args.output_dir)
     if "wandb" in (args.report_to or []) and trainer.accelerator.is_main_process:
         wandb.finish()  # flush the run (summary and history) before the process exits

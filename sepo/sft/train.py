@@ -39,6 +39,7 @@ from sepo.lora import LANGUAGE_MODEL_ATTENTION
 from sepo.model_card import ModelCardCallback, final_card, merged_card
 from sepo.models import check_model, resolve_model
 from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
+from sepo.resume import train_to_max_steps
 from sepo.sft.data import DEMONSTRATIONS, build_dataset
 
 # the warm-start stage's own counts and sizes, checked with TRL's
@@ -191,7 +192,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
         peft_config=peft_config,
         callbacks=[ModelCardCallback(config.model_name_or_path)],
     )
-    trainer.train(resume_from_checkpoint=resolve_resume(config.resume_from_checkpoint, config.output_dir))
+    train_to_max_steps(trainer, resolve_resume(config.resume_from_checkpoint, config.output_dir))
     trainer.save_model(config.output_dir)  # the adapter (or full model) for the record
     write_text_atomic(Path(config.output_dir, "sepo_sft_config.json"),
                       json.dumps(config.to_dict(), indent=2, default=str))

@@ -12,10 +12,12 @@ from typing import Any
 import yaml
 
 from sepo.eval.config import EvalConfig
+from sepo.files import last_complete_checkpoint
 
 ARM_ORDER = ("reward_only", "shared", "auxiliary", "per_pool")
 EPISODES_FILE = "episodes.jsonl"
 ARM_SUMMARY = "study_arm.json"
+ARM_STARTED = "study_arm_started.json"  # the config digest of an (arm, seed) whose training has begun
 
 
 @dataclass
@@ -86,6 +88,9 @@ def arm_configs(cfg: StudyConfig, arm: str, seed: int) -> tuple[Any, Any]:
 
     if "seed" in cfg.arms[arm]:
         raise ValueError(f"arm {arm!r}: `seed` is set by the study's `seeds`, not per arm")
+    if "resume_from_checkpoint" in arm_keys(cfg, arm, seed):
+        raise ValueError(f"arm {arm!r}: drop `resume_from_checkpoint`; the study resumes an (arm, seed) a kill "
+                         "cut short from its last complete checkpoint itself")
     keys = {**arm_keys(cfg, arm, seed), "output_dir": str(arm_dir(cfg, arm, seed))}
     keys.setdefault("run_name", "study-" + run_label(cfg, arm, seed).replace("/", "-"))
     sepo_fields = {f.name for f in dataclasses.fields(SEPOConfig) if f.init}
@@ -112,5 +117,15 @@ def finished_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any] | None
         return None
     summary = json.loads(path.read_text())
     return summary if summary.get("config_digest") == arm_digest(cfg, arm, seed) else None
+
+
+def resume_point(cfg: StudyConfig, arm: str, seed: int) -> str | None:
+    """The last complete checkpoint of an (arm, seed) whose training began with the same recipe keys and was
+    cut short (so a rerun resumes it there); None when there is none, or when it began with other keys, which
+    then train afresh."""
+    path = arm_dir(cfg, arm, seed) / ARM_STARTED
+    if not path.is_file() or json.loads(path.read_text()).get("config_digest") != arm_digest(cfg, arm, seed):
+        return None
+    return last_complete_checkpoint(path.parent)
 
 

@@ -14,11 +14,15 @@ __all__ = ["RolloutRecorder", "read_batches", "terms_from_dict"]  # terms_from_d
 
 class RolloutRecorder:
     """A SEPOTrainer rollout hook that appends every generation batch (each episode's record and, for
-    credit shared / auxiliary, the records of its probe episodes) to a JSONL file, one line per batch."""
+    credit shared / auxiliary, the records of its probe episodes) to a JSONL file, one line per batch.
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.batches = path, 0
-        write_text_atomic(path, "")
+    A run resumed from the checkpoint of `resume_step` keeps the batches generated before that step (the ones
+    the checkpoint trained on) and drops the rest, which the resumed run generates again."""
+
+    def __init__(self, path: Path, resume_step: int = 0) -> None:
+        kept = _lines_before(path, resume_step) if resume_step else []
+        self.path, self.batches = path, len(kept)
+        write_text_atomic(path, "".join(kept))
 
     def __call__(self, trainer: Any, results: list[tuple[Any, Any, list[Any]]]) -> None:
         line = {
@@ -31,6 +35,17 @@ class RolloutRecorder:
         with self.path.open("a") as f:
             f.write(json.dumps(line) + "\n")
         self.batches += 1
+
+
+def _lines_before(path: Path, step: int) -> list[str]:
+    """The recorded lines of the batches generated before optimizer step `step`. A line a kill cut short can
+    only be the last one, generated after them, so the lines are read up to the first incomplete one."""
+    kept = []
+    for line in path.read_text().splitlines(keepends=True) if path.is_file() else []:
+        if not line.endswith("\n") or json.loads(line)["step"] >= step:
+            break
+        kept.append(line)
+    return kept
 
 
 def read_batches(path: Path) -> list[dict[str, Any]]:

@@ -103,7 +103,8 @@ def _eval_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, dict[st
         rows.append(("base", "start", "0", DASH, report["eval"]["base"]))
     for arm, ck in report.get("checkpoints", {}).items():
         train_s = report["arms"].get(arm, {}).get("train_seconds")
-        seconds = DASH if train_s is None else f"{train_s:.0f}"
+        resumed = report["arms"].get(arm, {}).get("resumed_from_step")
+        seconds = DASH if train_s is None else f"{train_s:.0f}" + (f" (from step {resumed})" if resumed else "")
         rows.append((arm, "final", _fmt(ck["final_step"]), seconds, report["eval"][ck["labels"]["final"]]))
         if ck["best_step"] is not None:
             same = " (= final)" if ck["labels"]["best"] == ck["labels"]["final"] else ""

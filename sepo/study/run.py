@@ -24,6 +24,7 @@ from sepo.provenance import machine
 from sepo.recipes import RecipeParser
 from sepo.study.checks import exact_checks
 from sepo.study.config import (
+    ARM_STARTED,
     ARM_SUMMARY,
     EPISODES_FILE,
     StudyConfig,
@@ -31,6 +32,7 @@ from sepo.study.config import (
     arm_digest,
     arm_dir,
     finished_arm,
+    resume_point,
     run_label,
 )
 from sepo.study.record import RolloutRecorder
@@ -47,20 +49,24 @@ def _say(msg: str) -> None:
     print(f"[sepo study] {msg}", flush=True)
 
 
-def train_arm(cfg: StudyConfig, arm: str, seed: int) -> dict[str, Any]:
-    """Train one arm with one seed (recording its rollouts); returns its wall time, log statistics and output
-    paths."""
+def train_arm(cfg: StudyConfig, arm: str, seed: int, resume: str | None = None) -> dict[str, Any]:
+    """Train one arm with one seed (recording its rollouts), from the start or from the checkpoint `resume`;
+    returns its wall time (of this call), log statistics and output paths."""
     # deferred: sepo.grpo imports torch, transformers and trl
     from sepo.grpo.train import train
 
     args, model_args = arm_configs(cfg, arm, seed)
+    args.resume_from_checkpoint = resume
     start = time.perf_counter()
     out = Path(args.output_dir)
-    trainer = train(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE)])
+    write_json_atomic(out / ARM_STARTED, {"config_digest": arm_digest(cfg, arm, seed)})
+    resume_step = json.loads((Path(resume) / "trainer_state.json").read_text())["global_step"] if resume else 0
+    trainer = train(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE, resume_step)])
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     seconds = time.perf_counter() - start
     summary = {"arm": arm, "seed": seed, "credit": args.credit, "lambdas": args.lambdas,
-               "pool_weights": args.pool_weights, "train_seconds": seconds, "model_dir": str(out),
+               "pool_weights": args.pool_weights, "train_seconds": seconds, "resumed_from_step": resume_step,
+               "model_dir": str(out),
                "config_digest": arm_digest(cfg, arm, seed),
                **advantage_statistics(trainer.state.log_history)}
     write_json_atomic(out / ARM_SUMMARY, summary)
@@ -138,7 +144,8 @@ def arm_differences(runs: dict[str, dict[int, str]], checkpoints: dict[str, dict
 def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = None,
               report_only: bool = False, retrain: bool = False) -> dict[str, Any]:
     """Train every arm once per training seed (unless report_only), evaluate them side by side, run the checks,
-    write the report. An (arm, seed) already trained with the same recipe keys is reused unless `retrain`."""
+    write the report. An (arm, seed) already trained with the same recipe keys is reused, and one a kill cut
+    short resumes from its last complete checkpoint, unless `retrain`."""
     arms = list(arms or cfg.arms)
     unknown = [a for a in arms if a not in cfg.arms]
     if unknown:
@@ -161,8 +168,10 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
             _say(f"run {i}/{len(todo)}: {run} already trained with these keys ({done['model_dir']}): reused")
             summaries[run] = done
             continue
-        _say(f"run {i}/{len(todo)}: {run} ({cfg.arms[arm]}, seed {seed}) - training")
-        summaries[run] = train_arm(cfg, arm, seed)
+        resume = None if retrain else resume_point(cfg, arm, seed)
+        how = f"resumed from {Path(resume).name}" if resume else "training"
+        _say(f"run {i}/{len(todo)}: {run} ({cfg.arms[arm]}, seed {seed}) - {how}")
+        summaries[run] = train_arm(cfg, arm, seed, resume)
         _say(f"{run} trained in {summaries[run]['train_seconds']:.0f} s")
     game = list(cfg.train.get("games", ["ipd"]))[0]
     checkpoints = {runs[arm][seed]: arm_checkpoints(cfg, arm, seed) for arm, seed in todo}
@@ -205,7 +214,8 @@ class StudyCommand:
     report_only: bool = field(
         default=False, metadata={"help": "report on already trained arms (their stored eval episodes are reused)"})
     retrain: bool = field(
-        default=False, metadata={"help": "train every (arm, seed) again, even those already trained with the same keys"})
+        default=False, metadata={"help": "train every (arm, seed) again from the start, even those already trained "
+                                          "(or cut short) with the same keys"})
 
 
 def parser():
