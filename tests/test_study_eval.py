@@ -147,6 +147,7 @@ def test_two_seed_study_reports_intervals_across_seeds_and_resumes(tmp_path, tin
     assert md == report_markdown(report)
     assert "## Across training seeds (seeds 0, 1)" in md and "Paired differences across seeds, final" in md
     assert "| reward_only/seed_1 | final | 1 |" in md
+    assert (out / "study.png").stat().st_size > 1000  # the across-seed figure
     # resume: every finished (arm, seed) is reused; one whose summary is gone (killed after its last checkpoint)
     # resumes there, alone, and keeps its recorded rollouts
     states = {(a, s): out / a / f"seed_{s}" / "trainer_state.json" for a in arms for s in seeds}

@@ -242,9 +242,14 @@ def report_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+METRICS = [("u", "u"), ("e", "e"), ("c", "c"), ("x", "x"), ("J", "safety")]
+
+
 def plot_report(report: dict[str, Any], path: Path) -> Path:
-    """study.png: eval metrics per model with interval error bars, evaluated J per checkpoint, mean |A| per
-    round, training-batch J per step."""
+    """study.png. With one training seed: eval metrics per model with interval error bars, evaluated J per
+    checkpoint, mean |A| per round, training-batch J per step. With several: one bar per arm (the mean across
+    seeds with its t-interval) for the final and for the best checkpoints, the evaluated J per checkpoint across
+    seeds, and every seed's final J per arm (a line per seed, since the arms are paired by seed)."""
     # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
@@ -253,8 +258,22 @@ def plot_report(report: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(21, 4))
+    if len(report.get("seeds") or []) > 1 and report.get("across_seeds"):
+        _plot_across_seeds(report, axes)
+    else:
+        _plot_one_seed(report, axes)
+    for ax in axes[1:]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _plot_one_seed(report: dict[str, Any], axes: Any) -> None:
     per_label = {label: {"game": row} for label, row in report["eval"].items()}
-    handles = bars(axes[0], per_label, "game", [("u", "u"), ("e", "e"), ("c", "c"), ("x", "x"), ("J", "safety")])
+    handles = bars(axes[0], per_label, "game", METRICS)
     axes[0].set_title("eval against the pools (final, @best)")
     axes[0].legend(handles=handles, fontsize=7)
     for k, (arm, ck) in enumerate(report.get("checkpoints", {}).items()):
@@ -271,10 +290,33 @@ def plot_report(report: dict[str, Any], path: Path) -> Path:
         axes[3].plot(range(1, len(s["train_safety"]) + 1), s["train_safety"], marker="o", label=arm)
     axes[2].set(title="mean |A| per round (training)", xlabel="round")
     axes[3].set(title="training-batch J per step", xlabel="step")
-    for ax in axes[1:]:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+
+
+def _plot_across_seeds(report: dict[str, Any], axes: Any) -> None:
+    across, n = report["across_seeds"]["arms"], len(report["seeds"])
+    base = {"base": {"game": report["eval"]["base"]}} if "base" in report["eval"] else {}
+    for ax, kind in zip(axes[:2], ("final", "best")):
+        per_arm = {arm: {"game": {"metrics": {name: {"value": t["mean"], "ci": [t["low"], t["high"]]}
+                                              for name, t in a[kind].items() if t and t.get("mean") is not None}}}
+                   for arm, a in across.items()}
+        handles = bars(ax, {**base, **per_arm}, "game", METRICS)
+        ax.set_title(f"eval, {kind} checkpoints: mean of {n} seeds [95% t]")
+        ax.legend(handles=handles, fontsize=7)
+    offset = 1 if base else 0  # the bar colours: base is C0 when it is shown
+    dodge = 0.3 / max(1, len(across))  # side by side at each step, so the intervals do not hide each other
+    steps = set()
+    for k, (arm, a) in enumerate(across.items()):
+        points = [(c["step"], c["safety"]) for c in a["curve"] if c["safety"] and c["safety"]["mean"] is not None]
+        steps |= {s for s, _ in points}
+        if points:
+            axes[2].errorbar([s + (k - (len(across) - 1) / 2) * dodge for s, _ in points],
+                             [p["mean"] for _, p in points], capsize=3, marker="o", color=f"C{k + offset}", label=arm,
+                             yerr=[[p["mean"] - p["low"] for _, p in points], [p["high"] - p["mean"] for _, p in points]])
+    axes[2].set_xticks(sorted(steps))
+    axes[2].set(title=f"evaluated J per checkpoint, mean of {n} seeds [95% t]", xlabel="step")
+    arms = list(across)
+    for seed, marker in zip(report["seeds"], "os^vDP*Xhp" * len(report["seeds"])):
+        values = [across[arm]["final"]["safety"]["values"].get(str(seed)) for arm in arms]
+        axes[3].plot(range(len(arms)), values, marker=marker, color="grey", label=f"seed {seed}")
+    axes[3].set_xticks(range(len(arms)), arms)
+    axes[3].set(title="final J per training seed (arms paired by seed)", ylabel="J")
