@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -70,6 +71,16 @@ def replace_dir_atomic(build: Callable[[Path], None], target: str | Path) -> Pat
 
 # --- reading back after a kill --------------------------------------------------------------------------------
 CHECKPOINT_STATE = "trainer_state.json"  # transformers' Trainer writes it last into a checkpoint directory
+
+
+def set_aside(path: str | Path) -> Path | None:
+    """Rename a non-empty directory to `<name>.replaced-<UTC time>` beside it (nothing is deleted), so a run
+    can start afresh at `path`; returns the new path, or None when there was nothing to move."""
+    path = Path(path)
+    if not path.is_dir() or not any(path.iterdir()):
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return path.rename(path.with_name(f"{path.name}.replaced-{stamp}"))
 
 
 def complete_checkpoints(output_dir: str | Path) -> list[Path]:

@@ -23,6 +23,10 @@ class _StopAtMaxSteps(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
         if state.max_steps > 0 and state.global_step >= state.max_steps:
+            past = " (past it: max_steps was lowered)" if state.global_step > state.max_steps else ""
+            if state.is_world_process_zero:
+                print(f"[sepo] resumed at step {state.global_step}, max_steps {state.max_steps}{past}: nothing left "
+                      "to train; the checkpoint's weights are the final ones", flush=True)
             raise _AlreadyAtMaxSteps
 
 

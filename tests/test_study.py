@@ -142,6 +142,43 @@ def test_config_errors_are_clear(tmp_path, capsys):
     assert "the study resumes an (arm, seed) a kill cut short" in capsys.readouterr().err
 
 
+class _Stop(Exception):
+    """Raised by the stand-in for train_arm: what matters here is the arm directory it is handed."""
+
+
+def test_an_arm_resumes_only_a_run_of_its_own_keys_and_sets_other_runs_aside(tmp_path, monkeypatch):
+    """A stale checkpoint of other keys (or any content under --retrain) must neither be resumed nor mix into a
+    fresh run: it is moved aside, kept; a run of the same keys resumes from its last complete checkpoint.
+    train_arm is replaced by a stand-in (a test double) that records what it was handed and stops the study."""
+    import sepo.study.run as study_run
+    from sepo.study.config import ARM_STARTED, arm_digest, arm_dir
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "o"), "train": {"games": ["ipd"]},
+                                    "arms": {"a": {"credit": "reward_only"}}}))
+    cfg = StudyConfig.from_yaml(path)
+    out = arm_dir(cfg, "a", 42)
+    (out / "checkpoint-5").mkdir(parents=True)
+    (out / "checkpoint-5" / "trainer_state.json").write_text('{"global_step": 5}')
+    handed = []
+
+    def stand_in(cfg, arm, seed, resume):
+        handed.append((resume, sorted(p.name for p in out.iterdir()) if out.exists() else []))
+        raise _Stop
+
+    monkeypatch.setattr(study_run, "train_arm", stand_in)
+    for digest, retrain in (("other keys", False), (arm_digest(cfg, "a", 42), False), (arm_digest(cfg, "a", 42), True)):
+        if not out.exists():  # set aside by the previous round: the stale run again
+            (out / "checkpoint-5").mkdir(parents=True)
+            (out / "checkpoint-5" / "trainer_state.json").write_text('{"global_step": 5}')
+        (out / ARM_STARTED).write_text(json.dumps({"config_digest": digest}))
+        with pytest.raises(_Stop):
+            study_run.run_study(cfg, "s", retrain=retrain)
+    assert handed == [(None, []), (str(out / "checkpoint-5"), ["checkpoint-5", ARM_STARTED]), (None, [])]
+    aside = sorted(out.parent.glob("seed_42.replaced-*"))
+    assert len(aside) == 2 and all((a / "checkpoint-5" / "trainer_state.json").is_file() for a in aside)
+
+
 def test_study_configs_parse():
     from sepo.study.config import arm_configs
 

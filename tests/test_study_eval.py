@@ -91,6 +91,8 @@ def test_shared_arm_trains_exactly_as_reward_only(tmp_path, tiny_model_dir):
     assert len(credited["shared"]) == 2 and all(s < r - 0.1 for s, r in zip(credited["shared"], credited["reward_only"]))
     a, b = (load_file(out / arm / "seed_0" / "model.safetensors") for arm in runs)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(f"{tiny_model_dir}/model.safetensors")
+    assert any(not torch.equal(a[k], start[k]) for k in a if k in start)  # they trained: equal, but not by standing still
     report = json.loads((out / "report.json").read_text())
     assert report["eval"]["shared"]["metrics"] == report["eval"]["reward_only"]["metrics"]
 

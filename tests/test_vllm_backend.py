@@ -116,7 +116,7 @@ def test_generate_ids_logprobs_and_seeds(backend):
     assert len(gens) == 12
     for g in gens:
         check_generation(g, backend, 24)
-    # Seeded: the same call reproduces exactly; identical prompts in a batch still differ (seed + i).
+    # Seeded: the same call reproduces exactly; identical prompts in a batch still differ (one seed per request).
     assert [g.token_ids for g in backend.generate(prompts[:4], spec)] == [g.token_ids for g in gens[:4]]
     same = backend.generate([prompts[1]] * 4, spec)
     assert len({tuple(g.token_ids) for g in same}) > 1

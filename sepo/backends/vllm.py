@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,9 +42,11 @@ def sampling_params(spec: SamplingSpec, **extra: Any) -> SamplingParams:
 
 
 def request_seeds(spec: SamplingSpec, n: int) -> list[int | None]:
-    """One seed per request: `spec.seed + i`, so identical prompts in a GRPO group still differ; None
-    (engine randomness) when the spec has no seed."""
-    return [None if spec.seed is None else spec.seed + i for i in range(n)]
+    """One seed per request, hashed from (`spec.seed`, i), so identical prompts in a GRPO group still differ
+    and no two calls share a request's seed (the engine derives call seeds as seed·1000003 + 2·round + call,
+    so `spec.seed + i` made request i of round t+1 repeat request i+2 of round t); None (engine randomness)
+    when the spec has no seed."""
+    return [None if spec.seed is None else random.Random(f"{spec.seed}:{i}").randrange(2**31) for i in range(n)]
 
 
 def choice_token_ids(tokenizer: Any, choice: str, end_of_turn_id: int) -> list[int]:

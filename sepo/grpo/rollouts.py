@@ -82,25 +82,26 @@ def play(ctx: RolloutContext, rows: list[dict[str, Any]], backend: GenerationBac
     trajectory, probe records).
 
     The probes sample from their own seeded stream (`probe_sampling`), which leaves the run's random state as
-    they found it: the training episodes, the dropout masks and every later step are then the same as in a
-    run of the same seed without probes, so the probe arms differ from `reward_only` only in their penalty."""
+    they found it (HF and vLLM colocate; TRL's vLLM server client takes no per-request seed). A probe arm then
+    starts every step from the random state `reward_only` would have at the same weights, so `shared`, whose
+    advantages equal reward_only's, stays identical to it, and the arms differ only in their penalty."""
     args = ctx.args
     specs = [episode_spec(args, r["game"], r["pool"], r["opponent"], int(r["seed"]), int(r["seat"])) for r in rows]
     first = ctx.process_index * len(rows)  # this rank's offset in the global batch
     probes = [probe_specs(args, ctx.pools, r, first + i) if args.credit in PROBE_CREDITS else []
               for i, r in enumerate(rows)]
     flat = [spec for specs_i in probes for spec in specs_i]
-    played = dict(opponents=ctx.factories, fallback=args.fallback, trajectories=True,
-                  collective=ctx.num_processes > 1)
-    main = play_episodes(specs, backend, ctx.renderer, ctx.sampling, **played)
-    rest = iter(play_episodes(flat, backend, ctx.renderer, probe_sampling(ctx.sampling, rows), **played)
+    how = dict(opponents=ctx.factories, fallback=args.fallback, trajectories=True, collective=ctx.num_processes > 1)
+    main = play_episodes(specs, backend, ctx.renderer, ctx.sampling, **how)
+    rest = iter(play_episodes(flat, backend, ctx.renderer, probe_sampling(ctx.sampling, rows), **how)
                 if flat else [])
     return [(record, traj, [next(rest)[0] for _ in probes_i]) for (record, traj), probes_i in zip(main, probes)]
 
 
 def probe_sampling(sampling: SamplingSpec, rows: list[dict[str, Any]]) -> SamplingSpec:
     """The probe episodes' sampling: the rollouts' settings with a seed of their own, drawn from the rows'
-    episode seeds (a seeded call runs on its own generator: HF forks torch's RNG, vLLM seeds each request)."""
+    episode seeds (a seeded call runs on its own generator: HF forks torch's RNG, a vLLM colocate engine seeds
+    each request)."""
     rng = random.Random(":".join(str(r["seed"]) for r in rows) + ":probe-sampling")
     return replace(sampling, seed=rng.randrange(2**31))
 

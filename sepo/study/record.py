@@ -17,7 +17,9 @@ class RolloutRecorder:
     credit shared / auxiliary, the records of its probe episodes) to a JSONL file, one line per batch.
 
     A run resumed from the checkpoint of `resume_step` keeps the batches generated before that step (the ones
-    the checkpoint trained on) and drops the rest, which the resumed run generates again."""
+    the checkpoint trained on) and drops the rest, which the resumed run generates again. (With generation every
+    k > 1 optimizer steps, a resume between two generations generates at the resume step: TRL does not save its
+    buffered batch.)"""
 
     def __init__(self, path: Path, resume_step: int = 0) -> None:
         kept = _lines_before(path, resume_step) if resume_step else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -315,8 +316,8 @@ def _plot_across_seeds(report: dict[str, Any], axes: Any) -> None:
     axes[2].set_xticks(sorted(steps))
     axes[2].set(title=f"evaluated J per checkpoint, mean of {n} seeds [95% t]", xlabel="step")
     arms = list(across)
-    for seed, marker in zip(report["seeds"], "os^vDP*Xhp" * len(report["seeds"])):
-        values = [across[arm]["final"]["safety"]["values"].get(str(seed)) for arm in arms]
+    for seed, marker in zip(report["seeds"], itertools.cycle("os^vDP*Xhp")):
+        values = [(across[arm]["final"]["safety"] or {}).get("values", {}).get(str(seed)) for arm in arms]
         axes[3].plot(range(len(arms)), values, marker=marker, color="grey", label=f"seed {seed}")
     axes[3].set_xticks(range(len(arms)), arms)
     axes[3].set(title="final J per training seed (arms paired by seed)", ylabel="J")

@@ -19,7 +19,7 @@ from sepo.eval.config import EvalConfig
 from sepo.eval.evaluate import evaluate_models, write_outputs
 from sepo.eval.metrics import compare
 from sepo.eval.stats import METHOD
-from sepo.files import write_json_atomic, write_text_atomic
+from sepo.files import set_aside, write_json_atomic, write_text_atomic
 from sepo.provenance import machine
 from sepo.recipes import RecipeParser
 from sepo.study.checks import exact_checks
@@ -145,7 +145,8 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
               report_only: bool = False, retrain: bool = False) -> dict[str, Any]:
     """Train every arm once per training seed (unless report_only), evaluate them side by side, run the checks,
     write the report. An (arm, seed) already trained with the same recipe keys is reused, and one a kill cut
-    short resumes from its last complete checkpoint, unless `retrain`."""
+    short resumes from its last complete checkpoint, unless `retrain`; one that starts afresh first moves what
+    its directory held aside (`set_aside`), so no stale checkpoint, evaluation or summary mixes into it."""
     arms = list(arms or cfg.arms)
     unknown = [a for a in arms if a not in cfg.arms]
     if unknown:
@@ -171,6 +172,9 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
         resume = None if retrain else resume_point(cfg, arm, seed)
         how = f"resumed from {Path(resume).name}" if resume else "training"
         _say(f"run {i}/{len(todo)}: {run} ({cfg.arms[arm]}, seed {seed}) - {how}")
+        moved = None if resume else set_aside(arm_dir(cfg, arm, seed))  # a run of other keys, or --retrain
+        if moved:
+            _say(f"{run}: what {arm_dir(cfg, arm, seed)} held (other keys, or --retrain) is kept as {moved}")
         summaries[run] = train_arm(cfg, arm, seed, resume)
         _say(f"{run} trained in {summaries[run]['train_seconds']:.0f} s")
     game = list(cfg.train.get("games", ["ipd"]))[0]
