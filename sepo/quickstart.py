@@ -24,7 +24,7 @@ from typing import Any
 
 from sepo.checks import check_choice, check_output_dir
 from sepo.eval import evaluate
-from sepo.files import last_complete_checkpoint
+from sepo.files import CHECKPOINT_STATE, last_complete_checkpoint
 from sepo.models import resolve_model
 from sepo.provenance import load_average, write_record
 from sepo.recipes import RecipeParser
@@ -139,7 +139,7 @@ def _step_timings(sepo_dir: Path) -> list[dict[str, Any]]:
     checkpoint = last_complete_checkpoint(sepo_dir)
     if checkpoint is None:
         return []
-    history = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["log_history"]
+    history = json.loads((Path(checkpoint) / CHECKPOINT_STATE).read_text())["log_history"]
     return [{k: v for k, v in h.items() if k == "step" or k == "step_time" or k.startswith("sepo/time/")}
             for h in history if "sepo/time/generation_s" in h]
 

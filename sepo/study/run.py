@@ -19,7 +19,7 @@ from sepo.eval.config import EvalConfig
 from sepo.eval.evaluate import evaluate_models, write_outputs
 from sepo.eval.metrics import compare
 from sepo.eval.stats import METHOD
-from sepo.files import set_aside, write_json_atomic, write_text_atomic
+from sepo.files import CHECKPOINT_STATE, set_aside, write_json_atomic, write_text_atomic
 from sepo.provenance import machine
 from sepo.recipes import RecipeParser
 from sepo.study.checks import exact_checks
@@ -60,7 +60,7 @@ def train_arm(cfg: StudyConfig, arm: str, seed: int, resume: str | None = None) 
     start = time.perf_counter()
     out = Path(args.output_dir)
     write_json_atomic(out / ARM_STARTED, {"config_digest": arm_digest(cfg, arm, seed)})
-    resume_step = json.loads((Path(resume) / "trainer_state.json").read_text())["global_step"] if resume else 0
+    resume_step = json.loads((Path(resume) / CHECKPOINT_STATE).read_text())["global_step"] if resume else 0
     trainer = train(args, model_args, rollout_hooks=[RolloutRecorder(out / EPISODES_FILE, resume_step)])
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     seconds = time.perf_counter() - start
