@@ -32,6 +32,7 @@ from envs.parsing import match_action
 COOPERATE = "COOPERATE"
 DEFECT = "DEFECT"
 ACTIONS: tuple[str, str] = (COOPERATE, DEFECT)
+PROMPT_STYLES: tuple[str, ...] = ("chat", "compact")
 
 
 def format_points(x: float) -> str:
@@ -49,18 +50,28 @@ class IPDState(GameState):
 
 
 class IteratedPrisonersDilemma(Game):
-    """Two seats choose COOPERATE or DEFECT simultaneously for `num_rounds` rounds."""
+    """Two seats choose COOPERATE or DEFECT simultaneously for `num_rounds` rounds.
+
+    prompt_style: "chat" (rules, the whole history with points and the scores; the method's prompt) or
+    "compact" (the round and the last joint move in one line, no points and no scores: with the conversation's
+    earlier turns, the LLM's prompt is then a function of the joint history alone, so the exact analysis of
+    its scored policy, `envs.ipd_exact`, is exact for the prompts training shows).
+    """
 
     name: ClassVar[str] = "ipd"
     default_lambdas: ClassVar[Lambdas] = Lambdas(e=2.4, c=1.0, x=1.8)
 
     def __init__(
-        self, num_rounds: int = 8, R: float = 3.0, S: float = 0.0, T: float = 5.0, P: float = 1.0
+        self, num_rounds: int = 8, R: float = 3.0, S: float = 0.0, T: float = 5.0, P: float = 1.0,
+        prompt_style: str = "chat",
     ) -> None:
         if not isinstance(num_rounds, int) or isinstance(num_rounds, bool) or num_rounds < 1:
             raise ValueError(f"ipd: num_rounds must be a positive integer, got {num_rounds!r}")
         if not T > R > P > S:
             raise ValueError(f"ipd: a prisoner's dilemma needs T > R > P > S, got T={T}, R={R}, P={P}, S={S}")
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"ipd: prompt_style must be one of {', '.join(PROMPT_STYLES)}, got {prompt_style!r}")
+        self.prompt_style = prompt_style
         self.num_rounds = num_rounds
         self.R, self.S, self.T, self.P = float(R), float(S), float(T), float(P)
         # (payoffs, signals, each seat's read-only history entry) per action pair: every round's outcome is
@@ -90,7 +101,8 @@ class IteratedPrisonersDilemma(Game):
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"num_rounds": self.num_rounds, "R": self.R, "S": self.S, "T": self.T, "P": self.P}
+        return {"num_rounds": self.num_rounds, "R": self.R, "S": self.S, "T": self.T, "P": self.P,
+                "prompt_style": self.prompt_style}
 
     # --- episode -----------------------------------------------------------------------------
     def new_state(self, rng: random.Random) -> IPDState:
@@ -120,6 +132,9 @@ class IteratedPrisonersDilemma(Game):
     # --- text views ----------------------------------------------------------------------------
     def system_prompt(self, seat: int) -> str:
         R, S, T, P = (format_points(x) for x in (self.R, self.S, self.T, self.P))
+        if self.prompt_style == "compact":
+            return (f"Prisoner's dilemma, {self.num_rounds} rounds. Both C: {R} each. D against C: {T}, the "
+                    f"cooperator {S}. Both D: {P} each. Answer COOPERATE or DEFECT.")
         return (
             "You are playing the Iterated Prisoner's Dilemma against one opponent.\n\n"
             "Rules:\n"
@@ -136,6 +151,8 @@ class IteratedPrisonersDilemma(Game):
         )
 
     def observation(self, state: IPDState, seat: int) -> str:
+        if self.prompt_style == "compact":
+            return _compact_observation(state.seat_history[seat], state.round, self.num_rounds)
         lines = [f"Round {state.round + 1} of {self.num_rounds}."]
         past, done = state.seat_history[seat], state.seat_lines[seat]
         if not past:
@@ -162,3 +179,11 @@ class IteratedPrisonersDilemma(Game):
         legal = () if state.done else ACTIONS
         history = tuple(state.seat_history[seat])
         return new_view((self.name, seat, state.round, self.num_rounds, legal, EMPTY, EMPTY, history, self.frozen_params))
+
+
+def _compact_observation(history: list[Mapping[str, Any]], round_: int, num_rounds: int) -> str:
+    """The compact prompt: the round and the last joint move (earlier rounds are in the conversation's turns)."""
+    if not history:
+        return f"Round 1 of {num_rounds}. First round."
+    last = history[-1]
+    return f"Round {round_ + 1} of {num_rounds}. Last: you {last['my_action']}, opponent {last['opp_action']}."

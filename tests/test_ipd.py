@@ -80,7 +80,7 @@ def test_illegal_actions_raise(actions):
 def test_custom_payoffs_scale_and_validation():
     game = make_game("ipd", R=4, S=-1, T=6, P=0.5, num_rounds=2)
     assert game.max_payoff == 4.0
-    assert game.params == {"num_rounds": 2, "R": 4.0, "S": -1.0, "T": 6.0, "P": 0.5}
+    assert game.params == {"num_rounds": 2, "R": 4.0, "S": -1.0, "T": 6.0, "P": 0.5, "prompt_style": "chat"}
     assert game.payoffs(D, C) == (6.0, -1.0)
     assert "you get 6, the opponent gets -1" in game.system_prompt(0)
     assert make_game("ipd").max_payoff == 3.0
@@ -309,3 +309,22 @@ def test_envs_benchmark_runs_and_agrees_with_the_references(axelrod):
         results[k][f] > 0 for k, f in [("ipd", "ours_ms_per_match"), ("kuhn", "openspiel_ms_per_call")]
     )
     assert "speedup" in bench_games.format_table(results)
+
+
+def test_compact_prompt_is_the_round_and_last_joint_move_alone():
+    """The compact observation names the round and the last joint move only (earlier rounds live in the
+    conversation's turns), and the same joint move gives the same text whatever the scores."""
+    game = make_game("ipd", num_rounds=4, prompt_style="compact")
+    state = game.new_state(random.Random(0))
+    assert game.observation(state, 0) == "Round 1 of 4. First round."
+    game.step(state, {0: "DEFECT", 1: "COOPERATE"})
+    assert game.observation(state, 0) == "Round 2 of 4. Last: you DEFECT, opponent COOPERATE."
+    assert game.observation(state, 1) == "Round 2 of 4. Last: you COOPERATE, opponent DEFECT."
+    game.step(state, {0: "COOPERATE", 1: "COOPERATE"})
+    other = game.new_state(random.Random(0))
+    for move in ("COOPERATE", "COOPERATE"):
+        game.step(other, {0: move, 1: move})
+    assert game.observation(state, 0) == game.observation(other, 0) == "Round 3 of 4. Last: you COOPERATE, opponent COOPERATE."
+    assert "points" not in game.system_prompt(0) and len(game.system_prompt(0)) < 160
+    with pytest.raises(ValueError, match="prompt_style"):
+        make_game("ipd", prompt_style="short")

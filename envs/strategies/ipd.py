@@ -74,8 +74,12 @@ class RandomStrategy(Strategy):
             raise ValueError(f"{self.name}: p_cooperate must be in [0, 1], got {p_cooperate!r}")
         self.p_cooperate = p_cooperate
 
+    def cooperation_probability(self, view: View) -> float:
+        """P(COOPERATE) at `view`: its exact behaviour (`envs.ipd_exact.behaviour_of`), which `act` samples."""
+        return self.p_cooperate
+
     def act(self, view: View) -> str:
-        return COOPERATE if self.rng.random() < self.p_cooperate else DEFECT
+        return COOPERATE if self.rng.random() < self.cooperation_probability(view) else DEFECT
 
 
 class Mixed(RandomStrategy):
@@ -96,10 +100,17 @@ class GenerousTitForTat(Strategy):
             raise ValueError(f"{self.name}: forgiveness must be in [0, 1], got {forgiveness!r}")
         self.forgiveness = forgiveness
 
-    def act(self, view: View) -> str:
+    def cooperation_probability(self, view: View) -> float:
+        """P(COOPERATE) at `view`: its exact behaviour (`envs.ipd_exact.behaviour_of`), which `act` samples."""
         if not view.history or view.history[-1]["opp_action"] == COOPERATE:
+            return 1.0
+        return self.forgiveness
+
+    def act(self, view: View) -> str:
+        p = self.cooperation_probability(view)
+        if p == 1.0:  # no draw after a cooperation: the rng stream is as it always was
             return COOPERATE
-        return COOPERATE if self.rng.random() < self.forgiveness else DEFECT
+        return COOPERATE if self.rng.random() < p else DEFECT
 
 
 class AlternatingDefect(Strategy):

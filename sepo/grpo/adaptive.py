@@ -2,67 +2,134 @@
 
 A fixed exploit pool cannot push a policy to equilibrium: the best response to a fixed mix of opponents is
 itself exploitable. An exploiter that best-responds to the *current* policy can: the exploit-pool reward
-against it, signed, is minus the policy's exploitability (in expectation), and maximising it is
-exploitability descent. For Kuhn poker the best response is exact (`envs.kuhn_exact`), computed from the
-policy's action probabilities at the 12 information sets as the evaluation scores them on the training
-prompts (`sepo.eval.kuhn.scored_policy`).
+against it, signed, is minus the policy's exploit figure (in expectation), and maximising it is
+exploitability descent (Lockhart et al., 2019).
+
+Each game with an exact analysis supplies an `ExploiterOracle` (`ORACLES`): `measure` reads the current
+policy as a table from the trainer's model (scored actions on the training prompts), and `fit` returns the
+exact best response to that table as a strategy factory, with the policy's exact figures.
+
+- Kuhn poker: the table is P(action | information set) at the 12 information sets
+  (`sepo.eval.kuhn.scored_policy`); the best response in both positions (`envs.kuhn_exact`); figures:
+  exploitability (NashConv / 2) and game value.
+- IPD: the table is P(COOPERATE | joint history) at every joint history (`sepo.eval.ipd.scored_policy`); the
+  opponent's best response by backward induction, maximising its mean per-round advantage (`envs.ipd_exact`);
+  figure: exploitability = e*. Its cost grows as 4^(T−1) prompts per refresh, so T is bounded
+  (`IPD_MAX_ROUNDS`); the compact prompt keeps each prompt short.
 
 The member is a training device: evaluation J uses the fixed default pools, and the exploiter's own
-figures (the policy's exact exploitability and game value at each refresh) are logged beside them.
-
-Other games: a game whose best response is not exact can supply an approximate exploiter through the same
-hook, an `ExploiterOracle`: `fit(policy_probe) -> table or strategy factory`, called at each refresh with
-whatever the trainer can measure of the current policy (scored actions at chosen states, or rollouts).
-Only the Kuhn oracle exists today.
+figures (the policy's exact figures at each refresh) are logged beside them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from envs import make_game
 from envs.base import Strategy
+from envs.ipd_exact import Payoffs, PlaysBestResponse
+from envs.ipd_exact import best_response as ipd_best_response
 from envs.kuhn_exact import best_response, exploitability, game_value
 from envs.strategies.kuhn import PlaysTable
+from sepo.eval import ipd as ipd_eval
+from sepo.eval import kuhn as kuhn_eval
 from sepo.pools import PoolMember, Pools
 
 ADAPTIVE_NAME = "best_response_to_current"
+IPD_MAX_ROUNDS = 6  # 1 + 4 + ... + 4^5 = 1,365 scored prompts per refresh
 
-Table = dict[str, dict[str, float]]
+Table = dict[str, Any]
 
 
 class ExploiterOracle(Protocol):
-    """The hook another game implements to supply an (approximate) best-response exploiter."""
+    """The hook a game implements to supply an exact (or approximate) best-response exploiter."""
 
-    def fit(self, policy: Any) -> Callable[[], Strategy]:
-        """A factory of fresh exploiter strategies against `policy` (what the trainer measured of it)."""
+    def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
+        """The current policy as a table, read from the model through `backend` on the training prompts."""
+
+    def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
+        """The best response to `policy` (what `strategy` plays) and the policy's exact figures."""
+
+    def strategy(self, response: Table) -> Strategy:
+        """A fresh strategy that plays `response`."""
+
+
+class KuhnOracle:
+    """Kuhn poker: the best response in both positions to the 12-information-set table."""
+
+    def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
+        return kuhn_eval.scored_policy(backend, renderer, game_params, seat)
+
+    def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
+        response = best_response(policy, 0) | best_response(policy, 1)
+        return response, {"exploitability": exploitability(policy), "game_value": game_value(policy, policy)}
+
+    def strategy(self, response: Table) -> Strategy:
+        return PlaysTable(response)
+
+
+class IPDOracle:
+    """IPD: the opponent's advantage-maximising best response to the joint-history table; exploitability = e*."""
+
+    def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
+        return ipd_eval.scored_policy(backend, renderer, game_params, seat)
+
+    def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
+        game = make_game("ipd", **dict(game_params or {}))
+        response = ipd_best_response(policy, game.num_rounds, Payoffs.of(game))
+        return dict(response.moves), {"exploitability": response.value}
+
+    def strategy(self, response: Table) -> Strategy:
+        return PlaysBestResponse(response)
+
+
+ORACLES: dict[str, ExploiterOracle] = {"kuhn": KuhnOracle(), "ipd": IPDOracle()}
+
+
+def check_adaptive(games: list[str], game_params: Mapping[str, Any]) -> None:
+    """The adaptive exploiter needs one game with an exact oracle (and, in IPD, T <= IPD_MAX_ROUNDS)."""
+    if len(games) != 1 or games[0] not in ORACLES:
+        raise ValueError(f"adaptive_exploiter needs one game with an exact best response ({', '.join(ORACLES)}); "
+                         f"games is {games}")
+    if games[0] == "ipd":
+        rounds = make_game("ipd", **dict(game_params.get("ipd", {}))).num_rounds
+        if rounds > IPD_MAX_ROUNDS:
+            raise ValueError(f"adaptive_exploiter in ipd scores every joint history (4^(T-1) + ... + 1 prompts per "
+                             f"refresh): num_rounds must be <= {IPD_MAX_ROUNDS}, got {rounds}")
 
 
 @dataclass
 class AdaptiveExploiter:
-    """The current best-response table and when it was computed (None: not yet; the trainer refreshes before
-    the first rollout and after a resume, since the table is not saved: it is a function of the weights)."""
+    """The current best response (`table`: the oracle's answer) and when it was computed (None: not yet; the
+    trainer refreshes before the first rollout and after a resume, since the response is not saved: it is a
+    function of the weights). `game` names the oracle (`ORACLES`)."""
 
+    game: str = "kuhn"
     table: Table = field(default_factory=dict)
     refreshed_at: int | None = None
 
+    @property
+    def oracle(self) -> ExploiterOracle:
+        return ORACLES[self.game]
+
     def factory(self) -> Strategy:
-        """A fresh strategy playing the table as it is now (a snapshot: a later refresh does not change it)."""
+        """A fresh strategy playing the response as it is now (a snapshot: a later refresh does not change it)."""
         if not self.table:
             raise RuntimeError(f"{ADAPTIVE_NAME} was asked to play before its first refresh")
-        return PlaysTable(self.table)
+        return self.oracle.strategy(self.table)
 
     def due(self, step: int, every: int) -> bool:
         """Whether the table must be recomputed before the rollouts of optimizer step `step`."""
         return self.refreshed_at is None or step - self.refreshed_at >= every
 
-    def refresh(self, policy: Table, step: int) -> dict[str, float]:
-        """Set the table to the exact best response to `policy` in both positions; returns the policy's exact
-        exploitability and game value (first mover's value in self-play) at this refresh."""
-        self.table = best_response(policy, 0) | best_response(policy, 1)
+    def refresh(self, policy: Table, step: int, game_params: Mapping[str, Any] | None = None) -> dict[str, float]:
+        """Set the response to the exact best response to `policy` (Kuhn: in both positions); returns the
+        policy's exact figures at this refresh (Kuhn: exploitability and game value; IPD: exploitability e*)."""
+        self.table, figures = self.oracle.fit(policy, game_params)
         self.refreshed_at = step
-        return {"exploitability": exploitability(policy), "game_value": game_value(policy, policy)}
+        return figures
 
 
 def with_adaptive(pools: Pools, exploiter: AdaptiveExploiter) -> Pools:

@@ -25,6 +25,7 @@ from sepo.checks import (
     require,
 )
 from sepo.checks import check_choice as _check_choice
+from sepo.grpo.adaptive import check_adaptive
 from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES, SCALE_REWARDS
 from sepo.objective import CREDIT_MODES, EXPLOIT_REWARDS, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
@@ -161,7 +162,7 @@ class SEPOConfig(GRPOConfig):
     )
     adaptive_exploiter: bool = field(
         default=False,
-        metadata={"help": "Kuhn: add best_response_to_current (the exact best response to the policy) to the exploit pool."},
+        metadata={"help": "Kuhn or IPD: add best_response_to_current (the exact best response to the policy) to the exploit pool."},
     )
     adaptive_every: int = field(
         default=1, metadata={"help": "Steps between refreshes of the adaptive exploiter's table."}
@@ -186,9 +187,9 @@ class SEPOConfig(GRPOConfig):
         if self.loss_scale == "training_tokens" and self.loss_type != "dapo":
             raise ValueError(f"loss_scale training_tokens rescales TRL's dapo loss; loss_type is {self.loss_type!r}: "
                              "use loss_type dapo, or loss_scale all_tokens")
-        if self.adaptive_exploiter and self.games != ["kuhn"]:
-            raise ValueError(f"adaptive_exploiter is exact for Kuhn poker only; games is {self.games}")
         self.game_params = dict(self.game_params or {})
+        if self.adaptive_exploiter:
+            check_adaptive(self.games, self.game_params)
         self.lambdas = dict(self.lambdas or {})
         if self.advantage_epsilon is None:
             self.advantage_epsilon = PAPER_EPSILON if self.return_mode == "paper" else 1e-4

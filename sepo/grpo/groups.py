@@ -31,7 +31,7 @@ class RunPools:
     """The pools of every game of a run, built from one load of its `pool_dir`.
 
     training: what the rollouts play: split by role as `strict_pools` asks, plus the adaptive exploiter in
-        Kuhn's exploit pool when `adaptive_exploiter`.
+        the game's exploit pool when `adaptive_exploiter`.
     evaluation: what the per-checkpoint evaluation plays: `sepo eval`'s pools of the same members (separated
         by role, no adaptive exploiter).
     """
@@ -42,8 +42,8 @@ class RunPools:
 
 def run_pools(args: SEPOConfig, exploiter: AdaptiveExploiter | None = None) -> RunPools:
     """The pools of every game of a run: defaults plus `pool_dir` members (played in the sandbox, with the
-    run's rng key: call this after the key is set), `exploiter` (the run's adaptive exploiter) in Kuhn's
-    exploit pool when `adaptive_exploiter` (the parse-time check passes none)."""
+    run's rng key: call this after the key is set), `exploiter` (the run's adaptive exploiter) in the
+    game's exploit pool when `adaptive_exploiter` (the parse-time check passes none)."""
     sandbox = SandboxConfig(unsafe=args.unsafe_sandbox)
     training, evaluation = {}, {}
     for game in args.games:
@@ -51,7 +51,8 @@ def run_pools(args: SEPOConfig, exploiter: AdaptiveExploiter | None = None) -> R
         training[game] = pools_with(game, extras, strict=args.strict_pools)
         evaluation[game] = pools_with(game, extras)
     if args.adaptive_exploiter:
-        training["kuhn"] = with_adaptive(training["kuhn"], exploiter or AdaptiveExploiter())
+        game = args.games[0]  # one game with an oracle (SEPOConfig checks it)
+        training[game] = with_adaptive(training[game], exploiter or AdaptiveExploiter(game))
     return RunPools(training=training, evaluation=evaluation)
 
 
@@ -147,6 +148,6 @@ class TrainingGroups:
 
 def training_groups(args: SEPOConfig) -> TrainingGroups:
     """Everything a run trains on, from its config (the pools are loaded here, once)."""
-    adaptive = AdaptiveExploiter() if args.adaptive_exploiter else None
+    adaptive = AdaptiveExploiter(args.games[0]) if args.adaptive_exploiter else None
     pools = run_pools(args, adaptive)
     return TrainingGroups(pools=pools, adaptive=adaptive, dataset=build_group_dataset(args, pools.training))

@@ -22,7 +22,6 @@ from transformers import TrainerCallback
 
 from envs import make_game
 from sepo.backends.hf import HFBackend
-from sepo.eval.kuhn import scored_policy
 from sepo.generation import GenerationBackend, SamplingSpec
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig
@@ -140,16 +139,17 @@ class SEPOTrainer(SeamTrainer):
                                self.args.mask_forced_tokens)
 
     def _refresh_adaptive(self, backend: GenerationBackend, mode: str) -> None:
-        """Recompute the adaptive exploiter's best response from the policy's scored action probabilities at the
-        12 information sets (the training prompts), and log the policy's exact exploitability and game value."""
+        """Recompute the adaptive exploiter's best response from the policy's scored action probabilities on the
+        training prompts (`sepo.grpo.adaptive`), and log the policy's exact figures."""
         t0 = time.perf_counter()
-        policy = scored_policy(backend, self.renderer, self.args.game_params.get("kuhn"), self.args.seat)
-        figures = self.adaptive.refresh(policy, self.state.global_step)
+        params = self.args.game_params.get(self.adaptive.game)
+        policy = self.adaptive.oracle.measure(backend, self.renderer, params, self.args.seat)
+        figures = self.adaptive.refresh(policy, self.state.global_step, params)
         seconds = time.perf_counter() - t0
         self.record_metrics(mode, {f"sepo/adaptive/{key}": value
                                    for key, value in {**figures, "refresh_s": seconds}.items()})
-        logger.info("step %d: adaptive exploiter refreshed in %.3f s; policy exploitability %.4f, game value %.4f",
-                    self.state.global_step, seconds, figures["exploitability"], figures["game_value"])
+        logger.info("step %d: adaptive exploiter refreshed in %.3f s; policy exploitability %.4f",
+                    self.state.global_step, seconds, figures["exploitability"])
 
     # --- advantages ---------------------------------------------------------------------------------
     def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:

@@ -1,0 +1,59 @@
+"""The IPD exact phase: an LLM's policy at every joint history, scored, and its exact exploit figure e*.
+
+IPD has no private information, so the LLM's prompt at a decision is a function of the joint history of the
+finished rounds, whatever the prompt style (the conversation carries each earlier observation and the model's
+own earlier answers). Scoring COOPERATE and DEFECT at each history's prompt, as the rollout renders it
+(`history_messages`: the model's earlier turns are the actions' canonical text), gives the answer-only policy
+as a full table (`envs.ipd_exact`); its exploit figure e* and its payoff against any scripted opponent are
+then exact (`envs.ipd_exact.best_response`, `expected_payoffs`). The table has 1 + 4 + ... + 4^(T−1) entries
+(85 at T = 4), which the compact prompt (`prompt_style: compact`) makes cheap to score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from envs import make_game
+from envs.ipd import ACTIONS
+from envs.ipd_exact import ACTION, Joint, histories, history_key
+from sepo.generation import Prompt
+
+
+def _game(game_params: Mapping[str, Any] | None):
+    return make_game("ipd", **dict(game_params or {}))
+
+
+def history_messages(history: Sequence[Joint], game_params: Mapping[str, Any] | None = None,
+                     seat: int = 0) -> list[dict[str, str]]:
+    """The chat messages that put the LLM (in `seat`) at joint `history` ((own, opponent) letters per finished
+    round), as the rollout renders them: system, then per round the observation and the LLM's action."""
+    game = _game(game_params)
+    state = game.new_state(None)  # type: ignore[arg-type]  # IPD draws nothing
+    messages = [{"role": "system", "content": game.system_prompt(seat)}]
+    for own, opp in history:
+        messages += [{"role": "user", "content": game.observation(state, seat)},
+                     {"role": "assistant", "content": ACTION[own]}]
+        game.step(state, {seat: ACTION[own], 1 - seat: ACTION[opp]})
+    return [*messages, {"role": "user", "content": game.observation(state, seat)}]
+
+
+def history_prompts(renderer: Any, game_params: Mapping[str, Any] | None = None,
+                    seat: int = 0) -> tuple[list[str], list[Prompt]]:
+    """(full keys, rendered prompts) of every joint history, in round order."""
+    rounds = _game(game_params).num_rounds
+    keys, prompts = [], []
+    for h in histories(rounds):
+        messages = history_messages(h, game_params, seat)
+        keys.append(history_key(h))
+        prompts.append(Prompt(ids=renderer.prompt_ids(messages), messages=messages))
+    return keys, prompts
+
+
+def scored_policy(backend: Any, renderer: Any, game_params: Mapping[str, Any] | None = None,
+                  seat: int = 0) -> dict[str, float]:
+    """The answer-only policy as a full table, P(COOPERATE | joint history): the teacher-forced probability of
+    each action's canonical text and end-of-turn, normalised over the two (one scoring call)."""
+    keys, prompts = history_prompts(renderer, game_params, seat)
+    probs = backend.score_choices(prompts, [list(ACTIONS)] * len(prompts))
+    return {key: float(row[0]) for key, row in zip(keys, probs)}
