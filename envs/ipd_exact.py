@@ -181,36 +181,59 @@ Behaviour = Callable[[Sequence[Joint]], float]
 """An opponent's exact behaviour: P(opponent COOPERATEs | joint history, the policy's moves first)."""
 
 
-def expected_payoffs(table: Table, opponent: Behaviour, rounds: int,
-                     payoffs: Payoffs = Payoffs()) -> tuple[float, float]:
-    """Exact (policy's, opponent's) mean payoff per round when `table` plays `opponent`, by summing over every
-    joint history with its probability (the two draw their moves independently in each round)."""
-    table = validate_table(table, rounds)
+@dataclass(frozen=True)
+class RoundExpectation:
+    """One round's expectations when a table plays an opponent: the policy's and the opponent's payoff, the
+    probability that the policy defects, and the round's externality (welfare shortfall from mutual
+    cooperation, as `envs.ipd` defines it)."""
 
-    def walk(history: tuple[Joint, ...]) -> tuple[float, float]:
-        if len(history) == rounds:
-            return 0.0, 0.0
+    own: float
+    opp: float
+    defect: float
+    externality: float
+
+
+def round_expectations(table: Table, opponent: Behaviour, rounds: int,
+                       payoffs: Payoffs = Payoffs()) -> list[RoundExpectation]:
+    """Exact per-round expectations of `table` against `opponent`, summed over every joint history with its
+    probability (the two draw their moves independently in each round)."""
+    table = validate_table(table, rounds)
+    sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(rounds)]
+
+    def walk(history: tuple[Joint, ...], reach: float) -> None:
+        t = len(history)
+        if t == rounds or reach == 0.0:
+            return
         p, q = policy_at(table, history), opponent(history)
-        own = opp = 0.0
         for x, px in (("C", p), ("D", 1.0 - p)):
             for y, py in (("C", q), ("D", 1.0 - q)):
-                w = px * py
+                w = reach * px * py
                 if w == 0.0:
                     continue
                 a, o = payoffs.pair(x, y)
-                rest = walk((*history, (x, y)))
-                own += w * (a + rest[0])
-                opp += w * (o + rest[1])
-        return own, opp
+                row = sums[t]
+                row[0] += w * a
+                row[1] += w * o
+                row[2] += w * (x == "D")
+                row[3] += w * max(0.0, (payoffs.R - (a + o) / 2) / payoffs.R)
+                walk((*history, (x, y)), w)
 
-    own, opp = walk(())
-    return own / rounds, opp / rounds
+    walk((), 1.0)
+    return [RoundExpectation(*row) for row in sums]
 
 
-def behaviour_of(strategy: type[Strategy], game: IteratedPrisonersDilemma) -> Behaviour:
-    """The exact behaviour of a scripted IPD strategy in `game`, from the opponent's seat: a randomised
-    strategy declares it (`cooperation_probability(view)`, which its `act` samples); a deterministic one is
-    asked for its move by a fresh instance at each history (its rng never drawn)."""
+def expected_payoffs(table: Table, opponent: Behaviour, rounds: int,
+                     payoffs: Payoffs = Payoffs()) -> tuple[float, float]:
+    """Exact (policy's, opponent's) mean payoff per round when `table` plays `opponent`."""
+    per_round = round_expectations(table, opponent, rounds, payoffs)
+    return sum(r.own for r in per_round) / rounds, sum(r.opp for r in per_round) / rounds
+
+
+def behaviour_of(strategy: Callable[[], Strategy], game: IteratedPrisonersDilemma) -> Behaviour:
+    """The exact behaviour in `game`, from the opponent's seat, of the scripted IPD strategy that `strategy`
+    makes (a class or factory): a randomised strategy declares it (`cooperation_probability(view)`, which
+    its `act` samples); a deterministic one is asked for its move by a fresh instance at each history (its
+    rng never drawn)."""
 
     def p(history: Sequence[Joint]) -> float:
         entries = tuple(MappingProxy({"my_action": ACTION[y], "opp_action": ACTION[x],

@@ -184,12 +184,17 @@ class HFBackend:
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         """Teacher-forced probabilities of each choice (+ end-of-turn), normalised per prompt."""
+        return self.choice_masses(prompts, choices, normalise=True)
+
+    def choice_masses(self, prompts: list[Prompt], choices: list[list[str]],
+                      normalise: bool = False) -> list[list[float]]:
+        """Teacher-forced probabilities of each choice's text (+ end-of-turn), as the model gives them (their sum
+        is the mass on the canonical answers; the rest goes to other text), or normalised per prompt."""
         if not prompts:
             return []
         with self._inference(None):
-            return score_actions(
-                self.model, self.tokenizer, [p.ids for p in prompts], choices, self.end_of_turn_id
-            )
+            return score_actions(self.model, self.tokenizer, [p.ids for p in prompts], choices,
+                                 self.end_of_turn_id, normalise=normalise)
 
     # --- internals -----------------------------------------------------------------------------------
     def _processors(self, sampling: SamplingSpec, first: LogitsProcessor | None) -> list[LogitsProcessor]:

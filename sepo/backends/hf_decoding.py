@@ -117,8 +117,10 @@ def score_actions(
     choices: Sequence[Sequence[str]],
     end_of_turn_id: int,
     batch_size: int = 32,
+    normalise: bool = True,
 ) -> list[list[float]]:
-    """Probabilities of each choice as the continuation of each prompt.
+    """Probabilities of each choice as the continuation of each prompt (normalised over the prompt's choices
+    unless `normalise` is False: then as the model gives them, their sum the mass on the choices' text).
 
     A choice's log-likelihood is the teacher-forced log-probability of its tokens plus end-of-turn, summed
     over its tokenisations (with/without leading space, in context); probabilities are normalised over the
@@ -139,6 +141,8 @@ def score_actions(
         scored = _score_chunk(model, [list(prompts[i]) for i in chunk], [conts[i] for i in chunk], pad)
         for b, j, lp in scored:
             out[start + b][j] = float(torch.logaddexp(torch.tensor(out[start + b][j]), torch.tensor(lp)))
+    if not normalise:
+        return [torch.tensor(row, dtype=torch.float64).exp().tolist() for row in out]
     return [torch.softmax(torch.tensor(row, dtype=torch.float64), 0).tolist() for row in out]
 
 

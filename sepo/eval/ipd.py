@@ -15,9 +15,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs import make_game
-from envs.ipd import ACTIONS
-from envs.ipd_exact import ACTION, Joint, histories, history_key
+from envs.base import Lambdas
+from envs.ipd import ACTIONS, IteratedPrisonersDilemma
+from envs.ipd_exact import (
+    ACTION,
+    Joint,
+    Payoffs,
+    Table,
+    behaviour_of,
+    histories,
+    history_key,
+    round_expectations,
+)
 from sepo.generation import Prompt
+from sepo.objective import EpisodeTerms, Metrics, aggregate, resolve_lambdas, scale
+from sepo.pools import POOL_NAMES, Pools, load_pools
 
 
 def _game(game_params: Mapping[str, Any] | None):
@@ -57,3 +69,28 @@ def scored_policy(backend: Any, renderer: Any, game_params: Mapping[str, Any] | 
     keys, prompts = history_prompts(renderer, game_params, seat)
     probs = backend.score_choices(prompts, [list(ACTIONS)] * len(prompts))
     return {key: float(row[0]) for key, row in zip(keys, probs)}
+
+
+def metrics_against(table: Table, pools: Pools, game: IteratedPrisonersDilemma, lambdas: Lambdas) -> Metrics:
+    """The objective's metrics of `table` against every member of `pools`, computed exactly: per member, one
+    episode of per-round expectations (payoffs, defection as the collusion signal, externality) through the
+    objective's own `aggregate` (so e is clipped per opponent, as in the Kuhn organism's exact figures)."""
+    s = scale(game.max_payoff)
+    terms = []
+    for pool in POOL_NAMES:
+        for name in pools.names(pool):
+            rounds = round_expectations(table, behaviour_of(lambda n=name: pools.make(n), game), game.num_rounds,
+                                        Payoffs.of(game))
+            terms.append(EpisodeTerms(pool=pool, opponent=name, scale=s, payoffs=tuple(r.own for r in rounds),
+                                      opp_payoffs=tuple(r.opp for r in rounds),
+                                      collusion=tuple(r.defect for r in rounds),
+                                      externality=tuple(r.externality for r in rounds)))
+    return aggregate(terms, lambdas)
+
+
+def exact_pool_metrics(table: Table, game: IteratedPrisonersDilemma, pools: Pools | None = None,
+                       lambdas: Mapping[str, float] | None = None) -> Metrics:
+    """The objective's metrics of `table` against `pools` (default: the fixed default IPD pools) under the
+    game's evaluation λ (or `lambdas` overrides), computed exactly."""
+    return metrics_against(table, pools or load_pools("ipd"), game,
+                           resolve_lambdas(game, lambdas, evaluation=True))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import wandb
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainerCallback
 from trl import ModelConfig, get_peft_config
 
 from envs.sandbox.rng import persist_run_rng_key
@@ -75,10 +75,10 @@ def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
 
 
 def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = (),
-                  groups: TrainingGroups | None = None):
+                  groups: TrainingGroups | None = None, callbacks: Sequence[TrainerCallback] = ()):
     """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
     see every rollout batch (see `SEPOTrainer`); `groups` are the run's pools and dataset (default: built by
-    the trainer from `args`)."""
+    the trainer from `args`); `callbacks` are added to the model card's."""
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and "dtype" not in model_init_kwargs:
         model_init_kwargs["dtype"] = model_args.dtype
@@ -90,7 +90,8 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     return SEPOTrainer(model=path, args=args, groups=groups, processing_class=tokenizer,
                        peft_config=get_peft_config(model_args),
-                       callbacks=[ModelCardCallback(model_args.model_name_or_path)], rollout_hooks=rollout_hooks)
+                       callbacks=[ModelCardCallback(model_args.model_name_or_path), *callbacks],
+                       rollout_hooks=rollout_hooks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,14 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = ()) -> Any:
+def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = (),
+          callbacks: Sequence[TrainerCallback] = ()) -> Any:
     """Run a parsed recipe to the end (resuming when `resume_from_checkpoint` says so), save the model and its
-    card; returns the trainer. What `sepo train` and each arm of `sepo study` run."""
+    card; returns the trainer. What `sepo train`, each arm of `sepo study` and each organism run run
+    (`callbacks`: the organisms' exact evaluation)."""
     prepare_machine(args)
     # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
     persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
     trainer = build_trainer(args, model_args, groups=training_groups(args),  # the run's one load of its pools
-                            rollout_hooks=rollout_hooks)
+                            rollout_hooks=rollout_hooks, callbacks=callbacks)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)
     train_to_max_steps(trainer, resolve_resume(args.resume_from_checkpoint, args.output_dir))

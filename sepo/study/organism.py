@@ -1,20 +1,24 @@
-"""The Kuhn model organism: a small transformer that SEPO-GRPO trains in minutes, measured exactly.
+"""The model organisms: a small transformer that SEPO-GRPO trains in minutes, measured exactly.
 
-`python -m sepo.study.organism --config configs/experiments/kuhn_organism/study.yaml` runs the whole study
-(`make figures-kuhn-organism`): a small Llama built from config (`sepo.tiny_models`, shape "organism"), the
-compact one-hand Kuhn prompt (`envs.kuhn`, prompt_style compact, random first mover: the prompt is a function
-of the information set, so the scored policy's exploitability is exact), an answer-only SFT warm start, then
-every arm x training seed through the real SEPOTrainer (TRL's GRPO step, the rollout engine, per-pool credit,
-per-round normalisation), each evaluated every `eval_every` steps by `exact_checkpoint`: the policy scored at
-the 12 information sets on the training prompts, its exact exploitability and game value, and J and u
-against the fixed default pools computed exactly from that table (no sampled episodes).
+`python -m sepo.study.organism --config configs/experiments/<kuhn|ipd>_organism/study.yaml` runs a whole study
+(`make figures-kuhn-organism`, `make figures-ipd-organism`): a small Llama built from config
+(`sepo.tiny_models`, shape "organism"), a game whose compact prompt makes the LLM's prompt a function of a small
+enumerable state (one-hand Kuhn: the information set; T-round IPD: the joint history), an answer-only SFT
+warm start, then every arm x warm start x training seed through `sepo.grpo.train.train` (what `sepo train`
+runs: rng key, resume after a kill, machine set-up, TRL's GRPO step in SEPOTrainer, the rollout engine,
+per-pool credit, per-round normalisation), each evaluated every `eval_every` steps by `exact_checkpoint`:
+the policy scored at every state on the training prompts and its exact figures (`sepo.study.organism_games`),
+with the canonical-answer mass (the probability the model puts on the canonical answers, summed over the
+legal actions; the rest goes to text the rollout parses through aliases or the fallback).
 
 Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
 groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice), `pilot` (the exploit
-weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule: the lowest mean final exploitability over
-the pilot seeds), then `report` (the reported arms on fresh seeds). Runs go in parallel processes, one thread each; every finished (arm, seed) is written at once
-(`runs/<phase>/<arm>/seed_<s>.json`), so a stopped study keeps what it finished and a rerun skips it.
-`sepo.study.organism_report` turns the runs into results.json, curves.png and curves.md.
+weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule over the pilot seeds), then `report` (the
+reported arms on fresh seeds, for each warm start). Runs go in parallel processes, one thread each; every
+finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
+> 0), so a stopped study keeps what it finished and a rerun skips it; a run killed midway resumes from its last
+checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl` there.
+`sepo.study.organism_report` (Kuhn) and `sepo.study.ipd_report` (IPD) turn the runs into the records.
 """
 
 from __future__ import annotations
@@ -32,20 +36,17 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from envs import make_game
-from envs.kuhn import INFO_STATES
-from envs.kuhn_exact import exploitability, game_value
-from envs.strategies.kuhn import STRATEGIES
-from sepo.eval.kuhn_pools import exact_pool_metrics
+from sepo.checks import UsageError
 from sepo.files import write_json_atomic
-from sepo.rollout.chat import ChatRenderer
+from sepo.generation import Prompt
+from sepo.study.organism_games import ORGANISM_GAMES, OrganismGame
 from sepo.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
     from sepo.recipes import RecipeParser
 
-GAME = "kuhn"
 PROG = "python -m sepo.study.organism"
+EXPLOIT_FIGURE = {"kuhn": "exploitability", "ipd": "e_star"}  # each game's exact exploit figure in a checkpoint
 PHASES = ("design", "pilot", "report", "all")
 
 
@@ -53,14 +54,22 @@ PHASES = ("design", "pilot", "report", "all")
 # exact evaluation of a tabular policy
 
 
-def exact_checkpoint(policy: Mapping[str, Mapping[str, float]], step: int,
-                     game_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One checkpoint's exact figures: exploitability, game value (first mover's, in self-play), J and u
-    against the fixed default pools under the evaluation λ, and the policy itself."""
-    metrics = exact_pool_metrics(policy, make_game(GAME, **dict(game_params or {})))
-    return {"step": step, "exploitability": exploitability(policy), "game_value": game_value(policy, policy),
-            "J": metrics.safety, "u": metrics.u, "u_train": metrics.payoff,
-            "policy": {info: dict(row) for info, row in policy.items()}}
+def organism_game(recipe: Mapping[str, Any]) -> OrganismGame:
+    """The recipe's game (`game:`, Kuhn when absent, as the first organism's recipe was written)."""
+    name = recipe.get("game", "kuhn")
+    if name not in ORGANISM_GAMES:
+        raise ValueError(f"game {name!r} has no organism; choose one of {', '.join(ORGANISM_GAMES)}")
+    return ORGANISM_GAMES[name]
+
+
+def game_params(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe's parameters of its game (the train keys' `game_params`)."""
+    return dict(recipe["train"]["game_params"][organism_game(recipe).name])
+
+
+def exact_checkpoint(recipe: Mapping[str, Any], policy: Mapping[str, Any], step: int) -> dict[str, Any]:
+    """One checkpoint's exact figures (`sepo.study.organism_games`), with its step."""
+    return {"step": step, **organism_game(recipe).checkpoint(policy, game_params(recipe))}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -72,7 +81,11 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
     recipe = yaml.safe_load(Path(path).read_text())
     for key in ("output_dir", "model", "warm_start", "train", "arms", "pilot", "report"):
         if key not in recipe:
-            raise SystemExit(f"organism recipe {path}: missing key {key!r}")
+            raise UsageError(f"organism recipe {path}: missing key {key!r}")
+    try:
+        organism_game(recipe)
+    except ValueError as exc:
+        raise UsageError(f"organism recipe {path}: {exc}") from None
     return recipe
 
 
@@ -126,20 +139,16 @@ def build_model(out: Path, seed: int) -> Path:
     return out
 
 
-def warm_start_rows(table: Mapping[str, Mapping[str, float]], rows_per_infoset: int,
-                    game_params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Answer-only SFT rows: at each information set's training prompt, the demonstrator's actions in the
-    proportions of its table (`rows_per_infoset` rows, largest remainders), the answer alone."""
-    # deferred: sepo.eval.kuhn loads numpy, whose BLAS reads OMP_NUM_THREADS once, when it loads (a worker sets
-    # it in `_run_job` first); sepo.sft.data imports transformers (seconds)
-    from sepo.eval.kuhn import infoset_messages
+def warm_start_rows(recipe: Mapping[str, Any], table: Mapping[str, Any], rows_per_state: int) -> list[dict[str, Any]]:
+    """Answer-only SFT rows: at each scored state's training prompt, the demonstrator's actions in the
+    proportions of its table (`rows_per_state` rows, largest remainders), the answer alone."""
+    # deferred: sepo.sft.data imports transformers (seconds)
     from sepo.sft.data import CHAT_TEMPLATE_KWARGS
 
+    game = organism_game(recipe)
     rows = []
-    for info in INFO_STATES:
-        counts = _apportion(table[info], rows_per_infoset)
-        messages = infoset_messages(info, game_params)
-        for action, n in counts.items():
+    for key, messages, _ in game.states(game_params(recipe)):
+        for action, n in _apportion(game.action_probs(table, key), rows_per_state).items():
             rows += [{"prompt": messages, "completion": [{"role": "assistant", "content": action}],
                       "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS)}] * n
     return rows
@@ -153,19 +162,23 @@ def _apportion(row: Mapping[str, float], n: int) -> dict[str, int]:
     return base
 
 
-def demonstrator_table(weights: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """The behavioural mix sum_k w_k * table_k of scripted Kuhn strategies (weights summing to 1), per info set."""
-    if abs(sum(weights.values()) - 1.0) > 1e-9:
-        raise ValueError(f"demonstrator weights must sum to 1, got {dict(weights)}")
-    tables = {name: STRATEGIES[name]().table for name in weights}
-    first = next(iter(tables.values()))
-    return {info: {a: sum(w * tables[n][info][a] for n, w in weights.items()) for a in first[info]} for info in first}
+def warm_start_seeds(recipe: Mapping[str, Any]) -> list[int]:
+    """The model initialisation seeds of the warm starts (`model.seeds`, or the one `model.seed`)."""
+    model = recipe["model"]
+    return [int(x) for x in model.get("seeds", [model.get("seed", 0)])]
 
 
-def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
-    """Answer-only SFT of the organism on the demonstrator (the project's SFT stage, full fine-tuning, every row
-    in each batch); the merged checkpoint under root/warm_start/merged (reused when present)."""
-    merged = root / "warm_start" / "merged"
+def warm_start_dir(root: Path, index: int) -> Path:
+    """Warm start k's directory (the first keeps the first organism's layout, root/warm_start)."""
+    return root / ("warm_start" if index == 0 else f"warm_start_{index}")
+
+
+def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
+    """Answer-only SFT of the organism, initialised with warm-start seed `index` (`warm_start_seeds`), on the
+    demonstrator (the project's SFT stage, full fine-tuning, every row in each batch); the merged checkpoint
+    under `warm_start_dir(root, index)`/merged (reused when present)."""
+    out = warm_start_dir(root, index)
+    merged = out / "merged"
     if (merged / "config.json").exists():
         return merged
     # deferred: datasets and sepo.sft.train (trl, peft, torch) take seconds to import, and a rerun whose warm
@@ -174,18 +187,18 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
 
     from sepo.sft.train import SEPOSFTConfig, run_sft
 
-    ws = recipe["warm_start"]
-    model = build_model(root / "init", int(recipe["model"]["seed"]))
-    table = demonstrator_table(ws["demonstrator"])
-    rows = warm_start_rows(table, int(ws["rows_per_infoset"]), recipe["train"]["game_params"][GAME])
-    data = root / "warm_start" / "data"
+    ws, seed = recipe["warm_start"], warm_start_seeds(recipe)[index]
+    model = build_model(root / ("init" if index == 0 else f"init_{index}"), seed)
+    table = organism_game(recipe).demonstrator(ws["demonstrator"], game_params(recipe))
+    rows = warm_start_rows(recipe, table, int(ws.get("rows_per_state", ws.get("rows_per_infoset"))))
+    data = out / "data"
     DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(data))
     return run_sft(SEPOSFTConfig(
-        output_dir=str(root / "warm_start"), model_name_or_path=str(model), dataset_path=str(data),
+        output_dir=str(out), model_name_or_path=str(model), dataset_path=str(data),
         use_peft=False, max_steps=int(ws["steps"]), per_device_train_batch_size=len(rows),
         learning_rate=float(ws["learning_rate"]), lr_scheduler_type="constant", warmup_steps=0,
         save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
-        gradient_checkpointing=False, seed=int(recipe["model"]["seed"]), disable_tqdm=True, logging_steps=10,
+        gradient_checkpointing=False, seed=seed, disable_tqdm=True, logging_steps=10,
     ))
 
 
@@ -194,47 +207,67 @@ def warm_start(recipe: Mapping[str, Any], root: Path) -> Path:
 
 
 def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str) -> dict[str, Any]:
-    """Train one (arm, seed) from the warm start `start` and evaluate it exactly every `eval_every` steps
-    (step 0 included); written to `out` (atomic) when finished, and returned."""
+    """Train one (arm, seed) from the warm start `start` through `sepo.grpo.train.train` and evaluate it exactly
+    every `eval_every` steps (step 0 included); written to `out` (atomic) when finished, and returned.
+
+    The run's directory is `out`'s sibling `.work_<name>/`: checkpoints every `eval_every` steps (the last one
+    kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
+    and keeps the exact checkpoints up to it (the later ones are evaluated again)."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import TrainerCallback
 
     from sepo.backends.hf import HFBackend
-    from sepo.eval.kuhn import scored_policy
+    from sepo.files import last_complete_checkpoint, write_jsonl_atomic
     from sepo.grpo.config import SEPOConfig
-    from sepo.grpo.trainer import SEPOTrainer
+    from sepo.grpo.train import check_pool_mix, train
+    from sepo.lora import SEPOModelConfig
     from sepo.recipes import RecipeParser
+    from sepo.rollout.chat import ChatRenderer
 
-    torch.set_num_threads(1)
-    keys = arm_config(recipe, arm, seed, steps, str(out.parent / f".work_{out.stem}"))
-    parser = RecipeParser([SEPOConfig], prog=f"kuhn organism, arm {arm}")  # typed, as sepo train reads a recipe
-    parser.apply(keys, source=f"arm {arm!r}")
-    (args,) = parser.parse([])
-    tokenizer = AutoTokenizer.from_pretrained(start, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(start)
-    every, params = int(recipe["eval_every"]), args.game_params.get(GAME)
-    checkpoints: list[dict[str, Any]] = []
+    work = out.parent / f".work_{out.stem}"
+    every, game = int(recipe["eval_every"]), organism_game(recipe)
+    keys = {**arm_config(recipe, arm, seed, steps, str(work)), "save_strategy": "steps", "save_steps": every,
+            "save_total_limit": 1, "resume_from_checkpoint": "true", "model_name_or_path": start,
+            "use_peft": False}
+    parser = RecipeParser([SEPOConfig, SEPOModelConfig], prog=f"{game.name} organism, arm {arm}")
+    parser.apply(keys, source=f"arm {arm!r}")  # typed, as sepo train reads a recipe
+    args, model_args = parser.parse([])
+    check_pool_mix(args)
+    params = game_params(recipe)
+    exact_file = work / "exact.jsonl"
+    resumed = last_complete_checkpoint(work)
+    resume_step = int(Path(resumed).name.split("-")[-1]) if resumed else -1
+    kept = [json.loads(line) for line in exact_file.read_text().splitlines()] if exact_file.exists() else []
+    checkpoints = [c for c in kept if c["step"] <= resume_step]
 
-    def evaluate(trainer_model: Any, step: int) -> None:
-        backend = HFBackend.from_trainer_model(trainer_model, tokenizer)
-        policy = scored_policy(backend, ChatRenderer(tokenizer), params, args.seat)
-        checkpoints.append(exact_checkpoint(policy, step, params))
+    def evaluate(model: Any, tokenizer: Any, step: int) -> None:
+        backend = HFBackend.from_trainer_model(model, tokenizer)
+        renderer = ChatRenderer(tokenizer)
+        states = game.states(params)
+        prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for _, m, _ in states]
+        masses = [sum(row) for row in backend.choice_masses(prompts, [acts for _, _, acts in states])]
+        record = exact_checkpoint(recipe, game.measure(backend, renderer, params, args.seat), step)
+        checkpoints.append({**record, "canonical_mass": min(masses),
+                            "canonical_mass_mean": sum(masses) / len(masses)})
+        write_jsonl_atomic(exact_file, checkpoints)
 
     class Exact(TrainerCallback):
-        def on_step_end(self, a, state, control, model=None, **kw):
+        def on_train_begin(self, a, state, control, model=None, processing_class=None, **kw):
+            if not checkpoints:
+                evaluate(model, processing_class, 0)
+
+        def on_step_end(self, a, state, control, model=None, processing_class=None, **kw):
             if state.global_step % every == 0 or state.global_step == steps:
-                evaluate(model, state.global_step)
+                evaluate(model, processing_class, state.global_step)
 
     t0 = time.perf_counter()
-    evaluate(model, 0)
-    trainer = SEPOTrainer(model=model, args=args, processing_class=tokenizer, callbacks=[Exact()])
-    trainer.train()
+    trainer = train(args, model_args, callbacks=[Exact()])
     seconds = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "loss" in h]
     result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "wall_s": seconds,
-              "seconds_per_step": seconds / steps, "checkpoints": checkpoints,
+              "seconds_per_step": seconds / max(1, steps - max(0, resume_step)),
+              "resumed_from_step": max(0, resume_step), "checkpoints": checkpoints,
               "adaptive": [{k: h[k] for k in h if k.startswith("sepo/adaptive/") or k == "step"} for h in history
                            if "sepo/adaptive/exploitability" in h]}
     write_json_atomic(out, result)
@@ -245,7 +278,7 @@ def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, 
     recipe, arm, seed, steps, out, start = job
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result = run_one(recipe, arm, seed, steps, Path(out), start)
-    final = result["checkpoints"][-1]["exploitability"]
+    final = result["checkpoints"][-1][EXPLOIT_FIGURE[organism_game(recipe).name]]
     return arm, seed, final
 
 
@@ -274,8 +307,16 @@ def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tupl
     return jobs
 
 
-def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, start: Path, w: float | None) -> list[tuple]:
-    """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished."""
+def run_name(warm_start_index: int, seed: int) -> str:
+    """The file stem of a run: seed_<s> from the first warm start (the first organism's layout), ws<k>_seed_<s>
+    from warm start k > 0."""
+    return f"seed_{seed}" if warm_start_index == 0 else f"ws{warm_start_index}_seed_{seed}"
+
+
+def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequence[Path],
+               w: float | None) -> list[tuple]:
+    """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished: every arm x seed from
+    every warm start in `starts` (the phase's `warm_starts`, a count, limits them: the pilot may use fewer)."""
     spec = recipe[phase]
     jobs = []
     for arm_spec in spec["arms"]:
@@ -283,25 +324,30 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, start: Path, w
                 else [arm_spec.format(w=_w(w)) if "{w}" in arm_spec else arm_spec])
         for arm in arms:
             steps = int(spec["steps"].get(arm_spec, spec["steps"].get("default")))
-            for seed in spec["seeds"]:
-                out = root / "runs" / phase / arm / f"seed_{seed}.json"
-                if not out.exists():
-                    jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
+            for k, start in enumerate(starts[: int(spec.get("warm_starts", len(starts)))]):
+                for seed in spec["seeds"]:
+                    out = root / "runs" / phase / arm / f"{run_name(k, int(seed))}.json"
+                    if not out.exists():
+                        jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
     return jobs
 
 
-def finished(root: Path, phase: str) -> dict[str, dict[int, dict[str, Any]]]:
-    """{run name: {seed: run}} of a phase's finished runs; the name is the arm (the design variant in the design
-    phase), as its directory says."""
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    for path in sorted((root / "runs" / phase).glob("*/seed_*.json")):
+def finished(root: Path, phase: str) -> dict[str, dict[int | str, dict[str, Any]]]:
+    """{run name: {run: run record}} of a phase's finished runs; the name is the arm (the design variant in the
+    design phase), as its directory says; a run is keyed by its seed (first warm start) or its file stem."""
+    out: dict[str, dict[int | str, dict[str, Any]]] = {}
+    for path in sorted((root / "runs" / phase).glob("*/*seed_*.json")):
         run = json.loads(path.read_text())
-        out.setdefault(path.parent.name, {})[int(run["seed"])] = run
+        key = int(run["seed"]) if path.stem == f"seed_{run['seed']}" else path.stem
+        out.setdefault(path.parent.name, {})[key] = run
     return out
 
 
-def choose_w(recipe: Mapping[str, Any], root: Path) -> float:
-    """The recipe's rule, fixed in advance: the w whose pilot runs end at the lowest mean exploitability."""
+def choose_w(recipe: Mapping[str, Any], root: Path) -> float | None:
+    """The recipe's rule, fixed in advance: the w whose pilot runs end at the lowest mean exploitability (None
+    when no pilot arm has a weight to choose)."""
+    if not any("{w}" in a for a in recipe["pilot"]["arms"]):
+        return None
     runs = finished(root, "pilot")
     template = next(a for a in recipe["pilot"]["arms"] if "{w}" in a)
     means = {}
@@ -322,7 +368,7 @@ def run_jobs(jobs: Sequence[tuple], workers: int) -> None:
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for done, (arm, seed, final) in enumerate(pool.map(_run_job, jobs), 1):
-            print(f"[{time.perf_counter() - t0:7.0f} s] {done}/{len(jobs)} {arm} seed {seed}: final exploitability "
+            print(f"[{time.perf_counter() - t0:7.0f} s] {done}/{len(jobs)} {arm} seed {seed}: final exploit figure "
                   f"{final:.4f}", flush=True)
 
 
@@ -350,16 +396,17 @@ def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
-    start = warm_start(recipe, root)
-    print(f"warm start: {start}", flush=True)
+    starts = [warm_start(recipe, root, k) for k in range(len(warm_start_seeds(recipe)))]
+    print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
-        run_jobs(design_jobs(recipe, root, start), ns.workers)
+        run_jobs(design_jobs(recipe, root, starts[0]), ns.workers)
     if ns.phase in ("pilot", "all"):
-        run_jobs(phase_jobs(recipe, "pilot", root, start, None), ns.workers)
+        run_jobs(phase_jobs(recipe, "pilot", root, starts, None), ns.workers)
     if ns.phase in ("report", "all"):
         w = choose_w(recipe, root)
-        print(f"chosen w = {w:g} ({recipe['pilot']['rule']})", flush=True)
-        run_jobs(phase_jobs(recipe, "report", root, start, w), ns.workers)
+        if w is not None:
+            print(f"chosen w = {w:g} ({recipe['pilot']['rule']})", flush=True)
+        run_jobs(phase_jobs(recipe, "report", root, starts, w), ns.workers)
     return 0
 
 

@@ -30,12 +30,13 @@ from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.objective import resolve_lambdas
 from sepo.recipes import RecipeParser
-from sepo.study.organism import GAME, finished, load_recipe
+from sepo.study.organism import finished, load_recipe
 from sepo.subcommands import report_usage_errors
 
 METRICS = ("exploitability", "game_value", "J", "u_train")
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
+GAME = "kuhn"  # this report is the Kuhn organism's (the IPD organism's is sepo.study.ipd_report)
 
 
 def intervals(seeds: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
