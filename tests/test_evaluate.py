@@ -215,3 +215,27 @@ def test_names_are_split_the_same_from_a_string_or_a_list():
     a = EvalConfig(models="default", games="ipd,kuhn", pools="exploit")
     b = EvalConfig(models=["default"], games=["ipd", "kuhn"], pools=["exploit"])
     assert (a.models, a.games, a.pools) == (b.models, b.games, b.pools) == (["default"], ["ipd", "kuhn"], ["exploit"])
+
+
+def test_eval_reports_the_exact_e_star_of_a_compact_ipd_policy(tiny_model_dir, tmp_path):
+    """Compact-prompt IPD: `sepo eval` scores the answer-only policy at every joint history (21 at 3 rounds) and
+    reports its e*; the figure is the backward induction's on the stored table, and the stored table is the
+    model's scored policy (recomputed here through the backend)."""
+    from envs.ipd_exact import exploitability as e_star
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.ipd import scored_policy
+    from sepo.rollout.chat import ChatRenderer
+
+    params = {"num_rounds": 3, "prompt_style": "compact"}
+    out = tmp_path / "eval"
+    run_eval(_cfg(tiny_model_dir, out, game_params={"ipd": params}, episodes_per_opponent=1))
+    exact = json.loads((out / "results.json").read_text())["results"]["Tiny"]["ipd"]["ipd_exact"]
+    assert len(exact["policy"]) == 1 + 4 + 16
+    assert exact["e_star"] == pytest.approx(e_star(exact["policy"], 3), abs=1e-12)
+    backend = HFBackend.from_model(str(tiny_model_dir), device="cpu")
+    again = scored_policy(backend, ChatRenderer(backend.tokenizer), params)
+    assert again == pytest.approx(exact["policy"], abs=1e-9)
+    assert f"| Tiny | {exact['e_star']:.3f} |" in (out / "results.md").read_text()
+    # the chat prompt's joint histories are not scored (the phase is for the compact prompt)
+    run_eval(_cfg(tiny_model_dir, tmp_path / "chat", episodes_per_opponent=1))
+    assert "ipd_exact" not in json.loads((tmp_path / "chat" / "results.json").read_text())["results"]["Tiny"]["ipd"]

@@ -75,6 +75,8 @@ class EvalConfig:
     use_eval_lambdas: bool = field(default=True, metadata={"help": "the game's evaluation λ where it has them"})
     kuhn_exact: bool = field(default=True, metadata={"help": "measure the Kuhn policy and its exploitability"})
     kuhn_rationale_samples: int = field(default=4, metadata={"help": "sampled rationales per info set, >= 1"})
+    ipd_exact: bool = field(default=True, metadata={"help": "IPD with the compact prompt: score the answer-only "
+                                                            "policy at every joint history and report its exact e*"})
     bootstrap_resamples: int = field(default=1000, metadata={"help": "bootstrap resamples per interval"})
     confidence: float = field(default=0.95, metadata={"help": "confidence level of every interval, in (0, 1)"})
     save_transcripts: bool = field(default=False, metadata={"help": "every episode to transcripts/*.jsonl"})

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import envs
+from envs.ipd_exact import Payoffs
+from envs.ipd_exact import exploitability as ipd_exploitability
 from envs.sandbox import SandboxConfig
 from envs.sandbox.rng import persist_run_rng_key
 from sepo.backends import make_backend
@@ -41,6 +43,8 @@ from sepo.eval.answer_format import answer_format
 from sepo.eval.checkpoints import checkpoint_models, write_checkpoint_report
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
+from sepo.eval.ipd import MAX_ROUNDS as IPD_MAX_ROUNDS
+from sepo.eval.ipd import scored_policy as ipd_scored_policy
 from sepo.eval.kuhn import exact_summary, prompt_note, score_samples
 from sepo.eval.metrics import summarize
 from sepo.eval.report import Results, markdown, plot
@@ -117,7 +121,40 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
     }
     if game_name == "kuhn" and cfg.kuhn_exact:
         result.update(_kuhn_exact(label, stamp, cfg, live, done + 1, total))
+    if _ipd_exact_applies(game_name, cfg):
+        result.update(_ipd_exact(label, stamp, cfg, live, done + 1, total))
     return result, rows_by_unit
+
+
+def _ipd_exact_applies(game: str, cfg: EvalConfig) -> bool:
+    """The IPD exact phase runs for compact-prompt IPD (the prompt a short function of the joint history) with
+    few enough rounds to score every joint history (`sepo.grpo.adaptive.IPD_MAX_ROUNDS`)."""
+    if game != "ipd" or not cfg.ipd_exact:
+        return False
+    ipd = envs.make_game("ipd", **cfg.game_params.get("ipd", {}))
+    return ipd.prompt_style == "compact" and ipd.num_rounds <= IPD_MAX_ROUNDS
+
+
+def _ipd_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
+               total: int) -> dict[str, Any]:
+    """The answer-only policy at every joint history (teacher-forced, `sepo.eval.ipd.scored_policy`) and its
+    exact e* (`envs.ipd_exact`), stored as one shard like the episodes."""
+    params = cfg.game_params.get("ipd", {})
+    key = fingerprint(stamp, "ipd_exact", params)
+    path = shard_path(cfg.output_dir, label, "ipd", "ipd_exact")
+    table = load_shard(path, key) if cfg.resume else None
+    if table is not None:
+        _say(f"{done}/{total} {label} ipd exact policy: stored, reused")
+    else:
+        start = time.perf_counter()
+        backend, renderer = live()
+        table = ipd_scored_policy(backend, renderer, params)
+        save_shard(path, key, table)
+        _say(f"{done}/{total} {label} ipd exact policy: {len(table)} joint histories in "
+             f"{time.perf_counter() - start:.1f} s")
+    game = envs.make_game("ipd", **params)
+    return {"ipd_exact": {"e_star": ipd_exploitability(table, game.num_rounds, Payoffs.of(game)),
+                          "policy": table}}
 
 
 def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
@@ -149,7 +186,7 @@ def eval_pools(game: str, cfg: EvalConfig) -> Pools:
 def _units_per_game(cfg: EvalConfig, pools: Mapping[str, Pools]) -> dict[str, int]:
     """How many stored pieces (opponents, plus Kuhn's exact phase) one model has per game."""
     return {game: len(units(game, pools[game], cfg.pools))
-            + int(game == "kuhn" and cfg.kuhn_exact) for game in cfg.games}
+            + int(game == "kuhn" and cfg.kuhn_exact) + int(_ipd_exact_applies(game, cfg)) for game in cfg.games}
 
 
 def model_specs(cfg: EvalConfig) -> list[tuple[str, str]]:

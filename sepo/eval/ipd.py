@@ -31,6 +31,8 @@ from sepo.generation import Prompt
 from sepo.objective import EpisodeTerms, Metrics, aggregate, resolve_lambdas, scale
 from sepo.pools import POOL_NAMES, Pools, load_pools
 
+MAX_ROUNDS = 6  # 1 + 4 + ... + 4^5 = 1,365 scored prompts: the most rounds the exact phase and exploiter take
+
 
 def _game(game_params: Mapping[str, Any] | None):
     return make_game("ipd", **dict(game_params or {}))

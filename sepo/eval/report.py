@@ -73,6 +73,12 @@ def markdown(results: Results, method: str) -> str:
             cells = [cell(r["metrics"].get(m), m in SIGNED) for _, m in COLUMNS]
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += ["", *_ending_table(rows), ""]
+        exact = [(label, r["ipd_exact"]["e_star"]) for label, r in rows if "ipd_exact" in r]
+        if exact:
+            lines += ["| Model | e* (exact, answer-only policy) |", "|---|---|",
+                      *(f"| {label} | {e:.3f} |" for label, e in exact),
+                      "", "e*: the best opponent's mean per-round advantage over the model's policy, scored at "
+                      "every joint history (always-cooperate 5, tit-for-tat 1.25 at 4 rounds, always-defect 0).", ""]
         if game == "kuhn":
             headers = ["Model", *(h for h, _ in CARD_COLUMNS), "Exploitability"]
             lines += ["| " + " | ".join(headers) + " |", "|---" * len(headers) + "|"]

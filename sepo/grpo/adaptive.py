@@ -35,10 +35,10 @@ from envs.kuhn_exact import best_response, exploitability, game_value
 from envs.strategies.kuhn import PlaysTable
 from sepo.eval import ipd as ipd_eval
 from sepo.eval import kuhn as kuhn_eval
+from sepo.eval.ipd import MAX_ROUNDS as IPD_MAX_ROUNDS
 from sepo.pools import PoolMember, Pools
 
 ADAPTIVE_NAME = "best_response_to_current"
-IPD_MAX_ROUNDS = 6  # 1 + 4 + ... + 4^5 = 1,365 scored prompts per refresh
 
 Table = dict[str, Any]
 

@@ -1,0 +1,47 @@
+"""The IPD organism report's bookkeeping: run keys, the Markov summary, the tit-for-tat test, paired differences
+and the exact frontier (synthetic runs; the study itself is `make figures-ipd-organism`)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from envs.ipd_exact import full_keys, markov_keys
+from sepo.study.ipd_report import frontier, markov_summary, paired, run_key, tit_for_tat_like
+from sepo.study.organism_games import ipd_checkpoint
+
+PARAMS = {"num_rounds": 3, "prompt_style": "compact"}
+
+
+def test_run_keys_name_the_warm_start_and_the_seed():
+    assert run_key(3001) == "0/3001"
+    assert run_key("ws1_seed_3001") == "1/3001"
+
+
+def test_markov_summary_averages_the_histories_ending_in_each_joint_move():
+    table = {key: 0.0 for key in full_keys(3)} | {"1|--": 0.9, "2|CD": 0.2, "3|CC.CD": 0.4, "3|DD.CD": 1.0}
+    summary = markov_summary(table)
+    assert summary["1|--"] == 0.9
+    assert summary["CD"] == pytest.approx((0.2 + 0.4 + 1.0) / 5)  # 2|CD and the four 3|xy.CD histories
+    tft = {"1|--": 1.0, "CC": 0.9, "CD": 0.1, "DC": 0.9, "DD": 0.1}
+    assert tit_for_tat_like(tft) and not tit_for_tat_like(tft | {"CD": 0.31})
+    assert not tit_for_tat_like(tft | {"1|--": 0.79})
+
+
+def test_paired_differences_use_the_runs_both_arms_have():
+    runs = {"a": {"0/1": [{"e_star": 1.0}], "0/2": [{"e_star": 2.0}], "1/1": [{"e_star": 3.0}]},
+            "b": {"0/1": [{"e_star": 0.5}], "0/2": [{"e_star": 1.0}]}}
+    d = paired(runs, "a", "b")
+    assert d["n"] == 2 and d["mean"] == pytest.approx(0.75)
+    assert paired(runs, "a", "missing") is None
+
+
+def test_the_frontier_at_w_zero_is_the_best_payoff_over_pure_markov_tables():
+    """At w = 0 the frontier maximises u_train alone: no pure Markov table does better (brute force)."""
+    point = frontier(PARAMS, weights=(0.0, 1.0))
+    keys = markov_keys(3)
+    best = max(ipd_checkpoint(dict(zip(keys, map(float, bits))), PARAMS)["u_train"]
+               for bits in itertools.product((0, 1), repeat=len(keys)))
+    assert point[0]["u_train"] >= best - 1e-12
+    assert point[1]["e_star"] <= point[0]["e_star"] + 1e-12  # a weight on e* never raises it
