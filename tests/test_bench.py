@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from device_env import device_site, prelude
 
 from benchmarks.gpu import check as gpu_check
 from benchmarks.suite import PARTS, main, results_markdown, rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _lines(path) -> list[dict]:
@@ -67,11 +74,42 @@ def _check_parts(check: dict) -> dict[str, dict]:
     return {e["part"]: e for e in check["parts"]}
 
 
-def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path, capsys):
-    """benchmarks/gpu/check.py --tiny --cpu: every part runs on a tiny model in order of value, the JSON names
-    other tools read are there, the arithmetic is right, and the results line merges into the suite's files
-    (goals are not enforced on a tiny CPU model)."""
-    assert gpu_check.main(["--tiny", "--cpu", "--out", str(tmp_path)]) == 0
+def run_check_as_on_the_device(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    """benchmarks/gpu/check.py in a fresh interpreter where every package the lent H200 lacks (wandb, vllm,
+    matplotlib, ...: tests/device_env.py) is missing, so an import the device would fail on fails here."""
+    site, _hidden = device_site(tmp / "device-site")
+    script = prelude(site, tmp / "device-site") + (
+        f"import runpy\nsys.argv = ['benchmarks/gpu/check.py', *{args!r}]\n"
+        "runpy.run_path('benchmarks/gpu/check.py', run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_the_device_site_hides_exactly_the_absent_packages(tmp_path):
+    """The packages hidden for the smoke test are the ones the device lacks, and hidden means missing: `import`
+    fails, `find_spec` (how libraries probe optional packages) answers None and the metadata does not know
+    them; the device's own packages and the carried wheels still import."""
+    site, hidden = device_site(tmp_path / "s")
+    assert {"wandb", "vllm", "matplotlib", "gguf", "openai"} <= hidden
+    assert not {"torch", "transformers", "peft", "accelerate", "trl", "datasets", "numpy", "dill"} & hidden
+    probe = prelude(site, tmp_path / "s") + (
+        "import importlib.util, importlib.metadata as md\n"
+        "assert importlib.util.find_spec('wandb') is None and importlib.util.find_spec('vllm') is None\n"
+        "assert 'wandb' not in {d.metadata['Name'] for d in md.distributions()}\n"
+        "try:\n    import wandb\nexcept ImportError:\n    pass\nelse:\n    raise SystemExit('wandb imported')\n"
+        "import torch, transformers, trl, datasets  # the device's, and the wheels make gpu-wheels carries\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path):
+    """benchmarks/gpu/check.py --tiny --cpu with only the device's packages importable: every part runs on a
+    tiny model in order of value, the JSON names other tools read are there, the arithmetic is right, and the
+    results line merges into the suite's files (goals are not enforced on a tiny CPU model)."""
+    done = run_check_as_on_the_device(["--tiny", "--cpu", "--out", str(tmp_path / "out")], tmp_path)
+    tmp_path = tmp_path / "out"
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     check = json.loads((tmp_path / "gpu_check.json").read_text())
     assert check["complete"] is True and check["goals_enforced"] is False
     assert [e["part"] for e in check["parts"]] == ["grpo_step", "rollout", "decode", "flops", "rollout_qwen3_5",
@@ -81,7 +119,7 @@ def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path, capsys):
     assert {"torch", "trl", "datasets", "transformers"} <= set(check["versions"])
     assert check["device"]["nominal_bandwidth_tb_s"] == 4.8 and check["device"]["nominal_bf16_dense_tflops"] == 989
     assert set(check["estimate_s"]) == {e["part"] for e in check["parts"]}
-    printed = capsys.readouterr().out
+    printed = done.stdout
     assert printed.index("estimate before starting") < printed.index("grpo_step (qwen3_5) ...")
     parts = _check_parts(check)
     for name in ("grpo_step", "rollout", "decode", "rollout_qwen3_5", "rollout_gemma4"):  # every generating part
