@@ -93,7 +93,8 @@ gpu-wheels:
 # The carried wheels (GPU_WHEELS, fetched for the venv's Python) go in the way the device gets them: pip
 # --no-index --no-deps --target, then PYTHONPATH. Downloads ~100 MB on first use (pyarrow, pandas, numpy and
 # transformers' needs), so it is not in `make test`: run it after changing what benchmarks/gpu/check.py (or the
-# code it runs) imports, or GPU_WHEELS, and before a device is lent. Output: .venv-gpu-sim/out/{gpu_check.json,log}.
+# code it runs) imports, or GPU_WHEELS, and before a device is lent. Output: .venv-gpu-sim/out/{gpu_check.json,log},
+# copied to benchmarks/gpu/sim/ (committed: the record that the check ran as the device would run it).
 SIM := .venv-gpu-sim
 SIM_PY ?= $(PY)
 SIM_TORCH ?= torch==2.13.0
@@ -116,6 +117,7 @@ gpu-sim:
 		--git-sha "$$(git rev-parse --short HEAD)" --out $(SIM)/out 2>&1 | tee $(SIM)/out/log
 	$(SIM)/bin/python -c 'import json; d = json.load(open("$(SIM)/out/gpu_check.json")); \
 		print("gpu-sim:", d["versions"], [(p["part"], p["status"]) for p in d["parts"]])'
+	mkdir -p benchmarks/gpu/sim && cp $(SIM)/out/gpu_check.json $(SIM)/out/log benchmarks/gpu/sim/
 
 # 10,000 generated model outputs per game through parsing and one rollout step (the test suite fuzzes a few hundred).
 fuzz: install
