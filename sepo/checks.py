@@ -59,6 +59,14 @@ def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[
     return names
 
 
+def check_recipe_file(path: str | Path) -> Path:
+    """A `--config` recipe must be a file: the one message for the quick start-up check and the full parser."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"recipe {str(path)!r}: no such file")
+    return path
+
+
 def require(ok: bool, key: str, value: Any, allowed: str) -> None:
     """Raise `<key> must be <allowed>, got <value>` unless `ok`."""
     if not ok:

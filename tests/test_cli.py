@@ -413,6 +413,12 @@ QUICK_MISTAKES = [  # (command line, the start of the message)
     (["sft", "--model_name_or_path", "no/such/dir"], "model_name_or_path 'no/such/dir': no such directory"),
     (["train", "--config", "configs/sepo/ipd_default.yaml", "--output_dir", "README.md"], "output_dir 'README.md' is a file"),
     (["tiny-model", "--ot", "x"], "unknown option --ot (did you mean '--out'?)"),
+    (["train", "--config", "no/such.yaml"], "recipe 'no/such.yaml': no such file"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", "default", "--games", "chess"],
+     "unknown game 'chess'; choose one of: ipd"),
+    (["sft", "--model_name_or_path", "docs"], "model_name_or_path 'docs' is a directory but not a model"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", "docs"],
+     "model_name_or_path 'docs' is a directory but not a model"),
 ]  # fmt: skip
 
 
