@@ -31,7 +31,9 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     else the closest by spelling; '' when none is close."""
     options = list(options)
     match = sorted((o for o in options if o.startswith(word) and o != word), key=len)[:1]
-    match = match or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if not match:  # spelling compared without an option's leading dashes, which every option shares
+        bare = {o.lstrip("-"): o for o in options}
+        match = [bare[m] for m in difflib.get_close_matches(word.lstrip("-"), list(bare), n=1, cutoff=0.6)]
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 

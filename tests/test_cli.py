@@ -655,3 +655,17 @@ def test_study_config_is_its_recipe_not_a_recipe_of_its_flags(capsys):
     (ns,) = parser().parse(["--config", "configs/study/ipd_default.yaml", "--arms", "shared"])
     assert (ns.config, ns.arms, ns.report_only) == ("configs/study/ipd_default.yaml", "shared", False)
     assert "the following arguments are required: --config" in error_of(capsys, sepo(["study"]))
+
+
+def test_an_unrelated_flag_gets_no_suggestion(capsys):
+    """The shared leading dashes do not make two options alike: `--no_such_key` is not `--rng_key`."""
+    err = error_of(capsys, sepo(["train", "--config", "configs/sepo/ipd_default.yaml", "--no_such_key", "1"]))
+    assert err.strip() == "sepo train: error: unknown option --no_such_key; `sepo train --help` lists the options"
+
+
+def test_tiny_model_help_says_what_it_makes_in_whole(capsys):
+    with pytest.raises(SystemExit):
+        sepo(["tiny-model", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a tiny random-weight model for a smoke test of a setup (every stage runs on it in seconds; its play " \
+           "is noise)" in text  # fmt: skip
