@@ -21,9 +21,11 @@ TRAIN_RECIPE = str(REPO / "configs" / "sepo" / "ipd_default.yaml")
 
 
 def not_a_model(tmp_path: Path) -> str:
-    """An existing empty directory: it passes the model-path check, and a command that got past its other
-    checks fails at once loading it (instead of loading a real model)."""
+    """A directory with an empty config.json: it passes the model-path check (a directory without one is
+    refused there), and a command that got past its other checks fails at once loading it (instead of
+    loading a real model)."""
     (tmp_path / "empty_model").mkdir(exist_ok=True)
+    (tmp_path / "empty_model" / "config.json").write_text("{}")
     return str(tmp_path / "empty_model")
 
 
