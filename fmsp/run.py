@@ -40,10 +40,15 @@ from sepo.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
 
 OUTCOMES = ("add", "replace", "reject", "unit_test_failed", "eval_error", "fm_error")  # order of the summary line
+FAILED_OUTCOMES = ("unit_test_failed", "eval_error", "fm_error")  # no policy was generated and evaluated
 
 
 class FMUnavailable(RuntimeError):
     """`max_consecutive_fm_errors` iterations in a row failed for an FM error: the run stopped, resumable."""
+
+
+class RunFailed(RuntimeError):
+    """Every iteration of the run failed (FM, unit-test or evaluation errors): no policy was generated."""
 
 
 def check_api_keys(config: FMSPConfig, fm: bool = True, embedder: bool = True) -> None:
@@ -190,6 +195,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     wandb_run = _init_wandb(config, run_dir) if config.report_to == "wandb" else None
     progress = _progress(config, completed)
     outcomes = Counter(json.loads(line)["outcome"] for line in kept)
+    last_attempts = json.loads(kept[-1])["attempts"] if kept else []
     limit, streak = config.max_consecutive_fm_errors, []  # streak: the uncommitted fm_error iterations
     committed = completed
     for iteration in range(completed + 1, config.iterations + 1):
@@ -197,6 +203,7 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         with open(records_path, "a") as fh:
             fh.write(json.dumps(asdict(record), default=str) + "\n")
         outcomes[record.outcome] += 1
+        last_attempts = record.attempts
         streak = [*streak, record] if record.outcome == "fm_error" and limit else []
         if not streak:
             _save_state(run_dir, iteration, rng, fm, search.counters)
@@ -216,9 +223,15 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     if progress is not None:
         progress.close()
     stopped = _stop_message(config, fm, streak) if streak else None
+    failed = None
+    if not stopped and outcomes and set(_ordered(outcomes)) <= set(FAILED_OUTCOMES):
+        errors = [" ".join(str(a["error"]).split()) for a in last_attempts if a.get("error")]
+        failed = (f"every iteration failed, no policy was generated ({outcome_line(outcomes)}); last error: "
+                  f"{errors[-1][:400] if errors else 'unknown'} -- iterations.jsonl has each one")
     summary = {
         "run_dir": str(run_dir), "variant": config.variant, "domain": domain.name,
-        "status": "stopped" if stopped else "finished", "stopped_because": stopped,
+        "status": "stopped" if stopped else "failed" if failed else "finished", "stopped_because": stopped,
+        "failed_because": failed,
         "completed_iterations": committed, "outcomes": {o: outcomes[o] for o in _ordered(outcomes)},
         "archive_sizes": {s: len(a) for s, a in archives.items()},
         "archive_totals": {s: len(a.entries) for s, a in archives.items()}, "counters": asdict(search.counters),
@@ -231,6 +244,8 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
     print(f"fmsp run: {outcome_line(outcomes)} ({run_dir})", file=sys.stderr)
     if stopped:
         raise FMUnavailable(stopped)
+    if failed:
+        raise RunFailed(failed)
     return summary
 
 
@@ -272,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(config)
     except SandboxUnavailable as exc:  # a missing OS layer: the message says what to install
         raise UsageError(str(exc)) from exc
-    except FMUnavailable as exc:  # not a usage mistake: a failure, exit 1 (the line says how to resume)
+    except (FMUnavailable, RunFailed) as exc:  # not a usage mistake: a failure, exit 1 (the line says why)
         print(f"fmsp run: error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=2))

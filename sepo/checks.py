@@ -31,7 +31,9 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     else the closest by spelling; '' when none is close."""
     options = list(options)
     match = sorted((o for o in options if o.startswith(word) and o != word), key=len)[:1]
-    match = match or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if not match:  # spelling compared without an option's leading dashes, which every option shares
+        bare = {o.lstrip("-"): o for o in options}
+        match = [bare[m] for m in difflib.get_close_matches(word.lstrip("-"), list(bare), n=1, cutoff=0.6)]
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
@@ -57,6 +59,14 @@ def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[
     for name in names:
         check_choice(kind, name, valid)
     return names
+
+
+def check_recipe_file(path: str | Path) -> Path:
+    """A `--config` recipe must be a file: the one message for the quick start-up check and the full parser."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"recipe {str(path)!r}: no such file")
+    return path
 
 
 def require(ok: bool, key: str, value: Any, allowed: str) -> None:

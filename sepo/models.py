@@ -92,9 +92,14 @@ def adapter_base_model(path: str | Path) -> str | None:
 def check_model(key: str, name_or_path: str) -> None:
     """A model name must be `default`, an existing checkpoint directory, or shaped like a hub id; otherwise a
     UsageError says the directory is missing (instead of the hub's "Repo id must be in the form ...")."""
-    if name_or_path.lower() in DEFAULT_ALIASES or Path(name_or_path).is_dir():
+    if name_or_path.lower() in DEFAULT_ALIASES:
         return
     path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not any((path / name).is_file() for name in ("config.json", "adapter_config.json")):
+            raise UsageError(f"{key} {name_or_path!r} is a directory but not a model (no config.json, nor a LoRA "
+                             "adapter's adapter_config.json); give a checkpoint directory, a hub id or `default`")
+        return
     if path.is_file():
         raise UsageError(f"{key} {name_or_path!r} is a file; give a checkpoint directory, a hub id or `default`")
     first = Path(name_or_path.split("/")[0])

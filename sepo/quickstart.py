@@ -8,9 +8,10 @@
 Each stage is the same command a user would type, run in-process with the recipe in configs/quickstart/.
 Stage 4 checks what the warm start is for, the answer format: the share of the SFT model's decisions that
 parse strictly (no fallback), on at least FORMAT_DECISIONS decisions from seeds the table does not use.
-`--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/. The table,
-the format check and the stage timings are recorded in benchmarks/quickstart/<scale>/ (RESULTS.md,
-results.json), the files the README quotes (`--record ''` skips that).
+`--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/ (`--out`), so
+a run leaves the checkout clean. `--record DIR` also records the table, the format check and the stage timings
+in DIR (RESULTS.md, results.json): `make figures-quickstart` records in benchmarks/quickstart/full/, the files
+the README quotes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from sepo.recipes import RecipeParser
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "configs" / "quickstart"
-RECORDS = REPO / "benchmarks" / "quickstart"
 
 # Per-scale overrides of the committed recipes (full = the recipes as they are). "format" is added to "eval"'s
 # for stage 4: a seed the table (seed 0) does not use, and enough episodes for FORMAT_DECISIONS decisions.
@@ -69,7 +69,8 @@ class QuickstartConfig:
     out: str = field(default="runs/quickstart", metadata={"help": "output root"})
     record: str | None = field(
         default=None,
-        metadata={"help": "where to record the table and timings (default benchmarks/quickstart/<scale>; '' = not)"})
+        metadata={"help": "also record the table and timings in this directory (the README's: "
+                          "benchmarks/quickstart/<scale>); default: not recorded"})
 
     def __post_init__(self) -> None:
         check_choice("scale", self.scale, sorted(SCALES))  # a recipe's value (argparse checks the flag's)
@@ -79,6 +80,11 @@ class QuickstartConfig:
 def parser() -> RecipeParser:
     """The command line of `sepo quickstart`."""
     return RecipeParser((QuickstartConfig,), prog="sepo quickstart", description=__doc__.split("\n\n")[0])
+
+
+def record_dir(args: QuickstartConfig) -> Path | None:
+    """Where the run is recorded: only where `--record` says (a user's run writes under `--out` alone)."""
+    return Path(args.record) if args.record else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0:
         print(f"stage 4 done in {seconds['format']:.0f} s: {format_line(answer_format_of(out / 'format'))}")
     print(f"\nquick start finished in {seconds['total'] / 60:.1f} min; table and plots in {out / 'eval'}")
-    record = RECORDS / args.scale if args.record is None else (Path(args.record) if args.record else None)
+    record = record_dir(args)
     if code == 0 and record is not None:
-        command = "sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "")
+        command = "sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "") + f" --record {record}"
         write_quickstart_record(record, command, out, seconds, load_before)
         print(f"recorded in {record}/RESULTS.md and results.json")
     return code

@@ -28,7 +28,8 @@ from pathlib import Path
 import yaml
 
 import sepo.checks
-from sepo.checks import UsageError, check_output_dir, did_you_mean
+from envs import GAMES
+from sepo.checks import UsageError, check_names, check_output_dir, check_recipe_file, did_you_mean
 from sepo.models import check_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -305,13 +306,16 @@ def _check_values(command: str, values: dict[str, object]) -> None:
         check_output_dir("output_dir", values["output_dir"])
     if isinstance(values.get("model_name_or_path"), str):
         check_model("model_name_or_path", values["model_name_or_path"])
+    if command == "train" and values.get("games") is not None:  # SEPOConfig checks them so, once trl is loaded
+        games = values["games"]
+        check_names("game", games if isinstance(games, list) else [games], GAMES)
 
 
 def _check_recipe(path: str, keys: set[str]) -> dict[str, object]:
     """A recipe's values, once every key of it is known."""
-    read = _recipe_node(path)
+    read = _recipe_node(str(check_recipe_file(path)))
     if read is None:
-        return {}  # a missing file or bad YAML: the full parser says where
+        return {}  # bad YAML: the full parser says where
     node, text = read
     data = yaml.safe_load(text)
     if not isinstance(data, dict):

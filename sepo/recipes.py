@@ -38,7 +38,7 @@ import yaml
 from transformers.hf_argparser import HfArgumentParser, string_to_bool
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
-from sepo.checks import UsageError, did_you_mean
+from sepo.checks import UsageError, check_recipe_file, did_you_mean
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
 UNDOCUMENTED = "(no description yet)"
@@ -125,9 +125,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 def read_recipe(path: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
     """A recipe's flat mapping and the line of each key; YAML mistakes name the file, line and column."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"recipe {str(path)!r}: no such file")
+    path = check_recipe_file(path)
     text = path.read_text()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

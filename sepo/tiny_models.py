@@ -203,8 +203,8 @@ class TinyModelConfig:
 
 def parser() -> RecipeParser:
     """The command line of `sepo tiny-model`."""
-    return RecipeParser((TinyModelConfig,), prog="sepo tiny-model",
-                        description=(main.__doc__ or "").split("\n")[0].strip("`"))  # fmt: skip
+    summary = " ".join((main.__doc__ or "").split("\n\n")[0].split())  # the docstring's whole first paragraph
+    return RecipeParser((TinyModelConfig,), prog="sepo tiny-model", description=summary.split("`: ", 1)[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

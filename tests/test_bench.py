@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from device_env import device_site, prelude
 
 from benchmarks.gpu import check as gpu_check
 from benchmarks.suite import PARTS, main, results_markdown, rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _lines(path) -> list[dict]:
@@ -67,11 +75,42 @@ def _check_parts(check: dict) -> dict[str, dict]:
     return {e["part"]: e for e in check["parts"]}
 
 
-def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path, capsys):
-    """benchmarks/gpu/check.py --tiny --cpu: every part runs on a tiny model in order of value, the JSON names
-    other tools read are there, the arithmetic is right, and the results line merges into the suite's files
-    (goals are not enforced on a tiny CPU model)."""
-    assert gpu_check.main(["--tiny", "--cpu", "--out", str(tmp_path)]) == 0
+def run_check_as_on_the_device(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    """benchmarks/gpu/check.py in a fresh interpreter where every package the lent H200 lacks (wandb, vllm,
+    matplotlib, ...: tests/device_env.py) is missing, so an import the device would fail on fails here."""
+    site, _hidden = device_site(tmp / "device-site")
+    script = prelude(site, tmp / "device-site") + (
+        f"import runpy\nsys.argv = ['benchmarks/gpu/check.py', *{args!r}]\n"
+        "runpy.run_path('benchmarks/gpu/check.py', run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_the_device_site_hides_exactly_the_absent_packages(tmp_path):
+    """The packages hidden for the smoke test are the ones the device lacks, and hidden means missing: `import`
+    fails, `find_spec` (how libraries probe optional packages) answers None and the metadata does not know
+    them; the device's own packages and the carried wheels still import."""
+    site, hidden = device_site(tmp_path / "s")
+    assert {"wandb", "vllm", "matplotlib", "gguf", "openai"} <= hidden
+    assert not {"torch", "transformers", "peft", "accelerate", "trl", "datasets", "numpy", "dill"} & hidden
+    probe = prelude(site, tmp_path / "s") + (
+        "import importlib.util, importlib.metadata as md\n"
+        "assert importlib.util.find_spec('wandb') is None and importlib.util.find_spec('vllm') is None\n"
+        "assert 'wandb' not in {d.metadata['Name'] for d in md.distributions()}\n"
+        "try:\n    import wandb\nexcept ImportError:\n    pass\nelse:\n    raise SystemExit('wandb imported')\n"
+        "import torch, transformers, trl, datasets  # the device's, and the wheels make gpu-wheels carries\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path):
+    """benchmarks/gpu/check.py --tiny --cpu with only the device's packages importable: every part runs on a
+    tiny model in order of value, the JSON names other tools read are there, the arithmetic is right, and the
+    results line merges into the suite's files (goals are not enforced on a tiny CPU model)."""
+    done = run_check_as_on_the_device(["--tiny", "--cpu", "--out", str(tmp_path / "out")], tmp_path)
+    tmp_path = tmp_path / "out"
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     check = json.loads((tmp_path / "gpu_check.json").read_text())
     assert check["complete"] is True and check["goals_enforced"] is False
     assert [e["part"] for e in check["parts"]] == ["grpo_step", "rollout", "decode", "flops", "rollout_qwen3_5",
@@ -81,7 +120,7 @@ def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path, capsys):
     assert {"torch", "trl", "datasets", "transformers"} <= set(check["versions"])
     assert check["device"]["nominal_bandwidth_tb_s"] == 4.8 and check["device"]["nominal_bf16_dense_tflops"] == 989
     assert set(check["estimate_s"]) == {e["part"] for e in check["parts"]}
-    printed = capsys.readouterr().out
+    printed = done.stdout
     assert printed.index("estimate before starting") < printed.index("grpo_step (qwen3_5) ...")
     parts = _check_parts(check)
     for name in ("grpo_step", "rollout", "decode", "rollout_qwen3_5", "rollout_gemma4"):  # every generating part
@@ -253,8 +292,8 @@ def test_overhead_figures_are_per_step_means_after_the_warm_up():
     assert got["prefix_cache"]["stored"] == 16 and got["prefix_cache"]["refused"] == 2
 
 
-def test_gpu_check_step_part_stops_before_a_step_that_would_end_past_the_budget():
-    """The step part's callback: with the budget's end already passed, it stops training after the step just
+def test_gpu_check_step_part_stops_before_a_step_that_would_end_past_its_time_box():
+    """The step part's callback: with its time box's end already passed, it stops training after the step just
     logged and says why; with time left it reports progress and lets training go on."""
     from types import SimpleNamespace
 
@@ -275,4 +314,70 @@ def test_gpu_check_step_part_stops_before_a_step_that_would_end_past_the_budget(
         assert control.should_training_stop is stops
         assert reported[-1]["steps_done"] == 2 and reported[-1]["figures_so_far"] == {"from": 2}
         assert ("stopped" in reported[-1]) is stops
-    assert reported[0]["stopped"] == "after 2 of 3 steps: one more at 4 s would end past the budget"
+    assert reported[0]["stopped"] == "after 2 of 3 steps: one more at 4 s would end past its time box"
+
+
+def _wired_like_transformers(implementation, reference):
+    """A test double of transformers' kernel wiring (`use_kernel_func_from_hub_with_fallback`): a function
+    wrapping `reference` (functools.wraps) that calls `implementation`, the way a carried kernel is wired in."""
+    import functools
+
+    @functools.wraps(reference)
+    def wired(*args, **kwargs):
+        return implementation(*args, **kwargs)
+
+    return wired
+
+
+@pytest.mark.parametrize("kernel", ["fails", "wrong", "right"])
+def test_linear_attention_kernels_are_checked_and_a_bad_one_is_unwired(monkeypatch, kernel):
+    """A kernel wired into Qwen 3.5's chunked delta rule is run once against the PyTorch reference: one that
+    raises or disagrees is unwired (the reference is put back), one that agrees stays and counts as fast."""
+    import inspect
+
+    import torch
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    reference = inspect.unwrap(qwen.torch_chunk_gated_delta_rule)
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    def wrong(*args, **kwargs):
+        out, state = reference(*args, **kwargs)
+        return torch.zeros_like(out), state
+
+    implementation = {"fails": fails, "wrong": wrong, "right": lambda *a, **k: reference(*a, **k)}[kernel]
+    monkeypatch.setattr(qwen, "torch_chunk_gated_delta_rule", _wired_like_transformers(implementation, reference))
+    found = gpu_check.linear_attention_kernels("cpu")
+    chunk = found["torch_chunk_gated_delta_rule"]
+    assert found["torch_recurrent_gated_delta_rule"].startswith("reference (no kernel package")
+    assert found["fast"] is False  # the recurrent rule has no kernel here
+    if kernel == "right":
+        assert chunk.startswith("fast (") and qwen.torch_chunk_gated_delta_rule is not reference
+    else:
+        assert chunk.startswith("reference (") and "failed here, unwired" in chunk
+        assert ("RuntimeError" if kernel == "fails" else "differs from the reference") in chunk
+        assert qwen.torch_chunk_gated_delta_rule is reference
+
+
+def test_the_step_runs_on_qwen35_only_where_its_linear_attention_is_fast():
+    slow, fast = {"fast": False}, {"fast": True}
+    assert gpu_check.choose_step_arch("auto", False, fast)[0] == "qwen3_5"
+    arch, why = gpu_check.choose_step_arch("auto", False, slow)
+    assert arch == "llama" and "not the recipe's architecture" in why
+    assert gpu_check.choose_step_arch("auto", True, slow)[0] == "qwen3_5"  # the smoke test: the recipe's
+    assert gpu_check.choose_step_arch("gemma4", False, fast) == ("gemma4", "--step-arch")
+
+
+def test_gpu_check_stops_a_part_at_its_time_box(tmp_path, monkeypatch, capsys):
+    """A part still running at the end of its time box is interrupted there (status timed_out, a failed
+    check), and the parts after it still run."""
+    boxed = [replace(p, box_tiny_s=0.5) if p.name == "decode" else p for p in gpu_check.parts()]
+    monkeypatch.setattr(gpu_check, "parts", lambda step_arch="qwen3_5": boxed)
+    assert gpu_check.main(["--tiny", "--cpu", "--parts", "decode,flops", "--out", str(tmp_path)]) == 1
+    check = json.loads((tmp_path / "gpu_check.json").read_text())
+    decode, flops = check["parts"]
+    assert decode["status"] == "timed_out" and "time box" in decode["error"] and decode["seconds"] < 30
+    assert flops["status"] == "ok"
+    assert "part decode timed_out" in capsys.readouterr().err

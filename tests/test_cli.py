@@ -21,9 +21,11 @@ TRAIN_RECIPE = str(REPO / "configs" / "sepo" / "ipd_default.yaml")
 
 
 def not_a_model(tmp_path: Path) -> str:
-    """An existing empty directory: it passes the model-path check, and a command that got past its other
-    checks fails at once loading it (instead of loading a real model)."""
+    """A directory with an empty config.json: it passes the model-path check (a directory without one is
+    refused there), and a command that got past its other checks fails at once loading it (instead of
+    loading a real model)."""
     (tmp_path / "empty_model").mkdir(exist_ok=True)
+    (tmp_path / "empty_model" / "config.json").write_text("{}")
     return str(tmp_path / "empty_model")
 
 
@@ -413,6 +415,12 @@ QUICK_MISTAKES = [  # (command line, the start of the message)
     (["sft", "--model_name_or_path", "no/such/dir"], "model_name_or_path 'no/such/dir': no such directory"),
     (["train", "--config", "configs/sepo/ipd_default.yaml", "--output_dir", "README.md"], "output_dir 'README.md' is a file"),
     (["tiny-model", "--ot", "x"], "unknown option --ot (did you mean '--out'?)"),
+    (["train", "--config", "no/such.yaml"], "recipe 'no/such.yaml': no such file"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", "default", "--games", "chess"],
+     "unknown game 'chess'; choose one of: ipd"),
+    (["sft", "--model_name_or_path", "docs"], "model_name_or_path 'docs' is a directory but not a model"),
+    (["train", "--config", "configs/sepo/ipd_default.yaml", "--model_name_or_path", "docs"],
+     "model_name_or_path 'docs' is a directory but not a model"),
 ]  # fmt: skip
 
 
@@ -649,3 +657,28 @@ def test_study_config_is_its_recipe_not_a_recipe_of_its_flags(capsys):
     (ns,) = parser().parse(["--config", "configs/study/ipd_default.yaml", "--arms", "shared"])
     assert (ns.config, ns.arms, ns.report_only) == ("configs/study/ipd_default.yaml", "shared", False)
     assert "the following arguments are required: --config" in error_of(capsys, sepo(["study"]))
+
+
+def test_an_unrelated_flag_gets_no_suggestion(capsys):
+    """The shared leading dashes do not make two options alike: `--no_such_key` is not `--rng_key`."""
+    err = error_of(capsys, sepo(["train", "--config", "configs/sepo/ipd_default.yaml", "--no_such_key", "1"]))
+    assert err.strip() == "sepo train: error: unknown option --no_such_key; `sepo train --help` lists the options"
+
+
+def test_tiny_model_help_says_what_it_makes_in_whole(capsys):
+    with pytest.raises(SystemExit):
+        sepo(["tiny-model", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a tiny random-weight model for a smoke test of a setup (every stage runs on it in seconds; its play " \
+           "is noise)" in text  # fmt: skip
+
+
+def test_quickstart_records_in_benchmarks_only_when_asked(tmp_path):
+    """A user's `sepo quickstart` writes under --out alone (tracked files stay as they are); `--record DIR` is
+    the explicit choice that records the figures (make figures-quickstart)."""
+    from sepo.quickstart import parser, record_dir
+
+    (args,) = parser().parse(["--scale", "ci", "--out", str(tmp_path / "q")])
+    assert record_dir(args) is None
+    (args,) = parser().parse(["--scale", "ci", "--record", "benchmarks/quickstart/ci"])
+    assert record_dir(args) == Path("benchmarks/quickstart/ci")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -74,6 +75,11 @@ def test_export_round_trip_through_load_pool_dir(tmp_path, capsys):
     assert main([*argv, "--out", str(out)]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == "sepo-pool-manifest/1"
+    printed = re.findall(r"quality=(\S+)", capsys.readouterr().out)
+    qualities = [m["source"]["quality"] for m in manifest["members"]]
+    assert len(printed) == len(qualities) == 3
+    for shown, quality in zip(printed, qualities):  # 4 significant digits, not the float's 17
+        assert len(shown.lstrip("-").replace(".", "").lstrip("0")) <= 4 and float(shown) == pytest.approx(quality, rel=1e-3)
     names = [m["name"] for m in manifest["members"]]
     assert names == ["fmsp_qdsp_ipd_004", "fmsp_qdsp_ipd_003", "fmsp_qdsp_ipd_000"]
     assert all(m["view"] == "dict" and "\n" not in m["description"] for m in manifest["members"])

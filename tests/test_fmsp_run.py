@@ -123,12 +123,34 @@ def test_dead_endpoint_stops_the_run_and_resume_redoes_the_failed_iterations(tmp
     assert [r["iteration"] for r in recs] == [1, 2, 3] and "fm_error" not in {r["outcome"] for r in recs}
 
 
-def test_fewer_fm_errors_than_the_limit_are_committed(tmp_path, embedder):
-    """max_consecutive_fm_errors 0 never stops: every iteration is recorded as fm_error and committed."""
+def test_fewer_fm_errors_than_the_limit_are_committed_and_a_run_of_failures_fails(tmp_path, embedder):
+    """max_consecutive_fm_errors 0 never stops: every iteration is recorded as fm_error and committed; but a run
+    in which every iteration failed is a failure (RunFailed, status failed, the endpoint's error named), never
+    "finished"."""
     kw = {"fm_base_url": dead_endpoint(), "fm_max_retries": 0, "fm_timeout_s": 2.0, "max_consecutive_fm_errors": 0}
-    summary = toy_run(tmp_path, embedder, "qdsp", 3, fm=fmsp_run.build_fm(FMSPConfig(**kw)), **kw)
-    assert summary["status"] == "finished" and summary["outcomes"] == {"fm_error": 3}
+    with pytest.raises(fmsp_run.RunFailed, match=r"every iteration failed.*\(3 iterations: 3 fm_error\); last "
+                                                 r"error: .*APIConnectionError"):
+        toy_run(tmp_path, embedder, "qdsp", 3, fm=fmsp_run.build_fm(FMSPConfig(**kw)), **kw)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["outcomes"] == {"fm_error": 3}
+    assert "APIConnectionError" in summary["failed_because"]
     assert json.loads((tmp_path / "state.json").read_text())["completed_iteration"] == 3
+
+
+def test_cli_every_iteration_failed_below_the_stop_limit_exits_1(tmp_path, embedder, monkeypatch, capsys):
+    """A dead endpoint and fewer iterations than max_consecutive_fm_errors: the run never stops early, yet
+    every iteration failed, so it exits 1 naming the endpoint's error (it used to end "finished", exit 0)."""
+    from fmsp.cli import main as fmsp_main
+
+    monkeypatch.setattr(fmsp_run, "build_embedder", lambda config: embedder)
+    code = fmsp_main(["run", "--domain", "number_duel", "--domain_config", "{games: 1, rounds: 5}",
+                      "--fm_base_url", dead_endpoint(), "--fm_max_retries", "0", "--fm_timeout_s", "2",
+                      "--iterations", "2", "--max_consecutive_fm_errors", "3", "--output_dir", str(tmp_path / "run"),
+                      "--progress", "false"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith("fmsp run: error: every iteration failed, no policy was generated (2 iterations: "
+                              "2 fm_error); last error: APIConnectionError")
 
 
 def test_cli_dead_endpoint_exits_1_with_one_line(tmp_path, embedder, monkeypatch, capsys):

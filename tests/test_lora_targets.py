@@ -30,8 +30,10 @@ def _name(path: Path) -> str:
 
 
 def _flags(tmp_path: Path) -> list[str]:
-    """A model directory that exists (the recipes' checkpoints need not) and a fresh output_dir."""
+    """A model directory that exists and has a config.json, as the path check asks (the recipes' checkpoints need
+    not exist), and a fresh output_dir."""
     (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")
     return ["--model_name_or_path", str(tmp_path / "model"), "--output_dir", str(tmp_path / "out")]
 
 

@@ -443,3 +443,28 @@ def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
     assert vg.calls[-1][1]["max_tokens"] == 5 and vg.calls[-1][1]["stop_token_ids"] == [eot]
     assert [g.token_ids for g in free] == [[7, eot]] * 3 and free[0].logprobs == [-0.1, -0.1]
     assert backend.generate([], SamplingSpec()) == [] and len(vg.calls) == 3  # empty everywhere: no request
+
+
+def test_checkpoint_evaluation_is_logged_to_the_live_wandb_run(tmp_path, monkeypatch):
+    """A checkpoint's evaluated metrics go to the run's wandb (`checkpoint_eval/...` at its step); wandb itself
+    is imported only when the run reports there (the GPU check's device has no wandb)."""
+    from types import SimpleNamespace
+
+    import wandb
+
+    from sepo.grpo.callbacks import _log_wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    record = {"step": 5, "safety": 0.25, "games": {"ipd": {"J": {"value": 0.5, "ci": [0.4, 0.6]},
+                                                           "u": {"value": None, "ci": None}}}}
+    _log_wandb(SimpleNamespace(report_to=["none"]), record)  # not reporting there: nothing, no run needed
+    run = wandb.init(project="sepo-test", dir=str(tmp_path))
+    try:
+        _log_wandb(SimpleNamespace(report_to=["wandb"]), record)
+    finally:
+        run.finish()
+        wandb.teardown()
+    (path,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    keys = _wandb_history_keys(path)
+    assert {"checkpoint_eval/safety", "checkpoint_eval/ipd/J", "checkpoint_eval/ipd/J/ci_low"} <= keys
+    assert "checkpoint_eval/ipd/u" not in keys

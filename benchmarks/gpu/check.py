@@ -1,9 +1,11 @@
-"""The GPU check for a lent H200: one prepared script, 6 minutes of parts, no network, figures against goals.
+"""The GPU check for a lent H200: one prepared script, 5.5 minutes of parts, no network, figures against goals.
 
 It runs the project from source (`PYTHONPATH=.`) on the machine's own torch / transformers / peft /
 accelerate, with trl and datasets (and their missing dependencies) installed from the wheels `make
-gpu-wheels` downloads (README, Performance, has the exact device command). Random-weight 4B-shaped bf16
-models, no downloads. The parts, in order of value (the first is the headline):
+gpu-wheels` downloads (README, Performance, has the exact device command), fla-core among them: the Triton
+kernels of Qwen 3.5's linear attention (pure Python; the device has Triton), checked against transformers'
+PyTorch reference before any part and unwired if they fail there (`linear_attention_kernels`). Random-weight
+4B-shaped bf16 models, no downloads. The parts, in order of value (the first is the headline):
 
   grpo_step        one full SEPO-GRPO step of the paper recipe (configs/sepo/ipd_qwen35_4b.yaml: IPD, 8
                    rounds, G = 4, the whole pool mix = 28 episodes, 256-token turns, LoRA r16 on q/k/v/o,
@@ -11,6 +13,8 @@ models, no downloads. The parts, in order of value (the first is the headline):
                    248,320-token vocabulary: 1 warm-up step, then 2 timed steps; every figure is per step
                    (a mean, never a sum), split into generation / SEPO's own work / logprob forwards /
                    backward / optimizer, with peak memory. From it, `prediction`: the wall time of 100 steps.
+                   `--step-arch auto` (default): on the 4B Llama shape instead, stated in `step_arch`, where
+                   Qwen 3.5's linear attention would run the slow PyTorch reference (its kernels failed).
   rollout          (llama) KV reuse on a real GPU: the 4B Llama shape with the Qwen 3.5 vocabulary, 128 IPD
                    episodes x 4 rounds x 256-token turns, batched with KV reuse vs batched re-encoding vs one
                    episode at a time (timed on 1, extrapolated). A full-attention model whose batched arm
@@ -28,10 +32,14 @@ models, no downloads. The parts, in order of value (the first is the headline):
     python benchmarks/gpu/check.py --git-sha SHA --out "$OUT"   # on the H200 (README has the whole line)
     python benchmarks/gpu/check.py --tiny --cpu --out D          # smoke test (tiny models, CPU; in make test)
 
-Time: the estimate of every part is printed before the first starts. No part starts after `--budget-s`
-(360 s) from the start, and a part whose estimate would overrun it is skipped with a note; the estimates
-are scaled by how the finished parts compared with theirs; the step part starts no step that would end past
-the budget at the last step's pace (it then reports fewer timed steps and fails). Nothing is held back for the end:
+Time: the estimate and time box of every part are printed before the first starts. No part starts after
+`--budget-s` (330 s) from the start or runs past it, and a part whose estimate would overrun it is skipped with
+a note; the estimates are scaled by how the finished parts compared with theirs. Each part has a time box
+(`Part.box_s`): the step part starts no step that would end past it at the last step's pace (it then reports
+fewer timed steps and fails), and any part still running at its end is interrupted (SIGALRM; status
+"timed_out", the figures so far kept; the step part gets GRACE_S more). So the check ends by about 345 s and,
+with the machine's start (1-2 min) and the wheels' install, leaves more than 4 of the device's 15 minutes for a
+second try. Nothing is held back for the end:
 OUT/gpu_check.json is rewritten atomically before and after every part (a part being run reads "running",
 and the step part rewrites it after every step), so a kill loses at most the part it interrupted; SIGTERM
 (what `timeout` sends) marks that part "killed" first. Progress lines are flushed as they are printed.
@@ -72,7 +80,8 @@ from sepo.provenance import git_sha, machine_info
 
 SCHEMA = "sepo-gpu-check/2"
 RECIPE = "configs/sepo/ipd_qwen35_4b.yaml"
-BUDGET_S = 360.0  # no part starts after this many seconds from the start; the whole check stays inside it
+BUDGET_S = 330.0  # no part starts after this many seconds from the start, and none runs past it
+GRACE_S = 15.0  # the step part stops itself at its box's end; the hard stop (SIGALRM) waits this much longer
 GOAL_HOURS_PER_100_STEPS = 1.0  # the project's goal: 100 steps of the paper recipe in at most 1 h on one H200
 GOALS = {  # "part.figure" -> (bound, "min" or "max")
     "grpo_step.hours_per_100_steps": (GOAL_HOURS_PER_100_STEPS, "max"),
@@ -95,6 +104,11 @@ class CheckError(Exception):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.message, self.code = message, code
+
+
+class PartTimedOut(BaseException):
+    """A part ran past its time box (raised by SIGALRM). A BaseException, like KeyboardInterrupt, so that the
+    libraries' `except Exception` fallbacks inside the part cannot swallow it."""
 
 
 class PartFailed(Exception):
@@ -137,6 +151,63 @@ def device_info(cuda: bool) -> dict[str, Any]:
             "total_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1) if cuda else None}
 
 
+DELTA_RULES = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")  # Qwen 3.5's linear attention
+
+
+def linear_attention_kernels(device: str) -> dict[str, Any]:
+    """Which implementation each of Qwen 3.5's gated delta rules runs here, checked before any part.
+
+    transformers wires in the `fla` package's Triton kernels (the carried fla-core wheel) when it imports, and
+    otherwise runs its PyTorch reference (correct, "more than an order of magnitude" slower by its own note).
+    A wired kernel is run once on small random inputs against the reference; one that fails or disagrees is
+    unwired (the module's function set back to the reference), so the parts never meet it. Returns, per rule,
+    "fast (...)" or "reference (why)", and `fast`: whether every rule runs a kernel."""
+    # deferred: after versions() (see the note above SCHEMA)
+    import inspect
+
+    import torch
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    out: dict[str, Any] = {}
+    for name in DELTA_RULES:
+        wired = getattr(qwen, name)
+        reference = inspect.unwrap(wired)
+        implementation = inspect.getclosurevars(wired).nonlocals.get("implementation", reference)
+        if implementation is reference:
+            out[name] = "reference (no kernel package importable: fla)"
+            continue
+        where = f"{implementation.__module__}.{implementation.__name__}"
+        try:
+            gen = torch.Generator().manual_seed(0)
+            b, t, h, d = 2, 80 if name.endswith("chunk_gated_delta_rule") else 1, 4, 64
+            q, k, v = (torch.randn(b, t, h, d, generator=gen).to(device=device, dtype=torch.bfloat16) for _ in range(3))
+            g = -torch.rand(b, t, h, generator=gen).to(device)  # log-decay, negative
+            beta = torch.rand(b, t, h, generator=gen).to(device)
+            kwargs = {"g": g, "beta": beta, "initial_state": None, "output_final_state": True,
+                      "use_qk_l2norm_in_kernel": True}
+            got, want = wired(q, k, v, **kwargs)[0].float(), reference(q, k, v, **kwargs)[0].float()
+            error = ((got - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+            if not error <= 2e-2:
+                raise ValueError(f"differs from the reference by {error:.3g} of its largest value")
+            out[name] = f"fast ({where}; relative difference {error:.1e})"
+        except Exception as exc:
+            setattr(qwen, name, reference)
+            out[name] = f"reference ({where} failed here, unwired: {type(exc).__name__}: {str(exc)[:200]})"
+    out["fast"] = all(out[name].startswith("fast") for name in DELTA_RULES)
+    return out
+
+
+def choose_step_arch(requested: str, tiny: bool, kernels: dict[str, Any]) -> tuple[str, str]:
+    """The step part's architecture and why: the recipe's Qwen 3.5 where its linear attention runs a fast kernel
+    (or in the smoke test), else the 4B Llama shape, which the device runs at full speed, stated as such."""
+    if requested != "auto":
+        return requested, "--step-arch"
+    if tiny or kernels["fast"]:
+        return "qwen3_5", "the recipe's architecture" + ("" if tiny else " (its linear attention on fast kernels)")
+    return "llama", ("Qwen 3.5's linear attention would run the slow PyTorch reference here, so the step is "
+                     "measured on the 4B Llama shape (full attention, full speed): not the recipe's architecture")
+
+
 # ------------------------------------------------------------------------------------------------
 # the parts
 
@@ -148,7 +219,7 @@ class Context:
     device: dict[str, Any]
     progress: Callable[[dict[str, Any]], None]  # a running part's partial figures, written at once
     step_arch: str = "qwen3_5"
-    deadline: float = float("inf")  # perf_counter time of the budget's end: the step part stops before it
+    deadline: float = float("inf")  # perf_counter time of the part's box's end: the step part stops before it
 
     @property
     def bandwidth(self) -> float:
@@ -248,7 +319,7 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
     del trainer, model
     if figures["warmup_steps"] < 1 or figures["measured_steps"] < 2:
         timed = figures["measured_steps"] if figures["warmup_steps"] else 0
-        raise PartFailed(f"only {timed} timed step(s) after a warm-up (the budget ran out); the figures need 2",
+        raise PartFailed(f"only {timed} timed step(s) after a warm-up (its time box ran out); the figures need 2",
                          figures)
     if arch in FULL_ATTENTION and figures["prefix_cache"]["stored"] == 0:
         raise PartFailed(f"KV reuse off: no rollout of the step stored its cache ({figures['prefix_cache']})", figures)
@@ -276,7 +347,7 @@ def step_progress(step_parts: Any, ctx: Context, figures: Callable[[list[dict[st
             if state.global_step < args.max_steps and time.perf_counter() + steps[-1]["step"] > ctx.deadline:
                 control.should_training_stop = True
                 partial["stopped"] = (f"after {len(steps)} of {args.max_steps} steps: one more at "
-                                      f"{steps[-1]['step']:.0f} s would end past the budget")
+                                      f"{steps[-1]['step']:.0f} s would end past its time box")
             ctx.progress(partial)
 
     return StepProgress()
@@ -492,25 +563,32 @@ class Part:
     arch: str
     estimate_s: float  # at full size on an H200: a guess until a device has run it (no GPU has yet)
     estimate_tiny_s: float  # the smoke test on this project's 2-core CPU
+    box_s: float  # its time box on the H200: stopped (status "timed_out") when it runs past it
+    box_tiny_s: float  # the smoke test's (generous: a busy 2-core CPU)
     run: Callable[[Context], dict[str, Any]]
     generates: bool = True
     trains: bool = False
 
 
 def parts(step_arch: str = "qwen3_5") -> list[Part]:
-    """Every part in order of value."""
+    """Every part in order of value, with its estimate and time box (seconds: H200, then smoke test). The boxes
+    add up to more than BUDGET_S: the last parts run only if the first ones finish early."""
     return [
-        Part("grpo_step", step_arch, 200, 40, part_grpo_step, trains=True),
-        Part("rollout", "llama", 90, 10, part_rollout),
-        Part("decode", "llama", 30, 5, part_decode),
-        Part("flops", "llama", 25, 5, part_flops, generates=False),
-        Part("rollout_qwen3_5", "qwen3_5", 60, 10, part_rollout_arch("qwen3_5")),
-        Part("rollout_gemma4", "gemma4", 60, 10, part_rollout_arch("gemma4")),
+        Part("grpo_step", step_arch, 150, 40, 170, 240, part_grpo_step, trains=True),
+        Part("rollout", "llama", 75, 10, 90, 120, part_rollout),
+        Part("decode", "llama", 25, 5, 30, 60, part_decode),
+        Part("flops", "llama", 20, 5, 25, 60, part_flops, generates=False),
+        Part("rollout_qwen3_5", "qwen3_5", 40, 10, 45, 120, part_rollout_arch("qwen3_5")),
+        Part("rollout_gemma4", "gemma4", 40, 10, 45, 120, part_rollout_arch("gemma4")),
     ]
 
 
 # ------------------------------------------------------------------------------------------------
 # running, recording
+
+
+def _raise_timed_out(signum: int, frame: Any) -> None:
+    raise PartTimedOut()
 
 
 def missed_goals(by_part: dict[str, dict[str, Any]]) -> list[str]:
@@ -529,11 +607,13 @@ def missed_goals(by_part: dict[str, dict[str, Any]]) -> list[str]:
 class Check:
     """The run's state and its two files, rewritten whole (atomically) at every change."""
 
-    def __init__(self, args: argparse.Namespace, found: dict[str, str], cuda: bool, start: float):
+    def __init__(self, args: argparse.Namespace, found: dict[str, str], cuda: bool, start: float,
+                 kernels: dict[str, Any]):
         self.args, self.cuda, self.start = args, cuda, start
         self.out = Path(args.out)
         self.device = device_info(cuda)
-        every = {p.name: p for p in parts(args.step_arch)}
+        step_arch, why = choose_step_arch(args.step_arch, args.tiny, kernels)
+        every = {p.name: p for p in parts(step_arch)}
         self.parts = [every[name] for name in args.parts.split(",")] if args.parts else list(every.values())
         self.budget = args.budget_s
         self.doc: dict[str, Any] = {
@@ -541,7 +621,8 @@ class Check:
             "command": " ".join(sys.argv), "git_sha": args.git_sha or git_sha(),
             "git_sha_from": "--git-sha" if args.git_sha else "git rev-parse here",
             "tiny": args.tiny, "gpu": cuda, "machine": machine_info(cuda), "device": self.device,
-            "versions": found, "budget_s": self.budget,
+            "versions": found, "budget_s": self.budget, "linear_attention_kernels": kernels,
+            "step_arch": {"arch": step_arch, "why": why},
             "estimate_s": {p.name: self.estimate(p) for p in self.parts},
             "parts": [{"part": p.name, "arch": p.arch, "status": "pending"} for p in self.parts],
             "prediction": None, "goals": {k: {"bound": b, "kind": kind} for k, (b, kind) in GOALS.items()},
@@ -551,6 +632,9 @@ class Check:
 
     def estimate(self, part: Part) -> float:
         return part.estimate_tiny_s if self.args.tiny else part.estimate_s
+
+    def box(self, part: Part) -> float:
+        return part.box_tiny_s if self.args.tiny else part.box_s
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -576,11 +660,12 @@ class Check:
     def print_estimate(self) -> None:
         total = 0.0
         log(f"estimate before starting ({'smoke test' if self.args.tiny else 'H200 guesses: no GPU has run this'}); "
-            f"no part starts after {self.budget:.0f} s:")
+            f"no part starts or runs after {self.budget:.0f} s, none runs past its time box:")
         for p in self.parts:
             total += self.estimate(p)
             fits = "" if total <= self.budget else "  <- over the budget at this estimate: will be skipped unless faster"
-            print(f"    {p.name:<16} {p.arch:<8} ~{self.estimate(p):>4.0f} s   (cumulative {total:>4.0f} s){fits}", flush=True)
+            print(f"    {p.name:<16} {p.arch:<8} ~{self.estimate(p):>4.0f} s, box {self.box(p):>4.0f} s   "
+                  f"(cumulative {total:>4.0f} s){fits}", flush=True)
 
     def run(self) -> None:
         self.write()
@@ -623,19 +708,32 @@ class Check:
                 self.doc["prediction"] = {**prediction(partial["figures_so_far"], self.args.tiny), "provisional": True}
             self.write()
 
+        t0 = time.perf_counter()
+        deadline = min(t0 + self.box(part), self.start + self.budget)
         ctx = Context(tiny=self.args.tiny, cuda=self.cuda, device=self.device, progress=progress,
-                      step_arch=self.args.step_arch, deadline=self.start + self.budget)
+                      step_arch=part.arch, deadline=deadline)
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
+        # the hard stop: the step part stops itself at `deadline` (it starts no step that would end past it), the
+        # others are interrupted there
+        hard_stop = max(0.01, deadline + (GRACE_S if part.trains else 0.0) - time.perf_counter())
+        previous = signal.signal(signal.SIGALRM, _raise_timed_out)
+        signal.setitimer(signal.ITIMER_REAL, hard_stop)
         try:
             figures = part.run(ctx)
             entry.update(status="ok", figures=figures)
+        except PartTimedOut:
+            partial = entry.get("progress", {}).get("figures_so_far")
+            entry.update(status="timed_out", error=f"stopped at its time box ({hard_stop:.0f} s)",
+                         **({"figures": partial} if partial else {}))
         except PartFailed as exc:
             entry.update(status="failed", error=str(exc), figures=exc.figures)
         except Exception as exc:  # one broken part must not lose the others' figures
             traceback.print_exc()
             entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
         entry["seconds"] = round(time.perf_counter() - t0, 1)
         if stopped := entry.pop("progress", {}).get("stopped"):
             entry["note"] = f"stopped {stopped}"
@@ -665,7 +763,7 @@ class Check:
     def summary(self) -> list[str]:
         """The problems the exit status reports: failed parts and missed goals."""
         problems = [f"part {e['part']} {e['status']}: {e.get('error', '')}" for e in self.doc["parts"]
-                    if e["status"] in ("failed", "killed")]
+                    if e["status"] in ("failed", "killed", "timed_out")]
         return problems + [f"goal missed: {m}" for m in self.doc["missed_goals"] or []]
 
 
@@ -679,8 +777,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="no part starts after this (default 360)")
     parser.add_argument("--parts", default=None, help="run these parts, in this order (default every part, in order of value): "
                         f"{', '.join(p.name for p in parts())}")
-    parser.add_argument("--step-arch", default="qwen3_5", choices=("qwen3_5", "llama", "gemma4"),
-                        help="the architecture of the grpo_step part (default the recipe's, Qwen 3.5)")
+    parser.add_argument("--step-arch", default="auto", choices=("auto", "qwen3_5", "llama", "gemma4"),
+                        help="the architecture of the grpo_step part (default auto: the recipe's Qwen 3.5 where "
+                             "its linear attention runs fast kernels, else the 4B Llama shape, stated)")
     args = parser.parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # every line out at once, even through a pipe
@@ -698,7 +797,9 @@ def main(argv: list[str] | None = None) -> int:
             raise CheckError("no CUDA device: this check needs the GPU (torch.cuda.is_available() is False); "
                              "it does not fall back to the CPU (use --tiny --cpu for the smoke test)", 2)
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        check = Check(args, found, cuda=not args.cpu, start=start)
+        kernels = linear_attention_kernels("cpu" if args.cpu else "cuda")
+        log("Qwen 3.5 linear attention: " + "; ".join(f"{k}: {v}" for k, v in kernels.items() if k != "fast"))
+        check = Check(args, found, cuda=not args.cpu, start=start, kernels=kernels)
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: (check.killed(signum), sys.exit(128 + signum)))
         try:
             check.run()

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import wandb
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sepo.backends.hf import HFBackend
@@ -159,6 +158,10 @@ def _log_wandb(args: TrainingArguments, record: dict[str, Any]) -> None:
     wandb."""
     if "wandb" not in (args.report_to or []):
         return
+    # deferred: wandb is optional at run time (a run that does not report there, and the GPU check's device,
+    # have none); only a run reporting to wandb imports it
+    import wandb
+
     if wandb.run is None:
         return
     logs: dict[str, float] = {"train/global_step": record["step"]}
