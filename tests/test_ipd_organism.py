@@ -1,10 +1,10 @@
 """The IPD model organism end to end at CI size: SEPO-GRPO's machinery moves the exact e* of a multi-round policy.
 
-The organism of `configs/experiments/ipd_organism/study.yaml` (a 2-layer Llama of hidden 128 built from config,
-4-round IPD with the compact prompt, answer-only SFT warm start on an over-cooperative demonstrator) trained
-through `sepo.grpo.train.train` with the adaptive exact exploiter (`envs.ipd_exact` via `sepo.grpo.adaptive`)
-as its only opponent and the signed exploit reward: exploitability descent in IPD. Its e* is exact at every
-checkpoint (85 joint histories scored). Controls: the same run with the advantages' sign flipped (a test
+The organism of `configs/experiments/ipd_organism/study.yaml` at 3 rounds (a 2-layer Llama of hidden 128 built
+from config, compact prompt, answer-only SFT warm start on the over-cooperative demonstrator) trained through
+`sepo.grpo.train.train` with the adaptive exact exploiter (`envs.ipd_exact` via `sepo.grpo.adaptive`) as its
+only opponent and the signed exploit reward: exploitability descent in IPD. Its e* is exact at every
+checkpoint (21 joint histories scored). Controls: the same run with the advantages' sign flipped (a test
 double of the objective's sign, named as such) must raise e*, and learning rate 0 must leave it unchanged.
 
 Also: `shared` trains exactly as `reward_only` (bit for bit: its probe penalty is a group constant), and a run
@@ -30,11 +30,11 @@ DESCENT = {"credit": "per_pool", "adaptive_exploiter": True, "exploit_reward": "
 
 
 def small(recipe: dict, root: Path) -> dict:
-    """The study's recipe at CI size: a shorter warm start, G = 4, no KL (no reference model), 2 groups."""
+    """The study's recipe at CI size: 3 rounds (21 joint histories), G = 4, no KL (no reference model), 2 groups."""
     recipe = copy.deepcopy(recipe)
     recipe["output_dir"] = str(root)
     recipe["model"] = {"seeds": [0]}
-    recipe["warm_start"].update(steps=40)
+    recipe["train"]["game_params"] = {"ipd": {"num_rounds": 3, "prompt_style": "compact"}}
     recipe["eval_every"] = 5
     recipe["train"].update(num_generations=4, per_device_train_batch_size=8, beta=0.0, learning_rate=1e-4,
                            scale_rewards="none", max_grad_norm=0.0, lr_scheduler_type="constant")
@@ -63,7 +63,8 @@ def descend(organism, name: str, learning_rate: float, steps: int = STEPS) -> li
 
 
 def test_the_warm_start_is_exploitable(organism):
-    """SFT on the over-cooperative demonstrator (e* 4.06) gives an exploitable start, as the method says."""
+    """SFT on the over-cooperative demonstrator (e* 4.17 at 3 rounds) gives an exploitable start, as the method
+    says, and puts its mass on the canonical answers."""
     from sepo.study.organism import run_one
 
     recipe, start, root = organism
@@ -74,7 +75,7 @@ def test_the_warm_start_is_exploitable(organism):
 
 def test_exploitability_descent_lowers_exact_e_star(organism):
     curve = descend(organism, "descent", 1e-4)
-    assert len(curve) == STEPS // 5 + 1
+    assert len(curve) == STEPS // 5 + 1  # step 0 and every 5 steps
     assert curve[0] - curve[-1] >= MARGIN, curve
 
 
