@@ -50,8 +50,12 @@ def round_reward_matrix(args: SEPOConfig, inputs: list[dict[str, Any]], batch: B
         penalties = batch.gather(probe_penalty)
         metrics["sepo/probe_penalty"] = penalties.mean().item()
         if args.credit == "shared":
+            # the group constant, rounded to float32, subtracted in float64: the difference of two float32 values
+            # is exact in float64, so the group's centred rewards are reward_only's exactly (bit for bit when G is
+            # a power of two, whose mean divides exactly)
             G = batch.num_generations
-            rewards = rewards - penalties.view(-1, G).mean(dim=1).repeat_interleave(G).unsqueeze(1)
+            constant = penalties.view(-1, G).mean(dim=1).to(torch.float32).to(torch.float64)
+            rewards = rewards.to(torch.float64) - constant.repeat_interleave(G).unsqueeze(1)
     return rewards, metrics
 
 
@@ -80,8 +84,8 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
     device = batch.device
     metrics: dict[str, float] = {}
     weights = batch.gather(torch.tensor([args.pool_weight(x["pool"]) for x in inputs], device=device))
-    adv, zero_std = sepo_round_advantages(
-        rewards, batch.num_generations, advantage_mode=args.advantage_mode, return_mode=args.return_mode,
+    adv, zero_std = sepo_round_advantages(  # in float64 (exact for float32 rewards: see round_reward_matrix)
+        rewards.to(torch.float64), batch.num_generations, advantage_mode=args.advantage_mode, return_mode=args.return_mode,
         pool_weights=weights if args.pool_weights else None, eps=args.advantage_epsilon,
         scale=args.scale_rewards,
     )
@@ -101,7 +105,7 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
         scale = training_token_scale(inputs, output, batch.gather)
         metrics["sepo/loss_scale"] = scale
         token_adv = token_adv * scale
-    return token_adv, {**metrics, **advantage_metrics(rewards, adv, zero_std)}
+    return token_adv.to(torch.float32), {**metrics, **advantage_metrics(rewards, adv, zero_std)}
 
 
 def advantage_metrics(rewards: torch.Tensor, adv: torch.Tensor, zero_std: torch.Tensor) -> dict[str, float]:
