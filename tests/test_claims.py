@@ -1,0 +1,54 @@
+"""The claims table's verdicts follow their stated rules (synthetic records in a temporary checkout)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from envs.ipd_exact import full_keys
+from sepo.study.claims import IPD, KUHN, claims
+
+
+def interval(mean: float, low: float, high: float) -> dict:
+    return {"mean": mean, "low": low, "high": high, "n": 5}
+
+
+def write(root: Path, path: str, doc: dict) -> None:
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(json.dumps(doc))
+
+
+def ipd_record(per_pool_high: float, best_high: float) -> dict:
+    tft_like = dict.fromkeys(full_keys(4), 1.0)
+    return {"warm_starts": [{"e_star": 4.06}, {"e_star": 4.02}],
+            "intervals": {"per_pool": [{"e_star": interval(per_pool_high - 0.1, per_pool_high - 0.2, per_pool_high)}],
+                          "per_pool_adaptive": [{"e_star": interval(best_high - 0.1, best_high - 0.2, best_high)}]},
+            "arms": {"per_pool": {"seeds": {"0/1": [{"policy": tft_like}]}}}}
+
+
+def test_missing_records_read_not_run(tmp_path):
+    rows = {row["claim"]: row["verdict"] for row in claims(tmp_path)}
+    assert list(rows.values()) == ["not run", "not run", "not run", "not run", "not testable at this scale"]
+
+
+def test_ipd_verdicts_follow_the_rules(tmp_path):
+    write(tmp_path, IPD, ipd_record(per_pool_high=3.9, best_high=1.4))
+    rows = {row["claim"]: row for row in claims(tmp_path)}
+    assert rows["SEPO corrects the SFT regression (exploit resistance better than the SFT start)"]["verdict"] == \
+        "reproduced"  # 3.9 < 4.02, the lower warm start
+    assert rows["IPD (Qwen): exploitability 5.000 -> 1.250"]["verdict"] == "reproduced"
+    write(tmp_path, IPD, ipd_record(per_pool_high=4.05, best_high=1.6))
+    rows = {row["claim"]: row for row in claims(tmp_path)}
+    assert rows["SEPO corrects the SFT regression (exploit resistance better than the SFT start)"]["verdict"] == \
+        "not reproduced"  # 4.05 is not below 4.02
+    assert rows["IPD (Qwen): exploitability 5.000 -> 1.250"]["verdict"] == "not reproduced"
+    assert "always-cooperate e* 5.000, tit-for-tat e* 1.250" in rows["IPD (Qwen): exploitability 5.000 -> 1.250"]["figures"]
+
+
+def test_a_game_that_reproduces_and_one_that_does_not_say_which(tmp_path):
+    write(tmp_path, IPD, ipd_record(per_pool_high=3.0, best_high=2.0))
+    write(tmp_path, KUHN, {"warm_start": {"exploitability": 0.192},
+                           "intervals": {"per_pool": [{"exploitability": interval(0.207, 0.153, 0.262)}]},
+                           "arms": {"per_pool": {"seeds": {}}}})
+    row = claims(tmp_path)[1]
+    assert row["verdict"] == "reproduced in IPD only"
