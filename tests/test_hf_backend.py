@@ -136,8 +136,11 @@ def test_lora_adapter_loading(tiny_model_dirs, tmp_path):
 def test_bad_inputs_are_clear_errors(tiny_model_dirs, tmp_path):
     with pytest.raises(ValueError, match="no such directory, and not a hub id"):
         HFBackend.from_model(str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match="cannot load model"):
+    with pytest.raises(ValueError, match="is a directory but not a model"):
         HFBackend.from_model(str(tmp_path))  # a directory, but no checkpoint in it
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="cannot load model"):
+        HFBackend.from_model(str(tmp_path))  # a config.json, but no loadable checkpoint
     with pytest.raises(ValueError, match="unknown dtype"):
         HFBackend.from_model(tiny_model_dirs["llama"], dtype="float13")
     backend = HFBackend.from_model(tiny_model_dirs["llama"], dtype="bfloat16")

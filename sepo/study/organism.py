@@ -23,9 +23,11 @@ checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl`
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from sepo.recipes import RecipeParser
 
 PROG = "python -m sepo.study.organism"
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 EXPLOIT_FIGURE = {"kuhn": "exploitability", "ipd": "e_star"}  # each game's exact exploit figure in a checkpoint
 PHASES = ("design", "pilot", "report", "all")
 
@@ -274,8 +277,18 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     return result
 
 
+def _die_with_parent() -> None:
+    """Linux: this worker gets SIGKILL when the study's process dies (a killed study must not leave workers
+    training on, or a rerun would train the same run twice at once). Elsewhere a no-op."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, int, float]:
     recipe, arm, seed, steps, out, start = job
+    _die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result = run_one(recipe, arm, seed, steps, Path(out), start)
     final = result["checkpoints"][-1][EXPLOIT_FIGURE[organism_game(recipe).name]]
@@ -318,17 +331,18 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
     """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished: every arm x seed from
     every warm start in `starts` (the phase's `warm_starts`, a count, limits them: the pilot may use fewer)."""
     spec = recipe[phase]
-    jobs = []
+    arms = []
     for arm_spec in spec["arms"]:
-        arms = ([arm_spec.format(w=_w(x)) for x in spec["weights"]] if "{w}" in arm_spec and phase == "pilot"
-                else [arm_spec.format(w=_w(w)) if "{w}" in arm_spec else arm_spec])
-        for arm in arms:
-            steps = int(spec["steps"].get(arm_spec, spec["steps"].get("default")))
-            for k, start in enumerate(starts[: int(spec.get("warm_starts", len(starts)))]):
-                for seed in spec["seeds"]:
-                    out = root / "runs" / phase / arm / f"{run_name(k, int(seed))}.json"
-                    if not out.exists():
-                        jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
+        names = ([arm_spec.format(w=_w(x)) for x in spec["weights"]] if "{w}" in arm_spec and phase == "pilot"
+                 else [arm_spec.format(w=_w(w)) if "{w}" in arm_spec else arm_spec])
+        arms += [(arm, int(spec["steps"].get(arm_spec, spec["steps"].get("default")))) for arm in names]
+    jobs = []  # seed by seed, every arm at each: a study stopped early still holds paired runs of every arm
+    for seed in spec["seeds"]:
+        for k, start in enumerate(starts[: int(spec.get("warm_starts", len(starts)))]):
+            for arm, steps in arms:
+                out = root / "runs" / phase / arm / f"{run_name(k, int(seed))}.json"
+                if not out.exists():
+                    jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
     return jobs
 
 
