@@ -336,10 +336,13 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
         names = ([arm_spec.format(w=_w(x)) for x in spec["weights"]] if "{w}" in arm_spec and phase == "pilot"
                  else [arm_spec.format(w=_w(w)) if "{w}" in arm_spec else arm_spec])
         arms += [(arm, int(spec["steps"].get(arm_spec, spec["steps"].get("default")))) for arm in names]
+    only = spec.get("seeds_by_arm", {})  # an arm run on fewer seeds (an exact check, not an estimate)
     jobs = []  # seed by seed, every arm at each: a study stopped early still holds paired runs of every arm
     for seed in spec["seeds"]:
         for k, start in enumerate(starts[: int(spec.get("warm_starts", len(starts)))]):
             for arm, steps in arms:
+                if arm in only and seed not in only[arm]:
+                    continue
                 out = root / "runs" / phase / arm / f"{run_name(k, int(seed))}.json"
                 if not out.exists():
                     jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
