@@ -81,7 +81,6 @@ ALLOWED: dict[str, str] = {
     "getegid": "as getuid",
     "getresuid": "as getuid",
     "getresgid": "as getuid",
-    "getrusage": "resource.getrusage of itself",
     "times": "os.times",
     "uname": "platform and sysconfig",
     "capget": "seen: the worker's check of its capabilities",
