@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox import SandboxConfig, SandboxedPolicy, layers, seccomp
+from benchmarks.sandbox_bounds import HOARD, PIN, PRELUDE, hostile, meminfo, root_io_setup
+from envs.sandbox import SandboxedPolicy, layers, seccomp
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(
@@ -27,33 +28,10 @@ pytestmark = pytest.mark.skipif(
     reason="checks the root-started bubblewrap sandbox on x86_64 (as CI runs it; the policies use x86_64 numbers)",
 )  # fmt: skip
 
-PRELUDE = r'''
-import ctypes, errno, mmap, os
-
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-SYS = {"io_setup": 206, "timer_create": 222, "vmsplice": 278, "futex": 202, "fadvise64": 221, "preadv2": 327,
-       "madvise": 28}
 
 
-def syscall(name, *args):
-    """(result, errno name or None)."""
-    result = libc.syscall(SYS[name], *args)
-    return result, (errno.errorcode.get(ctypes.get_errno(), "?") if result == -1 else None)
-'''
 
 
-def _meminfo(field: str) -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) << 10
-    raise KeyError(field)
-
-
-def _policy(body: str, class_name: str, label: str = "hostile") -> SandboxedPolicy:
-    return SandboxedPolicy(PRELUDE + body, label=label, config=SandboxConfig(call_timeout_s=60), class_name=class_name)
 
 
 # --- the allow-list ----------------------------------------------------------------------------------
@@ -98,98 +76,24 @@ def test_a_call_the_filter_does_not_know_is_refused():
 
 # --- memory outside the address space: pipe buffers ---------------------------------------------------
 
-PIN = r'''
-import fcntl
-
-
-class Iovec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-class Pin:
-    """Pins huge pages in pipe buffers (vmsplice one 4 KB piece of each, then unmaps them: the pipe keeps the
-    pages, outside RLIMIT_AS), over every pipe it can open, until `mb` MB are held; reports what it got."""
-
-    def act(self, mb):
-        self.keep, pinned, notes = [], 0, set()
-        huge = 2 << 20
-        while pinned < mb << 20:
-            try:
-                r, w = os.pipe()
-            except OSError as exc:
-                notes.add(f"pipe: {errno.errorcode[exc.errno]}")
-                break
-            self.keep += [r, w]
-            try:
-                fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ: 256 slots
-            except OSError as exc:
-                notes.add(f"F_SETPIPE_SZ: {errno.errorcode[exc.errno]}")
-            slots = fcntl.fcntl(w, 1032) // 4096  # F_GETPIPE_SZ
-            region = libc.mmap(None, (slots + 1) * huge, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
-            if region in (None, ctypes.c_void_p(-1).value):
-                notes.add("mmap failed")
-                break
-            base = (region + huge - 1) // huge * huge
-            syscall("madvise", ctypes.c_void_p(base), ctypes.c_size_t(slots * huge), 14)  # MADV_HUGEPAGE
-            for i in range(slots):
-                ctypes.memset(base + i * huge, 1, huge)
-                piece = Iovec(base + i * huge, 4096)
-                done, error = syscall("vmsplice", w, ctypes.byref(piece), 1, 2)  # SPLICE_F_NONBLOCK
-                if error:
-                    notes.add(f"vmsplice: {error}")
-                    break
-                pinned += huge
-            libc.munmap(ctypes.c_void_p(region), ctypes.c_size_t((slots + 1) * huge))
-            if notes & {"vmsplice: EPERM", "vmsplice: EBADF"}:
-                break
-        return {"pinned_mb": pinned >> 20, "pipes": len(self.keep) // 2, "notes": sorted(notes)}
-'''
 
 
 def test_pipe_buffers_cannot_pin_host_memory_outside_the_address_space():
     """The attack that held 2.1-2.9 GB of the host with a 1 GB limit, asked for 1536 MB: while the policy holds
     what it got, the host's MemAvailable has not fallen by 400 MB (the loose bound of the v2 memory test: other
     jobs move it by ~100 MB), and the policy reports nothing pinned."""
-    available = _meminfo("MemAvailable")
-    with _policy(PIN, "Pin") as policy:
+    available = meminfo("MemAvailable")
+    with hostile(PIN, "Pin") as policy:
         got = policy.call("act", 1536)
-        during = _meminfo("MemAvailable")
+        during = meminfo("MemAvailable")
     assert available - during < 400 << 20, f"MemAvailable fell by {(available - during) >> 20} MB; the policy got {got}"
     assert got["pinned_mb"] == 0 and got["pipes"] == 0 and got["notes"] == ["pipe: EPERM"], got
 
 
 # --- host-wide kernel resources: AIO and POSIX timers -------------------------------------------------
 
-HOARD = r'''
-class Hoard:
-    def aio(self, contexts):
-        got = 0
-        for _ in range(contexts):
-            ctx = ctypes.c_ulong(0)
-            result, error = syscall("io_setup", 4096, ctypes.byref(ctx))
-            if error:
-                return {"events": got, "error": error}
-            got += 4096
-        return {"events": got, "error": None}
-
-    def timers(self, n):
-        for i in range(n):
-            timer = ctypes.c_int(0)
-            result, error = syscall("timer_create", 1, None, ctypes.byref(timer))  # CLOCK_MONOTONIC, SIGALRM
-            if error:
-                return {"timers": i, "error": error}
-        return {"timers": n, "error": None}
-'''
 
 
-def _root_io_setup() -> int:
-    """The host's root asks for one AIO context (0: it got one, then gave it back; else the errno)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    ctx = ctypes.c_ulong(0)
-    if libc.syscall(206, 1, ctypes.byref(ctx)) != 0:
-        return ctypes.get_errno()
-    libc.syscall(207, ctx)
-    return 0
 
 
 def test_the_host_wide_aio_limit_stays_the_hosts():
@@ -198,10 +102,10 @@ def test_the_host_wide_aio_limit_stays_the_hosts():
     root probe gets its context."""
     limit = int(Path("/proc/sys/fs/aio-max-nr").read_text())
     before = int(Path("/proc/sys/fs/aio-nr").read_text())
-    with _policy(HOARD, "Hoard") as policy:
+    with hostile(HOARD, "Hoard") as policy:
         got = policy.call("aio", limit // 4096 + 1)
         during = int(Path("/proc/sys/fs/aio-nr").read_text())
-        probe = _root_io_setup()
+        probe = root_io_setup()
     assert during - before < 4096 and probe == 0, (before, during, probe, got)
     assert got == {"events": 0, "error": "EPERM"}, got
 
@@ -209,10 +113,10 @@ def test_the_host_wide_aio_limit_stays_the_hosts():
 def test_posix_timers_cannot_fill_unreclaimable_kernel_memory():
     """96k timers (+36 MB of SUnreclaim) with the host's RLIMIT_SIGPENDING. Now the policy gets none (seccomp), and
     RLIMIT_SIGPENDING is 16 besides; the host's SUnreclaim has not risen by 12 MB while it holds them."""
-    before = _meminfo("SUnreclaim")
-    with _policy(HOARD, "Hoard") as policy:
+    before = meminfo("SUnreclaim")
+    with hostile(HOARD, "Hoard") as policy:
         got = policy.call("timers", 100_000)
-        during = _meminfo("SUnreclaim")
+        during = meminfo("SUnreclaim")
     assert during - before < 12 << 20, f"SUnreclaim rose by {(during - before) >> 20} MB; the policy got {got}"
     assert got == {"timers": 0, "error": "EPERM"}, got
 
@@ -271,7 +175,7 @@ class Futex:
 
 
 def _futex_bits(path: str, bits: list[int]) -> list:
-    with _policy(FUTEX, "Futex", "rx") as rx, _policy(FUTEX, "Futex", "tx") as tx:
+    with hostile(FUTEX, "Futex", "rx") as rx, hostile(FUTEX, "Futex", "tx") as tx:
         assert rx.call("open", path) and tx.call("open", path)
         got = []
         for i, bit in enumerate(bits):
@@ -355,11 +259,11 @@ def _cache_bits(bits: list[int], method: str) -> tuple[list, list]:
     import sysconfig
 
     paths = [str(Path(sysconfig.get_paths()["stdlib"]) / name) for name in QUIET]
-    with _policy(CACHE, "Cache", "first") as first:
+    with hostile(CACHE, "Cache", "first") as first:
         evicted = first.call("evict", paths)
-    with _policy(CACHE, "Cache", "second") as second:
+    with hostile(CACHE, "Cache", "second") as second:
         second.call("load", paths, bits)
-    with _policy(CACHE, "Cache", "third") as third:
+    with hostile(CACHE, "Cache", "third") as third:
         return evicted, third.call("probe", paths, method)
 
 
