@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.sandbox import SandboxConfig, SandboxedPolicy
+from sepo.files import write_json_atomic
 
 OUT = Path(__file__).parent / "sandbox_bounds.json"
 F_GETPIPE_SZ = 1032
@@ -186,8 +187,6 @@ def measure() -> dict[str, Any]:
 
 def main() -> int:
     """Measure and write `OUT` (root only: the figures are those of the root-started sandbox)."""
-    from sepo.files import write_json_atomic
-
     if os.geteuid() != 0:
         raise SystemExit("python -m benchmarks.sandbox_bounds measures the root-started sandbox: run it as root")
     record = {**measure(), "memory_mb": SandboxConfig().memory_mb}

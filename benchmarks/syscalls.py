@@ -15,6 +15,7 @@ calls each worker makes after it loads that filter are counted per workload. Roo
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
@@ -35,6 +36,7 @@ from fmsp.domains import make_domain
 from fmsp.domains.gandalf import level_defender
 from fmsp.domains.sepo_games import scripted_policy_code
 from fmsp.sandbox import Sandbox
+from sepo.files import write_json_atomic
 from sepo.pools import DEFAULT_POOLS, load_pool_dir
 
 OUT = Path(__file__).parent / "syscalls" / "observed.json"
@@ -85,6 +87,7 @@ class Exercise:
 
 def _allow_all() -> bytes:
     """A filter that allows everything: loaded where the real one would be, so the trace shows what code asks for."""
+    # deferred: pyseccomp loads the OS's libseccomp; importing this module (e.g. for its docstring) needs none
     import pyseccomp as sc
 
     with tempfile.TemporaryFile() as fh:
@@ -163,8 +166,6 @@ def _sepo_games(sandbox: Sandbox) -> None:
 
 
 def _pool_directory(sandbox: Sandbox) -> None:
-    import hashlib
-
     with tempfile.TemporaryDirectory() as directory:
         members = []
         for game in GAMES:
@@ -222,8 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.syscalls", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(OUT), help="where to write the record")
     args = parser.parse_args(argv)
-    from sepo.files import write_json_atomic
-
     record = observe()
     write_json_atomic(Path(args.out), record)
     print(f"{len(record['union'])} system calls over {len(record['workloads'])} workloads -> {args.out}")
