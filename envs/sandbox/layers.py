@@ -1,5 +1,5 @@
-"""OS containment of policy processes: which layers this machine has, the command line that applies them,
-and the seccomp program.
+"""OS containment of policy processes: which layers this machine has and the command line that applies them
+(the seccomp program itself: `envs.sandbox.seccomp`).
 
 Layers, outermost first (each is the OS's own tool, not a Python-level hook):
 
