@@ -9,6 +9,7 @@ seccomp) and one pipelined step of both Car Tag policies.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any
@@ -95,4 +96,6 @@ def _parts(calls: int) -> dict[str, Any]:
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     """The sandbox's cost next to the same games in-process (see the module docstring)."""
     games, steps = (20, 200) if quick else (100, 1000)
-    return {"car_tag": _car_tag(games, steps), "ipd": _ipd(20 if quick else 200), "parts": _parts(100 if quick else 1000)}
+    load = os.getloadavg()  # the machine's load when the part starts and ends: these are wall-clock figures
+    figures = {"car_tag": _car_tag(games, steps), "ipd": _ipd(20 if quick else 200), "parts": _parts(100 if quick else 1000)}
+    return {**figures, "load_average_1min": [load[0], os.getloadavg()[0]]}

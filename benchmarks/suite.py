@@ -117,6 +117,9 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{i['ratio']:.0f}x", "<= 5 ms"))
         out.append(("  sandbox start-up, one policy process / one pipelined step of two", f"{p['start_s']:.3f} s",
                     f"{p['pipelined_step_ms']:.3f} ms", "-", "-"))
+        if "load_average_1min" in r:
+            out.append(("  machine load (1-min average) at the part's start / end",
+                        " / ".join(f"{x:.2f}" for x in r["load_average_1min"]), "-", "-", "-"))
     return out
 
 

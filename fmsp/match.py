@@ -7,13 +7,15 @@ matches alternate seats, so either side can hold any policy), `--b` the second. 
 ``{"a": {"score": float | null, "failure": null | {"kind", "message", "detail"}, "file", "name"}, "b": {...},
 "details", "wall_s", "cpu_s", "sandbox", "rng_key"}`` (cpu_s measured by the host; rng_key the secret that keyed the
 policies' rngs and the deals: `--rng-key` replays the match). The exit status is 0 whenever the match was played, even if a
-policy failed (that is a result); 2 for a usage error or a sandbox that cannot run here. This is how a user
+policy failed (that is a result); 2 for a usage error or a sandbox that cannot run here; 1 when the harness itself
+failed, with the record still written (both scores null, `harness_error` the traceback). This is how a user
 vets a policy by hand, and how the red-team tests drive the sandbox.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from envs.sandbox.rng import new_rng_key
 from envs.sandbox.text import safe_text
 from fmsp.domain import PolicyCode
 from fmsp.domains import DOMAINS, make_domain
-from fmsp.sandbox import Sandbox
+from fmsp.sandbox import MatchOutcome, Sandbox
 from sepo.checks import UsageError, check_choice
 from sepo.files import write_json_atomic
 from sepo.recipes import RecipeParser
@@ -83,11 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(str(exc)) from exc
     print(layers, file=sys.stderr)
     policies = [PolicyCode(Path(f).stem, "", code, side) for f, code, side in zip((args.a, args.b), codes, domain.sides)]
-    record = sandbox.play(domain, *policies).to_dict()
+    try:
+        record, status = sandbox.play(domain, *policies).to_dict(), 0
+    except Exception as exc:  # noqa: BLE001 - a harness fault: the record is still written, saying so (exit 1)
+        record, status = MatchOutcome(None, None).to_dict(), 1
+        record["harness_error"] = safe_text("".join(traceback.format_exception(exc, limit=-8)), 8000, multiline=True)
     for key, policy, path in zip("ab", policies, (args.a, args.b)):
         record[key].update(file=str(path), name=policy.name, side=policy.side)
     record.update(domain=domain.name, sandbox=layers, rng_key=config.rng_key)
     write_json_atomic(Path(args.json), record)
+    if status:
+        print(f"the harness failed (not either policy): {record['harness_error'].splitlines()[-1]}", file=sys.stderr)
+        return status
     for key in "ab":
         side = record[key]
         failure = side["failure"]

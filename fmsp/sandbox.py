@@ -11,6 +11,7 @@ scores never share a process with policy code. A policy that fails yields a `Mat
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,7 +132,9 @@ class Sandbox:
         return self.play_all(domain, [(a, b)]).outcomes[0]
 
     def unit_test(self, domain: Domain, policy: PolicyCode, side: str) -> UnitTestResult:
-        """The domain's unit test on `policy` in its own process."""
+        """The domain's unit test on `policy` in its own process. The test looks at nothing but this policy's
+        replies, so any exception it raises is this policy's failure (kind `invalid_action`, with the harness's
+        traceback as detail), never the end of the run."""
         with self.policy(domain, policy, "candidate") as handle:
             try:
                 domain.unit_test(handle, side)
@@ -139,6 +142,10 @@ class Sandbox:
                 return UnitTestResult(False, str(exc) or "a unit-test assertion failed", None, "assertion")
             except PolicyError as exc:
                 return UnitTestResult(False, str(exc), exc.detail, exc.kind)
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                error = PolicyError("candidate", "invalid_action", f"{type(exc).__name__}: {exc}",
+                                    "".join(traceback.format_exception(exc, limit=-8)))  # fmt: skip
+                return UnitTestResult(False, str(error), error.detail, error.kind)
         return UnitTestResult(True)
 
     def _start(self, domain: Domain, pair: tuple[PolicyCode, PolicyCode]) -> tuple[SandboxedPolicy, SandboxedPolicy]:

@@ -46,6 +46,9 @@ MANIFEST_FILE = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest or a member file larger than this is refused
 MAX_MEMBER_BYTES = 1 << 20
 MAX_JSON_DEPTH = 16  # nesting of the manifest's JSON (a member's `source` object included)
+# The one `source.kind` a manifest member may declare: the trainer builds every pool-directory member as sandboxed
+# code (its factory); "scripted" names the in-process strategies of `envs.strategies`, which it builds itself.
+CODE_SOURCE_KIND = "code"
 
 DEFAULT_POOLS: dict[str, dict[str, tuple[str, ...]]] = {
     # the revised paper's pool table (supplementary, "Opponent pools") and the method's code (games/*.py)
@@ -260,6 +263,10 @@ def _validate_entry(entry: Any, index: int, directory: Path) -> tuple[dict[str, 
         raise PoolError(f"{where}: 'sha256' must be 64 hex characters")
     if not isinstance(entry.get("class_name"), str) or not entry["class_name"].isidentifier():
         raise PoolError(f"{where}: 'class_name' must be a Python identifier")
+    kind = entry["source"].get("kind", CODE_SOURCE_KIND)
+    if kind != CODE_SOURCE_KIND:  # e.g. "scripted": the trainer would look for a scripted strategy and crash
+        raise PoolError(f"{where}: source kind {_shown(kind)} cannot come from a pool directory; a member there is "
+                        f"sandboxed code (kind {CODE_SOURCE_KIND!r}, or no kind)")  # fmt: skip
     data = _read_regular(directory, entry["file"], MAX_MEMBER_BYTES, where)
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"].lower():

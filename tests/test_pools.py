@@ -414,3 +414,20 @@ def test_pool_loader_holes_of_issue_23_are_closed(tmp_path):
     with pytest.raises(PoolError, match="unknown pool") as info:
         load_pool_dir(write_pool_dir(tmp_path / "i", [member("p", "p.py", pool="x\x1b[2J\rtraining")], files))
     assert "\x1b" not in str(info.value) and "\r" not in str(info.value) and "\\x1b" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["scripted", "adaptive", None, 3])
+def test_pool_loader_refuses_a_source_kind_the_trainer_cannot_build(tmp_path, kind):
+    """A member claiming `"source": {"kind": "scripted"}` passed the loader and its smoke test, then the trainer
+    (which builds scripted members itself and takes factories only for the rest) crashed at its first rollout.
+    Only sandboxed code ("code", or no kind) comes from a pool directory, and every loaded member gets a factory."""
+    from sepo.grpo.rollouts import exported_factories
+
+    files = {"p.py": FIRST_LEGAL_POLICY}
+    claimed = write_pool_dir(tmp_path / "x", [member("p", "p.py", source={"kind": kind})], files)
+    with pytest.raises(PoolError, match="source kind .* cannot come from a pool directory") as info:
+        load_pool_dir(claimed)
+    assert "\n" not in str(info.value)
+    good = write_pool_dir(tmp_path / "y", [member("p", "p.py", source={"kind": "code"}), member("q", "p.py")], files)
+    pools = load_pools("ipd", extra_dir=good)
+    assert {"p", "q"} <= set(exported_factories({"ipd": pools}))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from envs import make_game
-from envs.sandbox import SandboxConfig, SandboxedPolicy, SandboxedStrategy, layers
+from envs.sandbox import SandboxConfig, SandboxedPolicy, SandboxedStrategy, layers, seccomp
 from envs.sandbox.rng import keyed_seed, persist_run_rng_key, private_copy
 from envs.sandbox.text import safe_text
 from fmsp.domain import PolicyCode
@@ -552,7 +552,7 @@ class Channel:
         return got
 '''
 
-# What each channel needs from the seccomp filter: the syscalls and fcntl commands its rule denies.
+# What each channel needs from the seccomp filter: the syscalls and fcntl commands the allow-list leaves out.
 CHANNELS = {"inotify": (("inotify_init", "inotify_init1", "inotify_add_watch"), ()), "flock": (("flock",), ()),
             "posix_lock": ((), (5, 6, 7)), "ofd_lock": ((), (36, 37, 38)), "dnotify": ((), (1026,))}  # fmt: skip
 
@@ -576,15 +576,15 @@ def _talk(kind: str) -> tuple[str, list, list]:
 def test_no_notification_or_lock_channel_between_two_sandboxes(kind, monkeypatch):
     syscalls, commands = CHANNELS[kind]
     expected = [1, 0, 1, 1] if kind != "dnotify" else [1, 0, 0, 0]
-    # the channel opened on purpose: this rule taken out of the filter, everything else in force
-    monkeypatch.setattr(layers, "DENIED_SYSCALLS", tuple(s for s in layers.DENIED_SYSCALLS if s not in syscalls))
-    monkeypatch.setattr(layers, "FCNTL_DENIED", tuple(c for c in layers.FCNTL_DENIED if c not in commands))
-    layers.seccomp_program.cache_clear()
+    # the channel opened on purpose: these calls added to the allow-list, everything else in force
+    monkeypatch.setattr(seccomp, "ALLOWED", {**seccomp.ALLOWED, **dict.fromkeys(syscalls, "control")})
+    monkeypatch.setattr(seccomp, "FCNTL_ALLOWED", seccomp.FCNTL_ALLOWED + commands)
+    seccomp.seccomp_program.cache_clear()
     try:
         setup, refused, got = _talk(kind)
     finally:
         monkeypatch.undo()
-        layers.seccomp_program.cache_clear()
+        seccomp.seccomp_program.cache_clear()
     assert (setup, refused, got) == ("ok", [], expected), "the control channel did not work: the test proves nothing"
     setup, refused, got = _talk(kind)
     assert got != expected and 1 not in (got or []), (setup, refused, got)

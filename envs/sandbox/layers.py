@@ -1,5 +1,5 @@
-"""OS containment of policy processes: which layers this machine has, the command line that applies them,
-and the seccomp program.
+"""OS containment of policy processes: which layers this machine has and the command line that applies them
+(the seccomp program itself: `envs.sandbox.seccomp`).
 
 Layers, outermost first (each is the OS's own tool, not a Python-level hook):
 
@@ -13,14 +13,13 @@ Layers, outermost first (each is the OS's own tool, not a Python-level hook):
    a read-only root, and a private size-limited tmpfs as the only writable place (the working directory). A root harness
    first stages these binds with a root-run `bwrap` (its own mount namespace, nothing else), because the
    unprivileged uid cannot reach e.g. an interpreter installed under /root.
-3. **seccomp**: a filter compiled by libseccomp (through `pyseccomp`) in the harness and loaded by the
-   worker before it reads any policy code: process creation (fork, clone, exec), ptrace and cross-process
-   memory access, namespace and mount calls, socket creation, signals and pidfds aimed at any other process,
-   io_uring, bpf, keyrings and module loading fail with EPERM; so do SysV IPC (shared memory, message queues,
-   semaphores), POSIX message queues and memfd_create (memory RLIMIT_AS does not count), and inotify,
-   fanotify, flock and fcntl locks, leases and dnotify (channels through inodes two sandboxes share).
+3. **seccomp**: an allow-list (`envs.sandbox.seccomp`) compiled by libseccomp (through `pyseccomp`) in the
+   harness and loaded by the worker before it reads any policy code. Every call not listed fails with EPERM,
+   including calls the kernel adds later; the list holds what policies were seen to need, some calls only with
+   arguments that keep them inside the process (private futexes, its own pid as a signal's target, a few fcntl
+   commands and madvise advices).
 4. **rlimits** set by the worker before the policy loads: CPU seconds, address space, file size, open files,
-   processes (0), core dumps (0), POSIX message-queue bytes (0), locked memory (0).
+   processes (0), core dumps (0), POSIX message-queue bytes (0), locked memory (0), queued signals (16).
 5. **wall clock**: the harness kills the whole process group (and with it the pid namespace) when a call or the
    process's total budget runs out.
 
@@ -30,53 +29,22 @@ untrusted code when one is missing unless `SandboxConfig.unsafe` is set.
 
 from __future__ import annotations
 
-import errno
 import functools
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from envs.sandbox.config import SandboxConfig
+from envs.sandbox.seccomp import seccomp_program
 
 WORKER_PID = 2  # the worker's pid inside bubblewrap's pid namespace (1 is bwrap's reaper)
 
-# Denied with EPERM by the seccomp filter (names unknown to this kernel/libseccomp are skipped).
-DENIED_SYSCALLS = (
-    # process creation and replacement (threads included: policies are single-threaded)
-    "fork", "vfork", "clone", "execve", "execveat",
-    # other processes: tracing, memory, signals without a target check, pidfds
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_send_signal",
-    "pidfd_getfd", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "setsid", "setpgid",
-    # namespaces and mounts
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "name_to_handle_at", "open_by_handle_at",
-    # networking
-    "socket", "socketpair",
-    # kernel interfaces a policy never needs
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-    "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "iopl", "ioperm",
-    # memory outside RLIMIT_AS: SysV shared memory (resident after detaching), SysV message queues and
-    # semaphores, POSIX message queues, memfd files (the ipc multiplexer is the 32-bit ABI's form, killed anyway)
-    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
-    "semtimedop", "semctl", "ipc", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
-    "mq_getsetattr", "memfd_create", "memfd_secret",
-    # notification and lock channels between sandboxes through the inodes they share (the read-only binds,
-    # the device nodes): inotify, fanotify, flock (fcntl locks, leases and dnotify: FCNTL_DENIED below)
-    "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "fanotify_init", "fanotify_mark",
-    "flock",
-)  # fmt: skip
-# fcntl commands denied: POSIX and open-file-description record locks (set and query), leases, dnotify
-# (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY)
-FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
 # The device nodes of the sandbox's /dev (bound from the host, no tmpfs: no /dev/shm, nothing writable to store)
 DEVICES = ("null", "zero", "full", "random", "urandom")
-SIGNAL_SYSCALLS = ("kill", "tkill", "tgkill")  # allowed only with the worker's own pid as the target
 STAGED_SCRATCH = "/tmp/.policy-scratch"  # where a root stage mounts the scratch tmpfs
 SCRATCH_INODES = 1024  # files and directories the scratch can hold (each pins ~1 KB of kernel memory)
 _THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -110,32 +78,6 @@ class Layers:
         have += ["rlimits", "wall-clock kill"]
         text = "sandbox layers: " + ", ".join(have)
         return text + ("; MISSING: " + "; ".join(self.missing) if self.missing else "")
-
-
-@functools.lru_cache(maxsize=64)
-def seccomp_program(pid: int) -> bytes:
-    """The BPF program (libseccomp's compilation, native architecture; other ABIs are killed) for a worker
-    whose own pid is `pid`."""
-    # deferred: pyseccomp loads the OS's libseccomp, which a machine may lack; here its ImportError becomes a
-    # missing layer in `detect_layers` instead of a failed import of the whole sandbox
-    import pyseccomp as sc
-
-    deny = sc.ERRNO(errno.EPERM)
-    program = sc.SyscallFilter(sc.ALLOW)
-    for name in DENIED_SYSCALLS:
-        if sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0:
-            program.add_rule(deny, name)
-    program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # ENOSYS: libc falls back to clone, which is denied
-    for name in SIGNAL_SYSCALLS:
-        program.add_rule(deny, name, sc.Arg(0, sc.NE, pid))
-    for name in ("fcntl", "fcntl64"):
-        if sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0:
-            for command in FCNTL_DENIED:
-                program.add_rule(deny, name, sc.Arg(1, sc.EQ, command))
-    with tempfile.TemporaryFile() as fh:
-        program.export_bpf(fh)
-        fh.seek(0)
-        return fh.read()
 
 
 @functools.cache

@@ -27,11 +27,15 @@ from typing import Any
 
 from envs.base import Pipelined
 from envs.sandbox.config import PolicyError, SandboxConfig
-from envs.sandbox.layers import WORKER_PID, require_layers, seccomp_program, worker_command, worker_env
+from envs.sandbox.layers import WORKER_PID, require_layers, worker_command, worker_env
 from envs.sandbox.protocol import decode, encode
+from envs.sandbox.seccomp import seccomp_program
 from envs.sandbox.text import safe_text
 
 _LIVE: weakref.WeakSet[SandboxedPolicy] = weakref.WeakSet()
+# RLIMIT_SIGPENDING: queued signals (each pins a kernel sigqueue entry). The host default grows with RAM (tens of
+# thousands); a policy needs none queued (timer_create and rt_sigqueueinfo are not on the seccomp allow-list).
+SIGPENDING = 16
 
 
 @dataclass
@@ -101,7 +105,7 @@ class SandboxedPolicy(Pipelined):
                             "rlimits": {"RLIMIT_CPU": config.cpu_s, "RLIMIT_AS": config.memory_mb << 20,
                                         "RLIMIT_FSIZE": config.max_file_mb << 20, "RLIMIT_NOFILE": config.max_open_files,
                                         "RLIMIT_NPROC": 0, "RLIMIT_CORE": 0, "RLIMIT_MSGQUEUE": 0,
-                                        "RLIMIT_MEMLOCK": 0}})  # fmt: skip
+                                        "RLIMIT_MEMLOCK": 0, "RLIMIT_SIGPENDING": SIGPENDING}})  # fmt: skip
         self._send("load", self._load)
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 ARRAY_DTYPES = ("<f8", "<f4", "<i8", "<i4", "|b1")
+MAX_DIMS = 32  # the most dimensions a decoded array may have (numpy 1.x's own limit)
+MAX_DIM_SIZE = 1 << 31  # each shape entry is below this
 _TAG = "__nd__"
 
 
@@ -38,16 +40,26 @@ def _untag(obj: dict[str, Any]) -> Any:
     import numpy as np
 
     dtype, shape = obj[_TAG], obj.get("shape")
-    if dtype not in ARRAY_DTYPES or not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-        raise ValueError(f"bad array header (dtype {dtype!r}, shape {shape!r})")
+    # the header is bounded before any arithmetic on it: at most MAX_DIMS entries, each a plain int below 2**31, and
+    # the running product capped (a shape of huge integers would otherwise make the product cost what the sender picks)
+    if dtype not in ARRAY_DTYPES or not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise ValueError(f"bad array header (dtype {str(dtype)[:20]!r}, a shape of {_length(shape)} entries)")
     data = base64.b64decode(str(obj.get("b64", "")), validate=True)
     array = np.frombuffer(data, dtype=np.dtype(dtype))
     size = 1
     for n in shape:
+        if type(n) is not int or not 0 <= n < MAX_DIM_SIZE:
+            raise ValueError("bad array shape entry (not an int in [0, 2**31))")
         size *= n
+        if size > array.size:  # capped (no builtins: a policy may have patched them in its own worker)
+            size = array.size + 1
     if array.size != size:
-        raise ValueError(f"array of {array.size} values does not have shape {shape}")
+        raise ValueError(f"array of {array.size} values does not have a shape of {len(shape)} entries with that product")
     return array.reshape(shape).copy()
+
+
+def _length(value: Any) -> str:
+    return str(len(value)) if isinstance(value, list) else "?"
 
 
 def encode(message: Any) -> bytes:
