@@ -21,6 +21,8 @@ import pytest
 import yaml
 from kill_resume import kill_rng, run_and_kill, run_cli
 
+from sepo.files import last_complete_checkpoint
+
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "ipd_organism" / "study.yaml"
 STEPS = 20
 SEED = 0
@@ -127,7 +129,7 @@ def test_a_killed_organism_run_resumes_to_the_same_tables(organism, tmp_path):
         cmd = ["sepo.study.organism", "--config", str(path), "--workers", "1", "--phase", "report"]
         if name == "killed":
             work = tmp_path / name / "runs" / "report" / "per_pool_adaptive" / f".work_seed_{SEED}"
-            run_and_kill(cmd, tmp_path / "killed.log", lambda w=work: any(w.glob("checkpoint-*/trainer_state.json")),
+            run_and_kill(cmd, tmp_path / "killed.log", lambda w=work: last_complete_checkpoint(w) is not None,
                          rng.uniform(0.0, 4.0))
         run_cli(cmd, tmp_path / f"{name}.log")
         docs[name] = json.loads((tmp_path / name / "runs" / "report" / "per_pool_adaptive" / f"seed_{SEED}.json")
