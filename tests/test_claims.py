@@ -21,6 +21,8 @@ def write(root: Path, path: str, doc: dict) -> None:
 def ipd_record(per_pool_high: float, best_high: float) -> dict:
     tft_like = dict.fromkeys(full_keys(4), 1.0)
     return {"warm_starts": [{"e_star": 4.06}, {"e_star": 4.02}],
+            "change_from_warm_start": {"per_pool": interval(per_pool_high - 4.2, per_pool_high - 4.3,
+                                                            per_pool_high - 4.02)},
             "intervals": {"per_pool": [{"e_star": interval(per_pool_high - 0.1, per_pool_high - 0.2, per_pool_high)}],
                           "per_pool_adaptive": [{"e_star": interval(best_high - 0.1, best_high - 0.2, best_high)}]},
             "arms": {"per_pool": {"seeds": {"0/1": [{"policy": tft_like}]}}}}
@@ -35,12 +37,12 @@ def test_ipd_verdicts_follow_the_rules(tmp_path):
     write(tmp_path, IPD, ipd_record(per_pool_high=3.9, best_high=1.4))
     rows = {row["claim"]: row for row in claims(tmp_path)}
     assert rows["SEPO corrects the SFT regression (exploit resistance better than the SFT start)"]["verdict"] == \
-        "reproduced"  # 3.9 < 4.02, the lower warm start
+        "reproduced"  # the change's interval ends at 3.9 - 4.02 < 0
     assert rows["IPD (Qwen): exploitability 5.000 -> 1.250"]["verdict"] == "reproduced"
     write(tmp_path, IPD, ipd_record(per_pool_high=4.05, best_high=1.6))
     rows = {row["claim"]: row for row in claims(tmp_path)}
     assert rows["SEPO corrects the SFT regression (exploit resistance better than the SFT start)"]["verdict"] == \
-        "not reproduced"  # 4.05 is not below 4.02
+        "not reproduced"  # the change's interval ends at 4.05 - 4.02 > 0
     assert rows["IPD (Qwen): exploitability 5.000 -> 1.250"]["verdict"] == "not reproduced"
     assert "always-cooperate e* 5.000, tit-for-tat e* 1.250" in rows["IPD (Qwen): exploitability 5.000 -> 1.250"]["figures"]
 

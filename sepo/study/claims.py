@@ -58,8 +58,9 @@ def sft_degrades(root: Path) -> dict[str, Any]:
 
 
 def sepo_corrects(root: Path) -> dict[str, Any]:
-    """Claim 2. Rule: in each game, reproduced when per_pool's final exact exploit figure has a 95% interval below the
-    warm start's (the SFT checkpoint's) figure."""
+    """Claim 2. Rule: in each game, reproduced when per_pool's final exact exploit figure lies below the warm
+    start's (the SFT checkpoint's): Kuhn, its 95% interval below the one warm start's figure; IPD (two warm
+    starts), the 95% interval of each run's final minus its own start below 0."""
     rows, verdicts = [], []
     kuhn = _load(root, KUHN)
     if kuhn is not None:
@@ -67,12 +68,13 @@ def sepo_corrects(root: Path) -> dict[str, Any]:
         rows.append(f"Kuhn organism: per_pool {_fmt(e)} against the warm start's {ws:.3f}")
         verdicts.append(e["high"] < ws)
     ipd = _load(root, IPD)
-    if ipd is not None and "per_pool" in ipd["intervals"]:
+    if ipd is not None and "per_pool" in ipd.get("change_from_warm_start", {}):
         e = ipd["intervals"]["per_pool"][-1]["e_star"]
-        starts = [w["e_star"] for w in ipd["warm_starts"]]
-        rows.append(f"IPD organism: per_pool e* {_fmt(e)} against the warm starts' "
-                    + ", ".join(f"{x:.3f}" for x in starts))
-        verdicts.append(e["high"] < min(starts))
+        change = ipd["change_from_warm_start"]["per_pool"]
+        rows.append(f"IPD organism: per_pool final e* {_fmt(e)} from warm starts of e* "
+                    + ", ".join(f"{w['e_star']:.3f}" for w in ipd["warm_starts"])
+                    + f"; change from the run's own warm start {_fmt(change)}")
+        verdicts.append(change["high"] < 0)
     if not rows:
         return {"verdict": "not run"}
     verdict = ("reproduced" if all(verdicts) else "not reproduced" if not any(verdicts)
