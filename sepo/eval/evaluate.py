@@ -126,6 +126,22 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
     return result, rows_by_unit
 
 
+def _stored_phase(cfg: EvalConfig, label: str, game: str, key: str, where: str, compute: Callable[[], Any],
+                  describe: Callable[[Any], str]) -> Any:
+    """A game's exact phase, stored as one shard like the episodes (`<game>_exact`): reused when its fingerprint
+    `key` matches, else computed, saved and timed."""
+    path = shard_path(cfg.output_dir, label, game, f"{game}_exact")
+    stored = load_shard(path, key) if cfg.resume else None
+    if stored is not None:
+        _say(f"{where} {label} {game} exact policy: stored, reused")
+        return stored
+    start = time.perf_counter()
+    value = compute()
+    save_shard(path, key, value)
+    _say(f"{where} {label} {game} exact policy: {describe(value)} in {time.perf_counter() - start:.1f} s")
+    return value
+
+
 def _ipd_exact_applies(game: str, cfg: EvalConfig) -> bool:
     """The IPD exact phase runs for compact-prompt IPD (the prompt a short function of the joint history) with
     few enough rounds to score every joint history (`sepo.grpo.adaptive.IPD_MAX_ROUNDS`)."""
@@ -140,18 +156,9 @@ def _ipd_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done
     """The answer-only policy at every joint history (teacher-forced, `sepo.eval.ipd.scored_policy`) and its
     exact e* (`envs.ipd_exact`), stored as one shard like the episodes."""
     params = cfg.game_params.get("ipd", {})
-    key = fingerprint(stamp, "ipd_exact", params)
-    path = shard_path(cfg.output_dir, label, "ipd", "ipd_exact")
-    table = load_shard(path, key) if cfg.resume else None
-    if table is not None:
-        _say(f"{done}/{total} {label} ipd exact policy: stored, reused")
-    else:
-        start = time.perf_counter()
-        backend, renderer = live()
-        table = ipd_scored_policy(backend, renderer, params)
-        save_shard(path, key, table)
-        _say(f"{done}/{total} {label} ipd exact policy: {len(table)} joint histories in "
-             f"{time.perf_counter() - start:.1f} s")
+    table = _stored_phase(cfg, label, "ipd", fingerprint(stamp, "ipd_exact", params), f"{done}/{total}",
+                          lambda: ipd_scored_policy(*live(), params),
+                          lambda t: f"{len(t)} joint histories")
     game = envs.make_game("ipd", **params)
     return {"ipd_exact": {"e_star": ipd_exploitability(table, game.num_rounds, Payoffs.of(game)),
                           "policy": table}}
@@ -161,19 +168,11 @@ def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, don
                 total: int) -> dict[str, Any]:
     decoding = {k: v for k, v in cfg.play_settings().items()  # what the exact phase depends on
                 if k not in ("episodes_per_opponent", "batch_episodes", "pools_dir")}
-    key = fingerprint(stamp, "kuhn_exact", cfg.kuhn_rationale_samples, decoding)
-    path = shard_path(cfg.output_dir, label, "kuhn", "kuhn_exact")
-    samples = load_shard(path, key) if cfg.resume else None
-    if samples is not None:
-        _say(f"{done}/{total} {label} kuhn exact policy: stored, reused")
-    else:
-        start = time.perf_counter()
-        backend, renderer = live()
-        samples = score_samples(backend, renderer, cfg.sampling(), cfg.kuhn_rationale_samples, cfg.progress,
-                                game_params=cfg.game_params.get("kuhn"))
-        save_shard(path, key, samples)
-        _say(f"{done}/{total} {label} kuhn exact policy: 12 info sets x {len(samples['K'])} samples in "
-             f"{time.perf_counter() - start:.1f} s")
+    samples = _stored_phase(
+        cfg, label, "kuhn", fingerprint(stamp, "kuhn_exact", cfg.kuhn_rationale_samples, decoding), f"{done}/{total}",
+        lambda: score_samples(*live(), cfg.sampling(), cfg.kuhn_rationale_samples, cfg.progress,
+                              game_params=cfg.game_params.get("kuhn")),
+        lambda s: f"12 info sets x {len(s['K'])} samples")
     return {**exact_summary(samples, cfg.bootstrap_resamples, cfg.confidence, cfg.seed),
             "kuhn_prompt": prompt_note(cfg.game_params.get("kuhn"))}
 

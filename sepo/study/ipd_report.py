@@ -30,6 +30,7 @@ from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.recipes import RecipeParser
 from sepo.study.organism import finished, game_params, load_recipe, warm_start_dir, warm_start_seeds
 from sepo.study.organism_games import ipd_checkpoint
+from sepo.study.organism_report import band_panel
 from sepo.subcommands import report_usage_errors
 
 PROG = "python -m sepo.study.ipd_report"
@@ -235,15 +236,7 @@ def plot(results: Mapping[str, Any], out: Path) -> None:
               "canonical_mass": "canonical-answer mass (min over states)"}
     fig, axes = plt.subplots(1, 4, figsize=(22, 5))
     for ax, metric in zip(axes, METRICS):
-        for arm in arms:
-            rows = results["intervals"][arm]
-            steps = [r["step"] for r in rows]
-            ax.plot(steps, [r[metric]["mean"] for r in rows], color=colors[arm], label=arm)
-            ax.fill_between(steps, [r[metric]["low"] for r in rows], [r[metric]["high"] for r in rows],
-                            color=colors[arm], alpha=0.2)
-        ax.set_title(titles[metric], fontsize=10)
-        ax.set_xlabel("optimizer step")
-        ax.grid(alpha=0.3)
+        band_panel(ax, results["intervals"], metric, titles[metric], colors)
     for ws in results["warm_starts"]:
         axes[0].axhline(ws["e_star"], color="k", ls=":", lw=1)
     axes[0].axhline(1.25, color="gray", ls="--", lw=1, label="tit-for-tat (1.25 at T=4)")

@@ -122,6 +122,20 @@ def _refresh_cost(runs: Sequence[Mapping[str, Any]]) -> float | None:
 # pictures and tables
 
 
+def band_panel(ax: Any, intervals_by_arm: Mapping[str, Sequence[Mapping[str, Any]]], metric: str, title: str,
+               colors: Mapping[str, Any]) -> None:
+    """One panel: each arm's mean of `metric` against the step with its 95% band across runs (the organisms'
+    curves, Kuhn's and IPD's)."""
+    for arm, rows in sorted(intervals_by_arm.items()):
+        steps = [r["step"] for r in rows]
+        ax.plot(steps, [r[metric]["mean"] for r in rows], color=colors[arm], label=arm)
+        ax.fill_between(steps, [r[metric]["low"] for r in rows], [r[metric]["high"] for r in rows],
+                        color=colors[arm], alpha=0.2)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("optimizer step")
+    ax.grid(alpha=0.3)
+
+
 def plot(results: Mapping[str, Any], path: Path) -> None:
     """curves.png: four metric panels with 95% bands across seeds, references, and the frontier plane."""
     # deferred: matplotlib takes ~1 s to import; the results and tables are written without it
@@ -137,14 +151,7 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     titles = {"exploitability": "exact exploitability (chips/hand)", "game_value": "game value (self-play, first mover)",
               "J": "J vs the fixed default pools (eval λ)", "u_train": "u_train (chips/hand vs training pool)"}
     for ax, metric in zip(axes, METRICS):
-        for arm, rows in sorted(results["intervals"].items()):
-            steps = [r["step"] for r in rows]
-            ax.plot(steps, [r[metric]["mean"] for r in rows], color=colors[arm], label=arm)
-            ax.fill_between(steps, [r[metric]["low"] for r in rows], [r[metric]["high"] for r in rows],
-                            color=colors[arm], alpha=0.2)
-        ax.set_title(titles[metric], fontsize=10)
-        ax.set_xlabel("optimizer step")
-        ax.grid(alpha=0.3)
+        band_panel(ax, results["intervals"], metric, titles[metric], colors)
     ax = axes[0]
     ax.axhline(refs["nash"], color="k", lw=1, label="Nash (0)")
     ax.axhline(refs["uniform"], color="gray", ls=":", label=f"uniform ({refs['uniform']:.3f})")
