@@ -120,6 +120,39 @@ def frontier(params: Mapping[str, Any], weights: Sequence[float] = FRONTIER_WEIG
     return out
 
 
+def design_results(recipe: Mapping[str, Any], root: Path) -> list[dict[str, Any]]:
+    """The design phase's variants in the recipe's order (pilot seeds only): keys, final e* and J, the lowest
+    canonical-answer mass over the checkpoints, and whether the variant qualifies under the rule (mass >= 0.9)."""
+    spec = recipe.get("design") or {}
+    runs = finished(root, "design")
+    out = []
+    for name, keys in spec.get("variants", {}).items():
+        for seed, run in sorted(runs.get(name, {}).items(), key=lambda kv: str(kv[0])):
+            cps = run["checkpoints"]
+            mass = min(c["canonical_mass"] for c in cps)
+            out.append({"variant": name, "keys": keys or {}, "seed": seed, "final_e_star": cps[-1]["e_star"],
+                        "final_J": cps[-1]["J"], "final_u_train": cps[-1]["u_train"], "min_canonical_mass": mass,
+                        "qualifies": mass >= 0.9})
+    return out
+
+
+def design_markdown(rows: Sequence[Mapping[str, Any]], rule: str) -> str:
+    """design.md: the design phase's table and the rate the rule chose."""
+    lines = ["# IPD organism: design variants (pilot seed only; per_pool at the method's settings)", "",
+             f"Rule, fixed before these runs: {rule}", "",
+             "| variant | keys | seed | final e* | final J | final u_train | min canonical mass | qualifies |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        keys = ", ".join(f"{k}: {v}" for k, v in r["keys"].items())
+        lines.append(f"| {r['variant']} | {keys} | {r['seed']} | {r['final_e_star']:.3f} | {r['final_J']:.3f} | "
+                     f"{r['final_u_train']:.3f} | {r['min_canonical_mass']:.3f} | {'yes' if r['qualifies'] else 'no'} |")
+    chosen = [r for r in rows if r["qualifies"]]
+    if chosen:
+        best = max(chosen, key=lambda r: r["final_J"])
+        lines += ["", f"Chosen: {best['variant']} (the highest final J among the qualifying variants)."]
+    return "\n".join(lines) + "\n"
+
+
 def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs."""
     params = game_params(recipe)
@@ -151,6 +184,7 @@ def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
                    (("per_pool", "reward_only"), ("per_pool_adaptive", "per_pool"),
                     ("per_pool_episode", "per_pool"), ("shared", "reward_only"))},
         "frontier": frontier(params),
+        "design": design_results(recipe, root),
     }
 
 
@@ -266,6 +300,18 @@ def plot(results: Mapping[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def _design_rule(recipe_path: Path) -> list[str]:
+    """The design phase's rule as the recipe's comment under `design:` states it (up to its first key)."""
+    lines = recipe_path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("design:"))
+    rule = []
+    for line in lines[start + 1:]:
+        if not line.strip().startswith("#"):
+            break
+        rule.append(line)
+    return rule
+
+
 @dataclass
 class IPDReportCommand:
     """The keys of `python -m sepo.study.ipd_report`; its `config` is the study recipe."""
@@ -284,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(out / "results.json", results)
     plot(results, out)
     write_text_atomic(out / "curves.md", markdown(results))
+    if results["design"]:
+        rule = " ".join(line.strip("# ").strip() for line in _design_rule(Path(ns.config)))
+        write_text_atomic(out / "design.md", design_markdown(results["design"], rule))
     print(markdown(results))
     return 0
 
