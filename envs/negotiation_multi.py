@@ -104,6 +104,11 @@ class MultiIssueNegotiation(Game):
         return 0.0, float(self.value_total * self.max_pool)  # values are per unit: the most any pool is worth
 
     @property
+    def action_set(self) -> tuple[str, ...]:
+        """Every demand vector within the largest pool (an episode's legal demands are those within its pool)."""
+        return tuple(format_demand(d) for d in product(*(range(self.max_pool + 1) for _ in self.items)))
+
+    @property
     def params(self) -> dict[str, Any]:
         return {
             "items": list(self.items),

@@ -1,7 +1,8 @@
 """Foundation-model clients behind one interface: `complete(messages, **kw) -> Completion(text, usage)`.
 
-- `OpenAIChatFM`: any OpenAI-compatible chat endpoint (OpenAI, `vllm serve`) through the official SDK, with
-  retries and exponential backoff on transient errors, timeouts, and token / cost accounting.
+- `OpenAIChatFM`: any OpenAI-compatible chat endpoint (OpenAI, `vllm serve`) through the official SDK, whose own
+  retries (exponential backoff, the server's `Retry-After` honoured) cover transient errors; timeouts, and token /
+  cost accounting.
 - `LocalTransformersFM`: a local transformers chat model (the embedded `default`, or e.g. Qwen2.5-Coder on a GPU).
 - `ScriptedFM`: a TEST DOUBLE, not a model. It replays hand-written policy code (from a list or a directory)
   and scripted judge answers, so the whole pipeline (and the CLI) can run where no strong code-writing FM is
@@ -13,7 +14,6 @@ Callers pass `purpose` ("generate", "repair", "judge") and `side` as keyword met
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,15 +60,14 @@ class OpenAIChatFM:
     temperature: float = 0.8
     max_tokens: int = 2048
     timeout_s: float = 120.0
-    max_retries: int = 4
-    backoff_s: float = 1.0
+    max_retries: int = 4  # the openai SDK's retries of a transient error
     price_prompt_per_1k: float = 0.0
     price_completion_per_1k: float = 0.0
     usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
-        try:  # max_retries 0: the retries with backoff are complete()'s, counted in usage
-            self._client = connect(self.base_url, self.api_key, self.timeout_s, max_retries=0,
+        try:  # the SDK retries transient errors itself, with backoff and the server's Retry-After
+            self._client = connect(self.base_url, self.api_key, self.timeout_s, max_retries=self.max_retries,
                                    no_endpoint="OpenAIChatFM needs an API key: set api_key in the config or OPENAI_API_KEY")
         except ValueError as exc:
             raise FMError(str(exc)) from None
@@ -80,23 +79,21 @@ class OpenAIChatFM:
         self.endpoint = str(self._client.base_url)
 
     def _transient(self, exc: Exception) -> bool:
+        """Errors the SDK retries (connection, timeout, 429, 5xx): it has spent `max_retries` on them."""
         o = self._openai
         return isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError)
 
     def complete(self, messages: Messages, **kw: Any) -> Completion:
         params = {"temperature": self.temperature, "max_tokens": self.max_tokens, **_sampling(kw)}
-        retries = 0
-        while True:
-            try:
-                response = self._client.chat.completions.create(model=self.model, messages=messages, **params)
-                break
-            except Exception as exc:
-                if not self._transient(exc) or retries >= self.max_retries:
-                    self.usage.retries += retries
-                    raise FMError(f"{type(exc).__name__} from {self.endpoint} (model {self.model!r}) after "
-                                  f"{retries} retries: {exc}") from exc  # fmt: skip
-                time.sleep(self.backoff_s * 2**retries * (0.5 + random.random() / 2))
-                retries += 1
+        try:
+            raw = self._client.chat.completions.with_raw_response.create(model=self.model, messages=messages,
+                                                                          **params)
+        except Exception as exc:
+            retries = self.max_retries if self._transient(exc) else 0
+            self.usage.retries += retries
+            raise FMError(f"{type(exc).__name__} from {self.endpoint} (model {self.model!r}) after "
+                          f"{retries} retries: {exc}") from exc  # fmt: skip
+        response, retries = raw.parse(), raw.retries_taken
         text = response.choices[0].message.content or ""
         tokens = response.usage
         usage = Usage(

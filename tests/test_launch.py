@@ -101,3 +101,48 @@ def test_a_real_run_hands_every_override_through_unchanged(script, tmp_path):
 def test_zero3_says_keep_best_by_safety_false():
     text = (REPO / "launch" / "accelerate" / "zero3.yaml").read_text()
     assert "keep_best_by_safety: false" in text
+
+
+def _stand_ins(tmp_path: Path, **override: str) -> dict[str, str]:
+    """FAKES (with `override`) on PATH, recording to tmp_path/calls.jsonl: the environment to run a script in."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in {**FAKES, **override}.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD": str(tmp_path / "calls.jsonl"),
+            "SLURM_JOB_NODELIST": "nodes[1-3]"}
+
+
+def test_vllm_server_passes_data_parallel_size_and_extra_arguments(tmp_path):
+    env = {**os.environ, **_stand_ins(tmp_path), "DP": "8", "TP": "1"}
+    proc = subprocess.run(["bash", "launch/vllm_server.sh", "m", "8001", "--enable-prefix-caching", "--seed", "3"],
+                          cwd=REPO, capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    (serve,) = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert serve[serve.index("--data-parallel-size") + 1] == "8" and serve[serve.index("--port") + 1] == "8001"
+    assert serve[-3:] == ["--enable-prefix-caching", "--seed", "3"]
+
+
+def test_the_server_node_gets_vllm_args(tmp_path):
+    script = REPO / "launch" / "slurm" / "trainer_vllm_server.sbatch"
+    env = _env(script, **_stand_ins(tmp_path), VLLM_ARGS="--enable-prefix-caching --seed 3", DP="8")
+    proc = subprocess.run(["bash", str(script)], cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    (serve,) = [c for c in calls if c[0] == "vllm"]
+    assert serve[-3:] == ["--enable-prefix-caching", "--seed", "3"] and "--data-parallel-size" in serve
+
+
+@pytest.mark.parametrize("vllm,wait,message", [
+    ("#!/bin/bash\nexit 3\n", "600", "the vLLM server on gpu3 exited (status 3) before answering /health; see this job's log"),
+    ("#!/bin/bash\nsleep 60\n", "1", "the vLLM server on gpu3 did not answer /health within 1 s (SERVER_WAIT_S)"),
+])
+def test_the_health_wait_ends_when_the_server_dies_or_the_wait_runs_out(vllm, wait, message, tmp_path):
+    script = REPO / "launch" / "slurm" / "trainer_vllm_server.sbatch"
+    env = _env(script, **_stand_ins(tmp_path, vllm=vllm, curl="#!/bin/bash\nexit 7\n"),
+               SERVER_WAIT_S=wait, HEALTH_POLL_S="0.2")
+    proc = subprocess.run(["bash", str(script)], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == f"trainer_vllm_server.sbatch: {message}"
+    record = tmp_path / "calls.jsonl"
+    assert not record.exists() or "accelerate" not in record.read_text()  # no trainer was started

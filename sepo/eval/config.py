@@ -16,6 +16,7 @@ from sepo.checks import (
     check_choice,
     check_names,
     check_ranges,
+    check_report_to,
     require,
 )
 from sepo.generation import SamplingSpec
@@ -103,7 +104,7 @@ class EvalConfig:
         for game in self.game_params:
             require(game in self.games, "game_params", game, f"a game of games {self.games}")
         check_choice("backend", self.backend, BACKENDS)
-        check_choice("report_to", self.report_to, ("none", "wandb"))
+        check_report_to(self.report_to)
         check_ranges(self, EVAL_RANGES)
         if not self.greedy:
             TEMPERATURE.check("temperature", self.temperature)

@@ -7,7 +7,10 @@ Every count, size and step number is checked here, before TRL derives batch size
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
@@ -22,6 +25,7 @@ from sepo.checks import (
     check_names,
     check_output_dir,
     check_ranges,
+    check_report_to,
     require,
 )
 from sepo.checks import check_choice as _check_choice
@@ -175,8 +179,10 @@ class SEPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         check_ranges(self, SEPO_RANGES)
+        check_report_to(self.report_to)
         fall_back_to_fp32(self)
         super().__post_init__()
+        check_scale_out(self)
         self.games = check_names("game", self.games, GAMES)
         _check_choice("credit mode", self.credit, CREDIT_MODES)
         _check_choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
@@ -222,3 +228,30 @@ class SEPOConfig(GRPOConfig):
     def pool_weight(self, pool: str) -> float:
         """The post-normalisation weight of `pool` (1.0 unless set)."""
         return float(self.pool_weights.get(pool, 1.0))
+
+
+def sharded_parameters(args: Any) -> str | None:
+    """The name of the parameter sharding a run is launched with ("FSDP", "DeepSpeed ZeRO-3"), or None: read from
+    the config (`fsdp`, `deepspeed`) and from what `accelerate launch` sets in the environment."""
+    if args.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("true", "1"):
+        return "FSDP"
+    stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    if args.deepspeed:
+        config = args.deepspeed if isinstance(args.deepspeed, dict) else json.loads(Path(args.deepspeed).read_text())
+        stage = str(config.get("zero_optimization", {}).get("stage", stage))
+    return "DeepSpeed ZeRO-3" if stage == "3" else None
+
+
+def check_scale_out(args: Any) -> None:
+    """Refuse, when the config is read, the combinations that would fail only on the cluster, after the queue:
+    the per-checkpoint evaluation (it plays the live model on rank 0 alone) with sharded parameters, and the
+    adaptive exploiter (its refresh scores the policy's choices in-process) with TRL's vLLM server mode."""
+    sharding = sharded_parameters(args)
+    saves = getattr(args.save_strategy, "value", args.save_strategy) != "no"
+    if sharding and args.keep_best_by_safety and saves:
+        raise ValueError(f"keep_best_by_safety evaluates every saved checkpoint on rank 0 with the live model, whose "
+                         f"parameters {sharding} shards across ranks: set keep_best_by_safety: false and evaluate the "
+                         "checkpoints afterwards with `sepo eval --checkpoints <output_dir>`")
+    if args.adaptive_exploiter and args.use_vllm and args.vllm_mode == "server":
+        raise ValueError("adaptive_exploiter refreshes the exact best response by scoring the policy's choices, which "
+                         "TRL's vLLM server mode cannot do: use vllm_mode: colocate, or use_vllm: false")

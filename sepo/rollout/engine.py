@@ -182,17 +182,24 @@ class _Turn:
     action: str | None
 
 
+def episode_rngs(seed: int) -> tuple[random.Random, random.Random]:
+    """The game's rng (deals, values) and the opponent's rng of the episode seeded `seed`: every rollout of a GRPO
+    group, and every adapter of `sepo.interop` given the group's seed, faces the same deal and opponent stream."""
+    return random.Random(f"{seed}:game"), random.Random(f"{seed}:opponent")
+
+
 def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _InPlay:
     if spec.seat not in (0, 1):
         raise ValueError(f"seat must be 0 or 1, got {spec.seat!r}")
     game = make_game(spec.game, **spec.game_params)
-    state = game.new_state(random.Random(f"{spec.seed}:game"))
+    game_rng, opponent_rng = episode_rngs(spec.seed)
+    state = game.new_state(game_rng)
     if opponents is not None and spec.opponent in opponents:
         opponent = opponents[spec.opponent]()
     else:
         opponent = make_strategy(spec.game, spec.opponent)
     # a sandboxed opponent (SandboxedStrategy) is handed HMAC(rng_key, this rng's state), never this public stream
-    opponent.reset(game, 1 - spec.seat, random.Random(f"{spec.seed}:opponent"))
+    opponent.reset(game, 1 - spec.seat, opponent_rng)
     return _InPlay(spec=spec, game=game, state=state, opponent=opponent)
 
 

@@ -33,6 +33,7 @@ from sepo.checks import (
     check_names,
     check_output_dir,
     check_ranges,
+    check_report_to,
 )
 from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
 from sepo.lora import LANGUAGE_MODEL_ATTENTION
@@ -90,6 +91,7 @@ class SEPOSFTConfig(SFTConfig):
 
     def __post_init__(self) -> None:
         check_ranges(self, SFT_RANGES)
+        check_report_to(self.report_to)
         fall_back_to_fp32(self)
         super().__post_init__()
 
