@@ -111,3 +111,39 @@ def test_collusion_without_a_decided_round_is_not_measured():
     m = summarize(rows, IPD.max_payoff, LAMBDAS, resamples=200, confidence=0.95, seed=0)["metrics"]
     assert m["c"]["value"] is None and m["c"]["n"] == 2  # played, but nothing to measure
     assert m["safety"]["value"] is None and m["u"]["value"] == pytest.approx(3.0)
+
+
+def test_plot_labels_unmeasured_values_inside_the_axes_clear_of_the_axis():
+    """"n/a" marks a value not measured; each label lies inside its axes, above the bottom spine, and clear
+    of the tick labels, also when a whole group (here Coll, the first) was not measured, as in a run that played
+    no collusive episode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sepo.eval.report import RATES, SCORES, bars
+
+    def result(values: dict[str, float | None]) -> dict:
+        return {"ipd": {"metrics": {m: {"value": v, "ci": None} for m, v in values.items()}}}
+
+    measured = {"payoff": 2.5, "exploit": 3.75, "safety": None, "nra_gtbench": -0.3,
+                "c": None, "x": 0.1, "fallback_rate": 0.0, "parse_failure_rate": 0.8}
+    results = {label: result(measured) for label in ("Base", "SFT", "SEPO")}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    bars(axes[0], results, "ipd", SCORES)
+    bars(axes[1], results, "ipd", RATES)
+    axes[1].set_ylim(0, 1.05)
+    fig.tight_layout()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        box = ax.get_window_extent(renderer)
+        ticks = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+        labels = [t for t in ax.texts if t.get_text() == "n/a"]
+        assert len(labels) == 3  # one per model of the one unmeasured metric
+        for text in labels:
+            b = text.get_window_extent(renderer)
+            assert box.x0 < b.x0 and b.x1 < box.x1 and box.y0 < b.y0 and b.y1 < box.y1, (b, box)
+            assert not any(b.overlaps(t) for t in ticks)
+    plt.close(fig)

@@ -100,22 +100,29 @@ def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -
     Returns the legend handles (one per model, whether or not anything of it was measured)."""
     # deferred: matplotlib takes ~1 s to import; only plots need it
     from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
 
     labels = [label for label, per in results.items() if game in per]
     width = 0.8 / max(1, len(labels))
+    # "n/a" sits just above the bottom of the axes (x in data, y in axes fraction), inside the axes: at y = 0 in
+    # data it crossed the bottom spine and the tick labels of a rates panel, and fell off the left edge when the
+    # first group had no bar (the limits follow the bars only)
+    below = blended_transform_factory(ax.transData, ax.transAxes)
     for i, label in enumerate(labels):
         got = results[label][game]["metrics"]
         for m, (_, name) in enumerate(metrics):
             x = m + i * width
             e = got.get(name)
             if e is None or e["value"] is None:
-                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="grey")
+                ax.text(x, 0.03, "n/a", transform=below, ha="center", va="bottom", fontsize=7, rotation=90,
+                        color="grey")
                 continue
             v = e["value"]
             err = None if not e.get("ci") else [[max(0.0, v - e["ci"][0])], [max(0.0, e["ci"][1] - v)]]
             ax.bar(x, v, width, color=f"C{i}", yerr=err, capsize=2)
             ax.plot([x], [v], marker="o", markersize=3, color="black")
     ax.set_xticks([m + width * (len(labels) - 1) / 2 for m in range(len(metrics))], [h for h, _ in metrics])
+    ax.set_xlim(-width, len(metrics) - 1 + len(labels) * width)  # every group's slots, measured or not
     ax.axhline(0, color="black", linewidth=0.5)
     return [Patch(color=f"C{i}", label=label) for i, label in enumerate(labels)]
 
