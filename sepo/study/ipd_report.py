@@ -282,8 +282,11 @@ def plot(results: Mapping[str, Any], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 5.5))
     pts = results["frontier"]
     ax.plot([p["u_train"] for p in pts], [p["e_star"] for p in pts], "k.-", label="exact frontier (Markov tables)")
+    labels: dict[tuple[float, float], list[str]] = {}  # one label per point: weights that share it together
     for p in pts:
-        ax.annotate(f"w={p['w']:g}", (p["u_train"], p["e_star"]), fontsize=7)
+        labels.setdefault((round(p["u_train"], 9), round(p["e_star"], 9)), []).append(f"{p['w']:g}")
+    for (u, e), ws in labels.items():
+        ax.annotate("w = " + ", ".join(ws), (u, e), fontsize=8, xytext=(-10, 8), textcoords="offset points", ha="right")
     for arm in arms:
         seeds = results["arms"][arm]["seeds"]
         ax.plot([c[-1]["u_train"] for c in seeds.values()], [c[-1]["e_star"] for c in seeds.values()], "o",
