@@ -14,6 +14,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from envs.base import act_all
 from envs.sandbox import SandboxedPolicy
 from fmsp.domain import PolicyCode, PolicyInterface
@@ -139,6 +141,18 @@ class RecordingFM:
     def complete(self, messages, **kw):
         self.calls.append([dict(m) for m in messages])
         return self.fm.complete(messages, **kw)
+
+
+def run_that_fails(config: Any, **kwargs: Any) -> dict:
+    """`fmsp.run.run` of a run whose every iteration fails: it must raise RunFailed after writing its summary,
+    whose status says so; returns that summary."""
+    from fmsp import run as fmsp_run
+
+    with pytest.raises(fmsp_run.RunFailed, match="every iteration failed"):
+        fmsp_run.run(config, **kwargs)
+    summary = json.loads((Path(config.output_dir) / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_because"], summary
+    return summary
 
 
 def assert_honest_failed_iteration(run_dir: Path, summary: dict, calls: list, max_tokens: int) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -373,7 +374,11 @@ def test_the_step_runs_on_qwen35_only_where_its_linear_attention_is_fast():
 def test_gpu_check_stops_a_part_at_its_time_box(tmp_path, monkeypatch, capsys):
     """A part still running at the end of its time box is interrupted there (status timed_out, a failed
     check), and the parts after it still run."""
-    boxed = [replace(p, box_tiny_s=0.5) if p.name == "decode" else p for p in gpu_check.parts()]
+    def slow_part(ctx):  # a test double for a part that overruns: sleeps well past its 0.5 s box
+        time.sleep(30)
+        return {}
+
+    boxed = [replace(p, box_tiny_s=0.5, run=slow_part) if p.name == "decode" else p for p in gpu_check.parts()]
     monkeypatch.setattr(gpu_check, "parts", lambda step_arch="qwen3_5": boxed)
     assert gpu_check.main(["--tiny", "--cpu", "--parts", "decode,flops", "--out", str(tmp_path)]) == 1
     check = json.loads((tmp_path / "gpu_check.json").read_text())

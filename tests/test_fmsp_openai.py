@@ -10,7 +10,13 @@ import time
 
 import numpy as np
 import pytest
-from fmsp_doubles import NumberDuel, RecordingFM, ScriptedFMTestDouble, assert_honest_failed_iteration
+from fmsp_doubles import (
+    NumberDuel,
+    RecordingFM,
+    ScriptedFMTestDouble,
+    assert_honest_failed_iteration,
+    run_that_fails,
+)
 from vllm_server import free_port, serve
 
 import fmsp.run as fmsp_run
@@ -112,9 +118,9 @@ def test_openai_chat_fm_runs_an_fmsp_iteration_on_a_vllm_server(chat_server, mod
                                   price_prompt_per_1k=0.5, price_completion_per_1k=2.0))  # fmt: skip
     config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=1, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
-    summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm,
-                           embedder=SentenceTransformerEmbedder(),
-                           sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
+    summary = run_that_fails(config, domain=NumberDuel(games=1, rounds=5), fm=fm,
+                             embedder=SentenceTransformerEmbedder(),
+                             sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
     assert_honest_failed_iteration(tmp_path, summary, fm.calls, max_tokens)
     # The server's prompt token counts are exactly the chat-templated prompts; cost follows the prices.
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

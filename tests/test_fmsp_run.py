@@ -15,6 +15,7 @@ from fmsp_doubles import (
     RecordingFM,
     ScriptedFMTestDouble,
     assert_honest_failed_iteration,
+    run_that_fails,
 )
 from vllm_server import free_port
 
@@ -410,6 +411,6 @@ def test_local_transformers_fm_real_path(tmp_path, embedder, tiny_model_dir, mod
                                          max_tokens=max_tokens))  # fmt: skip
     config = FMSPConfig(domain="number_duel", variant="qdsp", iterations=1, output_dir=str(tmp_path),
                         max_repairs=1, eval_opponents=1, progress=False)  # fmt: skip
-    summary = fmsp_run.run(config, domain=NumberDuel(games=1, rounds=5), fm=fm, embedder=embedder,
-                           sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
+    summary = run_that_fails(config, domain=NumberDuel(games=1, rounds=5), fm=fm, embedder=embedder,
+                             sandbox=Sandbox(SandboxConfig(total_timeout_s=20)))  # fmt: skip
     assert_honest_failed_iteration(tmp_path, summary, fm.calls, max_tokens)

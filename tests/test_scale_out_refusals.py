@@ -17,6 +17,7 @@ KUHN_RECIPE = str(REPO / "configs" / "sepo" / "kuhn_default.yaml")
 
 def _train(tmp_path: Path, *flags: str, recipe: str = TRAIN_RECIPE) -> int:
     (tmp_path / "model").mkdir(exist_ok=True)  # passes the path check; nothing gets as far as loading it
+    (tmp_path / "model" / "config.json").write_text("{}")
     return sepo(["train", "--config", recipe, "--model_name_or_path", str(tmp_path / "model"),
                  "--output_dir", str(tmp_path / "run"), *flags])
 
@@ -60,6 +61,7 @@ def test_adaptive_exploiter_with_vllm_server_mode_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["train", "sft", "eval"])
 def test_report_to_follows_one_rule_in_every_command(command, tmp_path, capsys):
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # passes the path check; nothing loads it
     model = str(tmp_path / "model")
     argv = {
         "train": ["train", "--config", TRAIN_RECIPE, "--model_name_or_path", model],

@@ -173,12 +173,12 @@ def test_shared_credit_equals_reward_only_on_identical_batches(tmp_path, tiny_mo
     rewards = {credit: run.reward_matrices[0] for credit, run in runs.items()}
     gap = (rewards["shared"] - rewards["reward_only"]).abs()
     assert gap.min() > 0.1  # shared subtracts a real penalty from every round ...
-    torch.testing.assert_close(adv["shared"], adv["reward_only"], rtol=0, atol=1e-6)  # ... that cancels
+    assert torch.equal(adv["shared"], adv["reward_only"])  # ... that cancels, bit for bit (G = 4: exact in float64)
     # the group constant: one value per group of G = 4, the mean of its rollouts' probe penalties
     per_group = gap.view(2, 4, -1)
     assert torch.allclose(per_group, per_group[:, :1, :1].expand_as(per_group), atol=1e-5)
     probe = torch.tensor([runs["shared"].sepo_reward.round_rewards(x["episode"], x["probes"])[1]
-                          for x in inputs["shared"]])
+                          for x in inputs["shared"]], dtype=torch.float64)
     torch.testing.assert_close(per_group[:, 0, 0], probe.view(2, 4).mean(dim=1), rtol=0, atol=1e-5)
     # the auxiliary arm credits each rollout its own probe penalty: it changes the advantages
     torch.testing.assert_close(rewards["auxiliary"], rewards["reward_only"] - probe.unsqueeze(1), rtol=0,

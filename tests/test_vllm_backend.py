@@ -100,7 +100,7 @@ def test_bad_model_path_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE is set"):
         VLLMBackend.from_model("no-such-org/no-such-model")
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(ValueError, match="no config.json"):  # a directory, but not a model: one line
         VLLMBackend.from_model(str(tmp_path))
     with pytest.raises(ValueError, match="one list per prompt"):
         check_batch([Prompt(ids=[1])], [["A"], ["B"]])

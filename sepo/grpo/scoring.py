@@ -44,7 +44,7 @@ def round_reward_matrix(args: SEPOConfig, inputs: list[dict[str, Any]], batch: B
         rewards = x["round_rewards"]
         probe_penalty[i] = x["probe_penalty"]
         local[i, : len(rewards)] = torch.tensor(rewards, dtype=torch.float32, device=device)
-    rewards = batch.gather(local)
+    rewards = batch.gather(local).to(torch.float64)  # every credit in float64 (exact for these float32 values)
     metrics: dict[str, float] = {}
     if args.credit in PROBE_CREDITS:
         penalties = batch.gather(probe_penalty)
@@ -55,7 +55,7 @@ def round_reward_matrix(args: SEPOConfig, inputs: list[dict[str, Any]], batch: B
             # a power of two, whose mean divides exactly)
             G = batch.num_generations
             constant = penalties.view(-1, G).mean(dim=1).to(torch.float32).to(torch.float64)
-            rewards = rewards.to(torch.float64) - constant.repeat_interleave(G).unsqueeze(1)
+            rewards = rewards - constant.repeat_interleave(G).unsqueeze(1)
     return rewards, metrics
 
 

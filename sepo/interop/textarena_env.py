@@ -153,6 +153,8 @@ class SEPOTextArenaEnv(ta.Env):
 
 def register_envs() -> None:
     """Register `SEPO-<Game>-v0` and its `-raw` twin for every game (once per process)."""
+    # deferred: textarena's registry module is read only when registering (this module's top already checked
+    # that the interop extra is installed)
     from textarena.envs.registration import ENV_REGISTRY, register_with_versions
 
     for game, env_id in ENV_IDS.items():

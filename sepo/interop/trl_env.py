@@ -109,6 +109,7 @@ def environment_dataset(rows: Iterable[Mapping[str, Any]]) -> Any:
     """A `datasets.Dataset` for `environment_factory=SEPOToolEnv` from SEPO group rows (e.g. the rows of
     `sepo.grpo.groups.build_group_dataset`): the group columns plus a conversational `prompt` whose user message the
     environment's `reset` fills."""
+    # deferred: datasets takes seconds to import; only building a training dataset needs it
     from datasets import Dataset
 
     out = []
