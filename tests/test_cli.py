@@ -682,3 +682,40 @@ def test_quickstart_records_in_benchmarks_only_when_asked(tmp_path):
     assert record_dir(args) is None
     (args,) = parser().parse(["--scale", "ci", "--record", "benchmarks/quickstart/ci"])
     assert record_dir(args) == Path("benchmarks/quickstart/ci")
+
+
+def test_quickstart_ci_scale_plays_every_opponent_of_every_pool(tmp_path):
+    """Safety J needs every pool's term (λe, λc, λx are all non-zero): the CI scale's evaluation (stage 3), as
+    `sepo eval` parses its recipe and overrides, plays at least one episode against every opponent of every
+    pool of every game; stage 4 (the answer format) may play fewer."""
+    from sepo.eval.config import EvalConfig
+    from sepo.eval.episodes import units
+    from sepo.pools import POOL_NAMES, load_pools
+    from sepo.quickstart import _recipe, parser, stage_overrides
+    from sepo.recipes import parse_config
+
+    (args,) = parser().parse(["--scale", "ci", "--out", str(tmp_path / "q")])
+    argv = ["--config", _recipe("eval"), "--output_dir", str(tmp_path / "e"), "--models", "M=m",
+            *stage_overrides(args)["eval"]]
+    (cfg,) = parse_config((EvalConfig,), argv, prog="sepo eval")
+    assert cfg.episodes_per_opponent >= 1
+    for game in cfg.games:
+        pools = load_pools(game)
+        played = {(u.pool, u.opponent) for u in units(game, pools, cfg.pools)}
+        assert played == {(pool, name) for pool in POOL_NAMES for name in pools.names(pool)}
+
+
+def test_quickstart_passes_the_thread_count_to_every_stage(capsys):
+    """`--torch_threads N` reaches the SFT, GRPO and evaluation stages (stage 4 inherits stage 3's); a count
+    below 1 is a one-line error before anything runs."""
+    from sepo.quickstart import parser, stage_overrides
+
+    (args,) = parser().parse(["--scale", "ci", "--torch_threads", "1"])
+    stages = stage_overrides(args)
+    for stage in ("sft", "sepo", "eval"):
+        assert stages[stage][-2:] == ["--torch_threads", "1"], stage
+    (args,) = parser().parse(["--scale", "ci"])
+    assert not any("--torch_threads" in extra for extra in stage_overrides(args).values())
+    assert sepo(["quickstart", "--torch_threads", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch_threads" in err[0]
