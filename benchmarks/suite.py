@@ -102,13 +102,19 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if r := figures.get("engine"):
         for game, g in r["games"].items():
             split = ", ".join(f"{p} {v:.1f}" for p, v in g["warm"]["split_us"].items())
-            out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})",
-                        f"{g['warm']['us_per_decision']:.1f} us/decision ({g['cold']['us_per_decision']:.0f} cold)",
-                        "-", "-", f"<= {r['goal_us']:g} us" if game == "ipd" else "-"))
+            ours = f"{g['warm']['us_per_decision']:.1f} us/decision ({g['cold']['us_per_decision']:.0f} cold)"
+            if "vs_ipd" in r and game != "ipd":  # the goal as a ratio in the same run (lines since the ratio goals)
+                out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})", ours,
+                            f"{r['games']['ipd']['warm']['us_per_decision']:.1f} us IPD", f"{r['vs_ipd'][game]:.1f}x",
+                            f"<= {r['goal_vs_ipd']:g}x IPD"))
+            else:
+                out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})", ours, "-", "-",
+                            f"<= {r['goal_us']:g} us" if game == "ipd" and "vs_ipd" not in r else "-"))
         if ref := r.get("reference"):
+            goal = f">= {r['goal_reference_speedup']:g}x" if "goal_reference_speedup" in r else "-"
             out.append((f"  engine vs straightforward reference ({ref['game']}, {ref['episodes']} episodes)",
                         f"{r['games'][ref['game']]['warm']['us_per_decision']:.1f} us/decision",
-                        f"{ref['us_per_decision']:.0f} us/decision reference", f"{ref['speedup']:.0f}x", "-"))
+                        f"{ref['us_per_decision']:.0f} us/decision reference", f"{ref['speedup']:.0f}x", goal))
     if r := figures.get("envs"):
         ipd, kuhn = r["ipd"], r["kuhn"]
         out.append((f"IPD {ipd['turns']}-turn match", f"{ipd['ours_ms_per_match']:.3f} ms",
