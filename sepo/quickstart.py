@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nquick start finished in {seconds['total'] / 60:.1f} min; table and plots in {out / 'eval'}")
     record = record_dir(args)
     if code == 0 and record is not None:
-        command = "sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "") + f" --record {record}"
+        command = ("sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "")
+                   + (f" --torch_threads {args.torch_threads}" if args.torch_threads else "") + f" --record {record}")
         write_quickstart_record(record, command, out, seconds, load_before)
         print(f"recorded in {record}/RESULTS.md and results.json")
     return code
