@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 PROG = "python -m benchmarks.engine"
 
 GOAL_US = 50.0  # per IPD episode-decision, warm, on the CI machine
+# The goals as ratios within one run (this machine's absolute speed moves with its load):
+GOAL_REFERENCE_SPEEDUP = 40.0  # IPD: the straightforward reference's cost over ours, at least
+GOAL_VS_IPD = 4.0  # every game's warm cost per decision over IPD's, at most
 PHASES = ("tokenisation", "rendering", "game", "parsing", "bookkeeping")
 
 # Answers a trained policy might give; the Kuhn ones do not parse at call/fold decisions (fallback path).
@@ -219,14 +222,22 @@ def run(episodes: int = 256, games: Sequence[str] = tuple(GAME_ANSWERS), referen
         from transformers import AutoTokenizer
 
         renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("default")))
+    # deferred: sepo.recipes imports transformers' argument parser; test_engine_exact imports this module's
+    # reference player without it
+    from sepo.recipes import freeze_loaded_objects
+
+    freeze_loaded_objects()  # as `sepo train` and `sepo eval` do before their rollouts
     out: dict[str, Any] = {"episodes": episodes, "tokenizer": "SmolLM2-135M-Instruct", "goal_us": GOAL_US,
-                           "games": {}}
+                           "goal_reference_speedup": GOAL_REFERENCE_SPEEDUP, "goal_vs_ipd": GOAL_VS_IPD, "games": {}}
     for game in games:
         fresh = ChatRenderer(renderer.tokenizer)  # empty token caches for the cold run
         backend = InstantReplayBackend(fresh, GAME_ANSWERS[game])
         cold = _timed_rollout(specs_for(game, episodes), backend, fresh)
         warm = _timed_rollout(specs_for(game, episodes, seed0=episodes), backend, fresh)
         out["games"][game] = {"cold": cold, "warm": warm}
+    if "ipd" in out["games"]:
+        ipd = out["games"]["ipd"]["warm"]["us_per_decision"]
+        out["vs_ipd"] = {game: round(g["warm"]["us_per_decision"] / ipd, 2) for game, g in out["games"].items()}
     if "ipd" in games and reference_episodes:
         fresh = ChatRenderer(renderer.tokenizer)
         backend = InstantReplayBackend(fresh, GAME_ANSWERS["ipd"])
@@ -272,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{game:18s} {warm['us_per_decision']:7.1f} us/decision warm ({r['cold']['us_per_decision']:.1f} cold) "
               f"{warm['split_us']}")
     if "reference" in result:
-        print(f"reference (ipd)    {result['reference']['us_per_decision']:7.1f} us/decision")
+        ref = result["reference"]
+        print(f"reference (ipd)    {ref['us_per_decision']:7.1f} us/decision: ours {ref['speedup']:.0f}x faster "
+              f"(goal >= {GOAL_REFERENCE_SPEEDUP:g}x)")
+    if "vs_ipd" in result:
+        print(f"warm cost over IPD's (goal <= {GOAL_VS_IPD:g}x): {result['vs_ipd']}")
     print(json.dumps(result))
     return 0
 

@@ -8,6 +8,11 @@ reference). The headline ratio is reference / ours; the other two ratios split i
 
     python -m benchmarks.rollout [--episodes 64] [--model tiny|default]
     python -m benchmarks.rollout --gpu [--arch llama|qwen3_5|gemma4]   # 4B-shaped, bf16, cuda
+    python -m benchmarks.rollout --planning   # the prefix cache's planning alone, batch 32 to 256
+
+`--planning` times `PrefixCache.plan` on the last round of 8-round rollouts whose turn lengths vary by episode
+(the trained case), keyed rows against the planner that searched every stored row (`SearchingPrefixCache`, the
+named baseline), and checks that both plan the same call (`python -m benchmarks --only planning` records it).
 
 `--gpu` builds a random-weight model with 4B-class dimensions in bf16 on the GPU, times the batched rollouts
 of all episodes and the one-at-a-time reference on `--reference-episodes` of them (extrapolated, labelled),
@@ -20,6 +25,7 @@ OpenMP spin-waiting otherwise dominates tiny-model timings. Prefix reuse applies
 from __future__ import annotations
 
 import json
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,6 +34,7 @@ from typing import Any
 import torch
 
 from sepo.backends.hf import HFBackend
+from sepo.backends.prefix_cache import PrefixCache, _lcp, preallocated_cache
 from sepo.generation import SamplingSpec
 from sepo.recipes import RecipeParser
 from sepo.rollout.engine import EpisodeSpec, play_episodes
@@ -158,6 +165,103 @@ def run(
     }
 
 
+class SearchingPrefixCache(PrefixCache):
+    """The named baseline of `planning`: the prefix cache's planner before rows were keyed by episode. Every
+    stored row whose prompt is a prefix of the new prompt is a candidate and the longest shared prefix wins;
+    rows are indexed by prompt length, then prompt, so with turn lengths varying by episode every prompt slices
+    and hashes itself once per distinct stored length (about once per row): quadratic in the batch."""
+
+    def store(self, *args: Any, **kwargs: Any) -> bool:
+        stored = super().store(*args, **kwargs)
+        self.by_length: dict[int, dict[tuple[int, ...], list[int]]] = {}
+        for row, n in enumerate(self.prompt_lengths):
+            self.by_length.setdefault(n, {}).setdefault(tuple(self.tokens[row][:n]), []).append(row)
+        return stored
+
+    def _row_for(self, ids: list[int], key: Any) -> tuple[int, int] | None:
+        best: tuple[int, int] | None = None
+        for length, rows in self.by_length.items():
+            if length >= len(ids):
+                continue
+            for row in rows.get(tuple(ids[:length]), ()):
+                k = length + _lcp(self.tokens[row][length:], ids[length:])
+                k = min(k, len(ids) - 1)  # at least one token must be fed to get the next-token logits
+                if best is None or k > best[1]:
+                    best = (row, k)
+        return best
+
+
+def _last_round(batch: int, rounds: int, turn_tokens: int, seed: int = 0, system_tokens: int = 300,
+                env_tokens: int = 120) -> tuple[dict[str, Any], list[list[int]]]:
+    """A stored lock-step call at the last of `rounds` rounds and the prompts of the call after it: every
+    episode shares a system prompt of `system_tokens`, then environment messages of `env_tokens` and model turns
+    of 1 to `turn_tokens` tokens, drawn per episode and round (the trained case: turn lengths vary; about 1,400
+    tokens at the 8th round, as IPD's conversations on SmolLM2's tokenizer). Returns `store`'s
+    arguments (a key/value cache of one small layer: planning does not depend on the model) and the prompts."""
+    rng = random.Random(seed)
+    system = [rng.randrange(1000) for _ in range(system_tokens)]
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(1000) for _ in range(n)]
+
+    prompts, turns = [], []
+    for _ in range(batch):
+        ids = system + tokens(env_tokens)
+        for _ in range(rounds - 1):
+            ids += tokens(rng.randint(1, turn_tokens)) + tokens(env_tokens)
+        prompts.append(ids)
+        turns.append(tokens(rng.randint(1, turn_tokens)))
+    width, generated = max(map(len, prompts)), max(map(len, turns))
+    pads = [width - len(p) for p in prompts]
+    sequences = torch.tensor([[0] * n + p + t + [0] * (generated - len(t)) for n, p, t in zip(pads, prompts, turns)])
+    mask = torch.tensor([[0] * n + [1] * len(p) for n, p in zip(pads, prompts)])
+    kv = torch.zeros(batch, 1, width + generated - 1, 8)
+    cache = preallocated_cache(width + generated, [(kv, kv.clone())])
+    stored = {"cache": cache, "prompts": prompts, "valid_before": torch.zeros(batch, 0, dtype=torch.bool),
+              "sequences": sequences, "attention_mask": mask, "kept": [len(t) for t in turns]}
+    return stored, [p + t + tokens(env_tokens) for p, t in zip(prompts, turns)]
+
+
+def planning(batches: tuple[int, ...] = (32, 64, 128, 256), rounds: int = 8, turn_tokens: int = 32,
+             repeats: int = 7) -> dict[str, Any]:
+    """CPU seconds to plan one call at the last round of `rounds`-round lock-step rollouts, per batch, keyed
+    rows against the searching planner (`SearchingPrefixCache`): `match_s` finds each prompt's row (what the two
+    differ in), `plan_s` is the whole `PrefixCache.plan` (with the masks and the cache copy both build alike).
+    CPU time of this process (a shared machine's other jobs do not count), the fastest of `repeats`, the two
+    planners alternated after one untimed call each. Both plans are compared and must be the same call."""
+    out = []
+    for batch in batches:
+        stored, prompts = _last_round(batch, rounds, turn_tokens)
+        caches = {"keyed": PrefixCache(max_bytes=2**40), "searching": SearchingPrefixCache(max_bytes=2**40)}
+        best = {(name, k): float("inf") for name in caches for k in ("match_s", "plan_s")}
+        plans = {}
+        for name, cache in caches.items():
+            cache.store(**stored)
+            plans[name] = cache.plan(prompts, 0, torch.device("cpu"), turn_tokens)  # untimed: allocations warm
+        for _ in range(repeats):
+            for name, cache in caches.items():
+                start = time.process_time()
+                [cache._row_for(ids, i) for i, ids in enumerate(prompts)]
+                middle = time.process_time()
+                cache.plan(prompts, 0, torch.device("cpu"), turn_tokens)
+                end = time.process_time()
+                best[name, "match_s"] = min(best[name, "match_s"], middle - start)
+                best[name, "plan_s"] = min(best[name, "plan_s"], end - middle)
+        a, b = plans["keyed"], plans["searching"]
+        same = all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("input_ids", "attention_mask", "cache_valid"))
+        out.append({"batch": batch, "prompt_tokens": sum(map(len, prompts)), "same_plan": same,
+                    **{f"{name}_{k}": round(v, 5) for (name, k), v in best.items()},
+                    "match_speedup": round(best["searching", "match_s"] / best["keyed", "match_s"], 1),
+                    "plan_speedup": round(best["searching", "plan_s"] / best["keyed", "plan_s"], 2)})
+    return {"rounds": rounds, "turn_tokens": turn_tokens, "repeats": repeats, "clock": "process CPU time",
+            "batches": out}
+
+
+def bench_planning(quick: bool, gpu: bool) -> dict[str, Any]:
+    """The suite's planning part: batch 32 to 256 (quick: 8 and 16); pure Python and CPU tensors, `gpu` unused."""
+    return planning((8, 16), rounds=2, repeats=1) if quick else planning()
+
+
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     """The suite's rollout part: 64 IPD episodes (quick: 8 short ones)."""
     if quick:
@@ -180,6 +284,7 @@ class RolloutConfig:
         default=None, metadata={"help": "episodes of the one-at-a-time arm, extrapolated to all (default: all; 4 "
                                          "with --gpu)"})
     threads: int = field(default=1, metadata={"help": "torch intra-op CPU threads (both arms)"})
+    planning: bool = field(default=False, metadata={"help": "time only the prefix cache's planning (no model)"})
 
 
 def parser() -> RecipeParser:
@@ -190,6 +295,14 @@ def parser() -> RecipeParser:
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(args.threads)
+    if args.planning:
+        result = planning()
+        for b in result["batches"]:
+            print(f"batch {b['batch']:>3}: rows found in {b['keyed_match_s']:.4f} s keyed, {b['searching_match_s']:.4f} s "
+                  f"searching ({b['match_speedup']}x); whole plan {b['keyed_plan_s']:.3f} s against "
+                  f"{b['searching_plan_s']:.3f} s ({b['plan_speedup']}x); same plan: {b['same_plan']}")
+        print(json.dumps(result))
+        return 0
     result = run(
         episodes=args.episodes,
         model=args.model,

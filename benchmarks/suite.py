@@ -3,6 +3,8 @@
 Parts (each a function returning a dict of figures):
   rollout   batched lock-step rollouts vs one-episode-at-a-time generation (benchmarks/rollout.py;
             64 IPD episodes on a tiny model, or a 4B-shaped bf16 random-weight model with --gpu) - goal >= 10x;
+  planning  the KV prefix cache's planning of a call at batch 32 to 256, turn lengths varying, keyed rows
+            against the planner that searched every row (benchmarks/rollout.py --planning);
   overhead  SEPO's own share of a SEPO-GRPO step (games, opponents, parsing, chat rendering, rewards,
             advantages) next to generation and the model's forward/backward/optimizer - goal <= 5%;
   engine    the rollout engine's own microseconds per episode-decision with an instant replay backend and
@@ -36,7 +38,7 @@ from sepo.provenance import git_sha, machine_info
 from sepo.recipes import RecipeParser
 from sepo.subcommands import report_usage_errors
 
-PARTS = ("rollout", "overhead", "engine", "envs", "car_tag", "sandbox")
+PARTS = ("rollout", "planning", "overhead", "engine", "envs", "car_tag", "sandbox")
 DEFAULT_OUT = Path("benchmarks/results.jsonl")
 PROG = "python -m benchmarks"
 
@@ -47,6 +49,7 @@ PROG = "python -m benchmarks"
 
 RUNNERS: dict[str, Callable[[bool, bool], dict[str, Any]]] = {
     "rollout": rollout.bench,
+    "planning": rollout.bench_planning,
     "overhead": overhead.bench,
     "engine": engine.bench,
     "envs": games.bench,
@@ -72,6 +75,13 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                         f"{r['one_at_a_time_s']:.2f} s one at a time", f"{r['batching_speedup']:.1f}x", "-"))
             out.append(("  of which KV reuse across rounds (+ preallocated cache)", f"{r['batched_s']:.2f} s reuse",
                         f"{r['batched_no_reuse_s']:.2f} s re-encode", f"{r['prefix_reuse_speedup']:.1f}x", "-"))
+    if r := figures.get("planning"):
+        for b in r["batches"]:
+            out.append((f"KV prefix planning, batch {b['batch']}, round {r['rounds']}, turn lengths vary: rows found",
+                        f"{1e3 * b['keyed_match_s']:.2f} ms keyed", f"{1e3 * b['searching_match_s']:.1f} ms searching",
+                        f"{b['match_speedup']:.0f}x", "same plan" if b["same_plan"] else "PLANS DIFFER"))
+            out.append(("  the whole plan (masks, cache copy)", f"{1e3 * b['keyed_plan_s']:.1f} ms",
+                        f"{1e3 * b['searching_plan_s']:.1f} ms", f"{b['plan_speedup']:.1f}x", "-"))
     if r := figures.get("overhead"):
         # per step: lines from before the per-step figures (no `seconds_per_step`) hold sums over measured_steps
         n = 1 if "seconds_per_step" in r else r.get("measured_steps", 1)
@@ -92,13 +102,19 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if r := figures.get("engine"):
         for game, g in r["games"].items():
             split = ", ".join(f"{p} {v:.1f}" for p, v in g["warm"]["split_us"].items())
-            out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})",
-                        f"{g['warm']['us_per_decision']:.1f} us/decision ({g['cold']['us_per_decision']:.0f} cold)",
-                        "-", "-", f"<= {r['goal_us']:g} us" if game == "ipd" else "-"))
+            ours = f"{g['warm']['us_per_decision']:.1f} us/decision ({g['cold']['us_per_decision']:.0f} cold)"
+            if "vs_ipd" in r and game != "ipd":  # the goal as a ratio in the same run (lines since the ratio goals)
+                out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})", ours,
+                            f"{r['games']['ipd']['warm']['us_per_decision']:.1f} us IPD", f"{r['vs_ipd'][game]:.1f}x",
+                            f"<= {r['goal_vs_ipd']:g}x IPD"))
+            else:
+                out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})", ours, "-", "-",
+                            f"<= {r['goal_us']:g} us" if game == "ipd" and "vs_ipd" not in r else "-"))
         if ref := r.get("reference"):
+            goal = f">= {r['goal_reference_speedup']:g}x" if "goal_reference_speedup" in r else "-"
             out.append((f"  engine vs straightforward reference ({ref['game']}, {ref['episodes']} episodes)",
                         f"{r['games'][ref['game']]['warm']['us_per_decision']:.1f} us/decision",
-                        f"{ref['us_per_decision']:.0f} us/decision reference", f"{ref['speedup']:.0f}x", "-"))
+                        f"{ref['us_per_decision']:.0f} us/decision reference", f"{ref['speedup']:.0f}x", goal))
     if r := figures.get("envs"):
         ipd, kuhn = r["ipd"], r["kuhn"]
         out.append((f"IPD {ipd['turns']}-turn match", f"{ipd['ours_ms_per_match']:.3f} ms",

@@ -11,6 +11,7 @@ sampling log-probabilities. Each method is one batched call: the rollout makes e
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -37,11 +38,14 @@ class Prompt:
     messages: the same context as chat messages, for chat-only endpoints.
     assistant_prefix: text already written in the current assistant turn (fallback calls), which
         chat-only endpoints continue rather than start a new turn.
+    key: the episode the prompt belongs to, for a backend that keeps each episode's state between calls (the
+        HF prefix cache continues the row stored under the same key); None: its position in the call.
     """
 
     ids: list[int]
     messages: list[dict[str, str]] = field(default_factory=list)
     assistant_prefix: str = ""
+    key: Hashable | None = None
 
 
 @dataclass

@@ -11,7 +11,8 @@ parse strictly (no fallback), on at least FORMAT_DECISIONS decisions from seeds 
 `--scale ci` shortens every stage for continuous integration; the outputs land in runs/quickstart/ (`--out`), so
 a run leaves the checkout clean. `--record DIR` also records the table, the format check and the stage timings
 in DIR (RESULTS.md, results.json): `make figures-quickstart` records in benchmarks/quickstart/full/, the files
-the README quotes.
+the README quotes. `--torch_threads N` sets torch's CPU threads in every stage (1 on a busy shared machine);
+the SFT and GRPO stages print a line per step with the time left and the machine's load (`sepo.progress`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sepo.checks import check_choice, check_output_dir
+from sepo.checks import OPTIONAL_COUNT, check_choice, check_output_dir, check_ranges
 from sepo.eval import evaluate
 from sepo.files import CHECKPOINT_STATE, last_complete_checkpoint
 from sepo.models import resolve_model
@@ -41,8 +42,9 @@ SCALES: dict[str, dict[str, list[str]]] = {
         "sft": ["--max_steps", "4", "--episodes_scale", "0.05"],
         "sepo": ["--max_steps", "1", "--save_steps", "1", "--max_turn_tokens", "24",
                  "--pool_mix", '{"training": 1, "exploit": 1}', "--gradient_accumulation_steps", "2"],
-        "eval": ["--episodes_per_opponent", "1", "--max_turn_tokens", "24", "--pools", "training", "exploit"],
-        "format": ["--seed", "1"],
+        # one episode against every opponent of every pool: J needs the collusive pool's c beside e and x
+        "eval": ["--episodes_per_opponent", "1", "--max_turn_tokens", "24"],
+        "format": ["--seed", "1", "--pools", "training", "exploit"],  # the answer format: any opponent will do
     },
 }
 FORMAT_GOAL = 0.80  # the share of strict parses the warm start must reach ...
@@ -72,9 +74,24 @@ class QuickstartConfig:
         metadata={"help": "also record the table and timings in this directory (the README's: "
                           "benchmarks/quickstart/<scale>); default: not recorded"})
 
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch intra-op CPU threads in every stage (unset: torch's default, one "
+                                        "per core); 1 on a busy shared machine, where OpenMP spin-waiting slows "
+                                        "every thread"})
+
     def __post_init__(self) -> None:
         check_choice("scale", self.scale, sorted(SCALES))  # a recipe's value (argparse checks the flag's)
         check_output_dir("--out", self.out)
+        check_ranges(self, {"torch_threads": OPTIONAL_COUNT})
+
+
+def stage_overrides(args: QuickstartConfig) -> dict[str, list[str]]:
+    """Each stage's command-line additions to its recipe: the scale's, plus `--torch_threads` where it is set
+    (`format` is added to `eval`'s for stage 4)."""
+    threads = ["--torch_threads", str(args.torch_threads)] if args.torch_threads else []
+    scale = SCALES[args.scale]
+    return {"sft": scale["sft"] + threads, "sepo": scale["sepo"] + threads, "eval": scale["eval"] + threads,
+            "format": scale["format"]}
 
 
 def parser() -> RecipeParser:
@@ -89,7 +106,7 @@ def record_dir(args: QuickstartConfig) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(argv)
-    scale = SCALES[args.scale]
+    scale = stage_overrides(args)
     out = Path(args.out)
 
     # deferred: the SFT and SEPO-GRPO stages import trl, peft and torch (seconds); `sepo quickstart --help` and a
@@ -134,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nquick start finished in {seconds['total'] / 60:.1f} min; table and plots in {out / 'eval'}")
     record = record_dir(args)
     if code == 0 and record is not None:
-        command = "sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "") + f" --record {record}"
+        command = ("sepo quickstart" + (f" --scale {args.scale}" if args.scale != "full" else "")
+                   + (f" --torch_threads {args.torch_threads}" if args.torch_threads else "") + f" --record {record}")
         write_quickstart_record(record, command, out, seconds, load_before)
         print(f"recorded in {record}/RESULTS.md and results.json")
     return code

@@ -25,7 +25,7 @@ def _lines(path) -> list[dict]:
 
 def test_quick_suite_appends_a_well_formed_line_and_regenerates_results_md(tmp_path, capsys):
     out = tmp_path / "bench" / "results.jsonl"
-    assert main(["--quick", "--only", "car_tag,engine", "--out", str(out)]) == 0
+    assert main(["--quick", "--only", "car_tag,engine,planning", "--out", str(out)]) == 0
     assert main(["--quick", "--only", "car_tag", "--out", str(out)]) == 0
     first, second = _lines(out)
     for line in (first, second):
@@ -43,8 +43,13 @@ def test_quick_suite_appends_a_well_formed_line_and_regenerates_results_md(tmp_p
     assert engine["games"]["kuhn"]["warm"]["fallback_rate"] > 0  # "PASS"/"BET" answers miss call/fold turns
     assert engine["games"]["ipd"]["warm"]["fallback_rate"] == 0
     assert engine["reference"]["us_per_decision"] > 0 and engine["reference"]["speedup"] > 0
+    ipd_us = engine["games"]["ipd"]["warm"]["us_per_decision"]  # the goals as ratios within the run
+    assert engine["vs_ipd"] == {g: round(r["warm"]["us_per_decision"] / ipd_us, 2) for g, r in engine["games"].items()}
+    planning = first["figures"]["planning"]  # keyed rows plan exactly the call the searching planner did
+    assert [b["batch"] for b in planning["batches"]] == [8, 16] and all(b["same_plan"] for b in planning["batches"])
     printed = capsys.readouterr().out
-    assert "engine cost, ipd" in printed and "Car Tag pairing" in printed
+    assert "engine cost, ipd" in printed and "Car Tag pairing" in printed and "x IPD" in printed
+    assert "KV prefix planning, batch 16" in printed
     md = (out.parent / "RESULTS.md").read_text()
     assert md == results_markdown([first, second]) and md.count("## ") == 2
 

@@ -174,6 +174,67 @@ def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
+class _CountedIds(list):
+    """Token ids that count the elements read from them by indexing, slicing and iteration."""
+
+    reads = 0
+
+    def __getitem__(self, index):
+        got = super().__getitem__(index)
+        _CountedIds.reads += len(got) if isinstance(index, slice) else 1
+        return got
+
+    def __iter__(self):
+        _CountedIds.reads += len(self)
+        return super().__iter__()
+
+
+def test_prefix_cache_planning_reads_each_prompt_a_bounded_number_of_times(tiny_model_dirs):
+    """Planning a call is linear in the batch: each prompt is compared with one stored row (its own), so the
+    ids read are a small multiple of the ids planned, whatever the batch. Searching every stored row for the
+    longest shared prefix read each prompt once per distinct stored prompt length (turn lengths vary in
+    training), about batch / 2 times its length."""
+    backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
+    spec = SamplingSpec(greedy=True, max_new_tokens=2)
+    words = backend.tokenizer.encode(" cooperate defect round score", add_special_tokens=False)
+    first = [Prompt(ids=backend.renderer.prompt_ids([{"role": "user", "content": "go " * (i + 1)}]))
+             for i in range(48)]  # 48 distinct prompt lengths
+    with backend.prefix_session() as cache:
+        gens = backend.generate(first, spec, session=cache)
+        second = [_CountedIds(p.ids + g.token_ids + words[: 1 + i % 4]) for i, (p, g) in enumerate(zip(first, gens))]
+        _CountedIds.reads = 0
+        planned = cache.plan(second, backend.pad_id, torch.device("cpu"), 2)
+    assert planned is not None and cache.hits == 1
+    assert _CountedIds.reads <= 3 * sum(len(ids) for ids in second)
+
+
+def test_prefix_cache_continues_each_episode_by_its_key(tiny_model_dirs):
+    """Lock-step rounds where episodes end (the rows left are a subsequence of the stored ones) and two
+    episodes began alike: each prompt continues the row stored under its key, and the outputs equal a fresh
+    call's token for token."""
+    backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
+    spec = SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=6, seed=3)
+    first = [Prompt(ids=p.ids, key=f"episode {k}") for k, p in enumerate([*_prompts(backend), _prompts(backend)[1]])]
+    tails = [backend.tokenizer.encode(t, add_special_tokens=False) for t in (" next", " and then some more", "")]
+    with backend.prefix_session() as cache:
+        gens = backend.generate(first, spec, session=cache)
+        assert gens[1].token_ids != gens[3].token_ids  # the twins' sampled turns differ
+        left = [1, 2, 3]  # episode 0 ended
+        second = [Prompt(ids=first[k].ids + gens[k].token_ids + tails[i], key=first[k].key) for i, k in enumerate(left)]
+        planned = cache.plan([p.ids for p in second], backend.pad_id, torch.device("cpu"), 6, [p.key for p in second])
+        reused = backend.generate(second, spec, session=cache)
+        assert cache.hits == 2
+    # each prompt feeds only what its own row lacks: its tail, plus the turn's last token when the turn was cut
+    # at the token limit (the last sampled token is never cached), at least one token; a twin's row would
+    # hold its prompt only (their turns differ), leaving the whole turn to feed
+    fed = planned.attention_mask[:, planned.cache_valid.shape[1]:].sum(1).tolist()
+    assert all(max(1, len(t)) <= n <= len(t) + 1 for n, t in zip(fed, tails)), (fed, tails)
+    fresh = backend.generate(second, spec)
+    assert [g.token_ids for g in reused] == [g.token_ids for g in fresh]
+    for a, b in zip(reused, fresh):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
 def _two_rounds(backend: HFBackend, cache_args: dict | None = None):
     """Two calls in one session, the second extending every row of the first; returns the session's cache."""
     spec = SamplingSpec(greedy=True, max_new_tokens=6)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from sepo.study.organism import arm_overrides, load_recipe
+from sepo.study.organism import arm_overrides, load_recipe, run_keys
 from sepo.study.organism_report import goals, intervals
 
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "kuhn_organism" / "study.yaml"
@@ -26,6 +26,19 @@ def test_the_adaptive_arm_takes_its_weight_from_its_name():
     assert arm_overrides(recipe, "reward_only")["credit"] == "reward_only"
     with pytest.raises(KeyError, match="no arm 'per_poool'"):
         arm_overrides(recipe, "per_poool")
+
+
+def test_organism_runs_train_without_gradient_checkpointing_unless_the_recipe_asks():
+    """TRL turns gradient checkpointing on by default; on the organism's tiny model it only repeats every forward
+    pass in the backward pass. The Kuhn recipe does not name the key: its runs train without it. A recipe that
+    names it is obeyed."""
+    recipe = load_recipe(RECIPE)
+    assert "gradient_checkpointing" not in recipe["train"]
+    for arm in ("reward_only", "exploitability_descent", "per_pool_adaptive_w10"):
+        keys = run_keys(recipe, arm, 1001, 500, "work", "start")
+        assert keys["gradient_checkpointing"] is False and keys["max_steps"] == 500 and keys["save_steps"] == 10
+    recipe["train"]["gradient_checkpointing"] = True
+    assert run_keys(recipe, "reward_only", 1001, 500, "work", "start")["gradient_checkpointing"] is True
 
 
 def test_intervals_are_t_intervals_across_seeds_at_every_shared_step():

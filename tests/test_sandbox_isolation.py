@@ -417,7 +417,7 @@ def test_a_pool_member_cannot_read_the_models_kuhn_card_in_the_rollout_engine():
     right = {"public": 0, "sandboxed": 0}
     for seed in range(100):
         spec = EpisodeSpec("kuhn", {"num_hands": 1}, "exploit", "predictor", seed * 7 + 3, seat=0)
-        ep = _start(spec, {"predictor": lambda: SandboxedStrategy(SandboxedPolicy(
+        ep = _start(0, spec, {"predictor": lambda: SandboxedStrategy(SandboxedPolicy(
             ENGINE_PREDICTOR, label="predictor", config=config, methods=("act",)), "predictor", "object")})  # fmt: skip
         model_card, member_card = ep.state.deals[0]
         right["sandboxed"] += ep.opponent.policy.call("guess", member_card) == model_card

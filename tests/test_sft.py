@@ -63,7 +63,7 @@ def test_sft_trains_loss_falls_and_merged_checkpoint_reloads(tiny_model_dir, ipd
     assert f"local checkpoint `{tiny_model_dir}`" in merged_card and "None" not in merged_card
 
 
-def test_cli_reads_yaml_recipe_with_overrides_and_resumes(tiny_model_dir, ipd_dataset, tmp_path):
+def test_cli_reads_yaml_recipe_with_overrides_and_resumes(tiny_model_dir, ipd_dataset, tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         f"model_name_or_path: {tiny_model_dir}\ndataset_path: {ipd_dataset}\noutput_dir: {tmp_path / 'run'}\n"
@@ -73,7 +73,35 @@ def test_cli_reads_yaml_recipe_with_overrides_and_resumes(tiny_model_dir, ipd_da
     )
     assert main(["--config", str(recipe)]) == 0
     assert (tmp_path / "run" / "checkpoint-4").is_dir()
+    # one printed line per step, with the time left (sepo.progress): a stall on a busy machine is visible
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sft step ")]
+    assert [line.split(":")[0] for line in steps] == [f"sft step {k}/4" for k in range(1, 5)]
+    assert "about 0 s left" in steps[-1] and " left; load " in steps[0]
     # resume continues from the last checkpoint to the new max_steps
     assert main(["--config", str(recipe), "--max_steps", "6", "--resume_from_checkpoint", "auto"]) == 0
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sft step ")]
+    assert [line.split(":")[0] for line in steps] == ["sft step 5/6", "sft step 6/6"]
     state = json.loads((tmp_path / "run" / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
+
+
+def test_step_progress_estimates_the_time_left_from_this_run_s_steps():
+    """The estimate is the mean over the steps this run took (a resumed run counts from where it resumed)
+    times the steps to go; each line names the step, its seconds and the machine's load."""
+    import io
+
+    from transformers import TrainerControl, TrainerState
+
+    from sepo.progress import StepProgress
+
+    times = iter([100.0, 110.0, 130.0, 160.0])  # train begins at 100; steps of 10, 20 and 30 s
+    out = io.StringIO()
+    progress = StepProgress("sft", out=out, clock=lambda: next(times), load=lambda: 6.5)
+    state = TrainerState(global_step=4, max_steps=40)  # resumed at step 4
+    progress.on_train_begin(None, state, TrainerControl())
+    for _ in range(3):
+        state.global_step += 1
+        progress.on_step_end(None, state, TrainerControl())
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("sft step 5/40: 10.0 s, mean 10.0 s/step, about 5.8 min left; load 6.5 on ")
+    assert lines[2].startswith("sft step 7/40: 30.0 s, mean 20.0 s/step, about 11.0 min left; load 6.5 on ")

@@ -45,3 +45,16 @@ def test_tiny_model_command_and_the_smoke_recipe(tmp_path, capsys, monkeypatch):
     assert "[sepo train] checkpoint-1: evaluating against the pools of ipd (1 episodes per opponent" in out
     assert "[sepo train] checkpoint-1: evaluated J = " in out
     assert sepo(["tiny-model", "--out", "README.md"]) == 2  # a file, not a directory
+
+
+def test_the_smoke_recipe_trains_without_gradient_checkpointing(tiny_model_dir):
+    """TRL's GRPOConfig turns gradient checkpointing on by default; on a tiny model it saves no memory that
+    matters and repeats every forward pass in the backward pass. The smoke recipe, parsed as `sepo train` does,
+    turns it off."""
+    from sepo.grpo.train import parse
+
+    args, _ = parse(["--config", "configs/sepo/smoke_tiny.yaml", "--model_name_or_path", tiny_model_dir])
+    assert args.gradient_checkpointing is False
+    args, _ = parse(["--config", "configs/sepo/smoke_tiny.yaml", "--model_name_or_path", tiny_model_dir,
+                     "--gradient_checkpointing", "true"])
+    assert args.gradient_checkpointing is True  # TRL's key, still the user's to set

@@ -8,7 +8,7 @@ keeping every step's full score tensor. The same class wraps a live policy insid
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,12 @@ class _LogprobRecorder(LogitsProcessor):
             self._take(last_tokens)
             self.previous = None
         return torch.stack(self.logprobs, 1)
+
+
+def _keys(prompts: list[Prompt]) -> list[Hashable] | None:
+    """The prompts' keys for the prefix cache, or None (their positions) unless every prompt has one."""
+    keys = [p.key for p in prompts]
+    return None if any(k is None for k in keys) else keys
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -221,7 +227,7 @@ class HFBackend:
         device = self.device
         planned = None
         if session is not None:
-            planned = session.plan([p.ids for p in prompts], self.pad_id, device, max_new_tokens)
+            planned = session.plan([p.ids for p in prompts], self.pad_id, device, max_new_tokens, _keys(prompts))
         if planned is not None:
             ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
             valid_before = planned.cache_valid
@@ -268,6 +274,6 @@ class HFBackend:
             kept.append(len(tokens))
         if session is not None and tries is None:  # free turns are what the next round continues
             ids_in = [p.ids for p in prompts]
-            stored = session.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept)
+            stored = session.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept, _keys(prompts))
             self._full_attention = self._full_attention or stored
         return out

@@ -6,6 +6,12 @@ reference code did) makes prefill cost grow with the square of the episode lengt
 key/value tensors of the last `generate` call together with, for every row, the token ids those positions
 hold; the next call that extends every one of those rows by new tokens feeds only the new tokens.
 
+Planning: rows are stored by the key of their prompt (`Prompt.key`: the rollout engine's episode; without
+one, the prompt's position in the call), and a later prompt continues the row stored under its own key when
+that row's prompt is a prefix of it, reusing as far as the row's tokens agree with it. One lookup and one
+comparison per prompt: planning is linear in the batch (searching every stored row for the longest shared
+prefix grew with its square: `python -m benchmarks.rollout --planning` times both).
+
 Layout: each stored row spans the same cache width; positions a later prompt does not continue (left
 padding, tokens generated after a row's stop token, a turn the rollout dropped) are masked to 0 in the
 attention mask, and position ids follow the mask's cumulative sum, exactly as `generate` computes them for
@@ -25,6 +31,7 @@ reports.
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -98,6 +105,15 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return k
 
 
+def _keys(keys: list[Hashable] | None, n: int) -> list[Hashable]:
+    """The prompts' keys: `keys`, or their positions; ValueError for a key given twice in one call."""
+    if keys is None:
+        return list(range(n))
+    if len(set(keys)) != len(keys) or len(keys) != n:
+        raise ValueError(f"one distinct key per prompt is needed, got {keys!r} for {n} prompts")
+    return keys
+
+
 def free_memory_bytes(device: torch.device) -> int:
     """Bytes that could still be allocated on `device`: on CUDA the driver's free memory plus what PyTorch's
     caching allocator holds reserved but unused; on the CPU the available physical memory."""
@@ -134,7 +150,8 @@ class PrefixCache:
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.valid: torch.Tensor | None = None  # (rows, width) bool
         self.tokens: list[list[int]] = []  # per row: the ids at its valid positions, in order
-        self.by_key: dict[int, dict[tuple[int, ...], list[int]]] = {}  # prompt length -> prompt ids -> rows
+        self.prompt_lengths: list[int] = []  # per row: how many of them were its prompt
+        self.row_of: dict[Hashable, int] = {}  # prompt key -> row
 
     def counts(self) -> dict[str, int]:
         """hits/misses of planned calls, stored/refused stores (refused split by reason)."""
@@ -155,29 +172,31 @@ class PrefixCache:
         return False
 
     # --- planning a call -----------------------------------------------------------------------------
-    def _row_for(self, ids: list[int]) -> tuple[int, int] | None:
-        """The stored row sharing the longest prefix with `ids` and that prefix's length (< len(ids))."""
-        best: tuple[int, int] | None = None
-        for length, rows in self.by_key.items():
-            if length >= len(ids):
-                continue
-            for row in rows.get(tuple(ids[:length]), ()):
-                k = length + _lcp(self.tokens[row][length:], ids[length:])
-                k = min(k, len(ids) - 1)  # at least one token must be fed to get the next-token logits
-                if best is None or k > best[1]:
-                    best = (row, k)
-        return best
+    def _row_for(self, ids: list[int], key: Hashable) -> tuple[int, int] | None:
+        """The row stored under `key` and how many of `ids` it holds (< len(ids)), or None when there is no
+        such row or its prompt is not a prefix of `ids`."""
+        row = self.row_of.get(key)
+        if row is None:
+            return None
+        n = self.prompt_lengths[row]
+        k = _lcp(self.tokens[row], ids)
+        if n >= len(ids) or k < n:
+            return None
+        return row, min(k, len(ids) - 1)  # at least one token must be fed to get the next-token logits
 
     def plan(
-        self, prompts: list[list[int]], pad_id: int, device: torch.device, max_new_tokens: int
+        self, prompts: list[list[int]], pad_id: int, device: torch.device, max_new_tokens: int,
+        keys: list[Hashable] | None = None,
     ) -> CachedCall | None:
-        """A call that reuses stored rows for every prompt, or None when some prompt extends no row."""
+        """A call that reuses stored rows for every prompt, or None when some prompt extends no row.
+        `keys[i]`: the key of prompt i (default: its position), matched to the stored rows' (see the module doc)."""
         if not prompts:
             return None
         if not self.kv:  # nothing stored (the session's first call, or the last store was refused)
             self.misses += 1
             return None
-        matches = [self._row_for(ids) for ids in prompts]
+        keys = _keys(keys, len(prompts))
+        matches = [self._row_for(ids, key) for ids, key in zip(prompts, keys)]
         if any(m is None for m in matches):
             self.misses += 1
             return None
@@ -213,10 +232,12 @@ class PrefixCache:
         sequences: torch.Tensor,
         attention_mask: torch.Tensor,
         kept: list[int],
+        keys: list[Hashable] | None = None,
     ) -> bool:
         """Keep the call's cache. `sequences`/`attention_mask` are the fed suffix plus generated tokens and
         the fed mask; `valid_before` (rows, cache width before the call) marks reused positions; `kept[i]`
-        is how many generated tokens of row i belong to its turn (up to and including its stop token).
+        is how many generated tokens of row i belong to its turn (up to and including its stop token);
+        `keys[i]` is the key row i is stored under (default: its position).
         Returns False (stores nothing and counts a refusal) for cache types that cannot be reused or when
         over budget (`budget`)."""
         layers = getattr(cache, "layers", None)
@@ -238,8 +259,7 @@ class PrefixCache:
         gen = sequences[:, fed:].tolist()
         self.kv, self.valid = kv, valid[:, :width]
         self.tokens = [list(p) + g[: min(n, generated_cols)] for p, g, n in zip(prompts, gen, kept)]
-        self.by_key = {}
-        for row, ids in enumerate(prompts):
-            self.by_key.setdefault(len(ids), {}).setdefault(tuple(ids), []).append(row)
+        self.prompt_lengths = [len(p) for p in prompts]
+        self.row_of = {key: row for row, key in enumerate(_keys(keys, len(prompts)))}
         self.stored += 1
         return True

@@ -256,7 +256,7 @@ def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Resul
 def run_eval(cfg: EvalConfig) -> Results:
     """Evaluate every model on every game (resuming stored batches), write every output; return the results."""
     # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import set_torch_threads
+    from sepo.recipes import freeze_loaded_objects, set_torch_threads
 
     out_dir = Path(cfg.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -265,6 +265,7 @@ def run_eval(cfg: EvalConfig) -> Results:
     persist_run_rng_key(out_dir, cfg.rng_key)  # keys the rngs of sandboxed pool members (envs.sandbox.rng)
     models = model_specs(cfg)
     set_torch_threads(cfg.torch_threads)
+    freeze_loaded_objects()
     results, stored = evaluate_models(cfg, models)
     write_outputs(cfg, models, results, stored)
     return results

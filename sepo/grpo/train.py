@@ -28,6 +28,7 @@ from sepo.grpo.trainer import SEPOTrainer
 from sepo.lora import SEPOModelConfig
 from sepo.model_card import ModelCardCallback, final_card
 from sepo.models import check_model, resolve_model
+from sepo.progress import StepProgress
 from sepo.recipes import parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
 
@@ -78,7 +79,7 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
                   groups: TrainingGroups | None = None, callbacks: Sequence[TrainerCallback] = ()):
     """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
     see every rollout batch (see `SEPOTrainer`); `groups` are the run's pools and dataset (default: built by
-    the trainer from `args`); `callbacks` are added to the model card's."""
+    the trainer from `args`); `callbacks` are added to the model card's and the printed step progress."""
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and "dtype" not in model_init_kwargs:
         model_init_kwargs["dtype"] = model_args.dtype
@@ -90,7 +91,8 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     return SEPOTrainer(model=path, args=args, groups=groups, processing_class=tokenizer,
                        peft_config=get_peft_config(model_args),
-                       callbacks=[ModelCardCallback(model_args.model_name_or_path), *callbacks],
+                       callbacks=[ModelCardCallback(model_args.model_name_or_path), StepProgress("sepo-grpo"),
+                                  *callbacks],
                        rollout_hooks=rollout_hooks)
 
 

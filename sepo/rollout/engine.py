@@ -155,6 +155,7 @@ class _InPlay:
     game: Game
     state: GameState
     opponent: Strategy
+    key: int  # its place in the rollout's episodes: the prompts' key (`sepo.generation.Prompt`)
     messages: list[dict[str, str]] = field(default_factory=list)
     traj: Trajectory | None = None
     turns: list[TurnRecord] = field(default_factory=list)
@@ -188,7 +189,7 @@ def episode_rngs(seed: int) -> tuple[random.Random, random.Random]:
     return random.Random(f"{seed}:game"), random.Random(f"{seed}:opponent")
 
 
-def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _InPlay:
+def _start(key: int, spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _InPlay:
     if spec.seat not in (0, 1):
         raise ValueError(f"seat must be 0 or 1, got {spec.seat!r}")
     game = make_game(spec.game, **spec.game_params)
@@ -200,7 +201,7 @@ def _start(spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -
         opponent = make_strategy(spec.game, spec.opponent)
     # a sandboxed opponent (SandboxedStrategy) is handed HMAC(rng_key, this rng's state), never this public stream
     opponent.reset(game, 1 - spec.seat, opponent_rng)
-    return _InPlay(spec=spec, game=game, state=state, opponent=opponent)
+    return _InPlay(spec=spec, game=game, state=state, opponent=opponent, key=key)
 
 
 def _step(eps: Sequence[_InPlay], agent_actions: Sequence[str | None]) -> None:
@@ -238,7 +239,7 @@ def _open_turns(acting: list[_InPlay], renderer: ChatRenderer, lap: Lap) -> list
             ep.prefill = renderer.prefill(ep.messages)
         else:
             ep.traj.extend(ids, None, env=0, rnd=ep.state.round, forced=0)
-    prompts = [Prompt(ids=ep.context, messages=list(ep.messages)) for ep in acting]
+    prompts = [Prompt(ids=ep.context, messages=list(ep.messages), key=ep.key) for ep in acting]
     lap("bookkeeping")
     return prompts
 
@@ -287,7 +288,7 @@ def _fallback_prompt(ep: _InPlay, turn: _Turn, renderer: ChatRenderer) -> tuple[
     ids, cue = fallback_prompt_ids(context, turn.ids, renderer.tokenizer, renderer.end_of_turn_id,
                                    renderer.cue_ids)
     prefix = ep.prefill + turn.text + FALLBACK_CUE
-    return Prompt(ids=ids, messages=list(ep.messages), assistant_prefix=prefix), cue
+    return Prompt(ids=ids, messages=list(ep.messages), assistant_prefix=prefix, key=ep.key), cue
 
 
 def _forced_turn(ep: _InPlay, turn: _Turn, cue: list[int], gen: Generation, legal: list[str],
@@ -361,7 +362,7 @@ def play_episodes(
     timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
     """
     lap = timer.lap if timer is not None else no_lap
-    episodes = [_start(spec, opponents) for spec in specs]
+    episodes = [_start(key, spec, opponents) for key, spec in enumerate(specs)]
     if isinstance(collective, bool):
         n_iter = max((ep.game.max_decisions_per_seat for ep in episodes), default=0) if collective else None
     else:

@@ -39,6 +39,7 @@ from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
 from sepo.lora import LANGUAGE_MODEL_ATTENTION
 from sepo.model_card import ModelCardCallback, final_card, merged_card
 from sepo.models import check_model, resolve_model
+from sepo.progress import StepProgress
 from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
 from sepo.sft.data import DEMONSTRATIONS, build_dataset
@@ -192,7 +193,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
         eval_dataset=valid,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[ModelCardCallback(config.model_name_or_path)],
+        callbacks=[ModelCardCallback(config.model_name_or_path), StepProgress("sft")],
     )
     train_to_max_steps(trainer, resolve_resume(config.resume_from_checkpoint, config.output_dir))
     trainer.save_model(config.output_dir)  # the adapter (or full model) for the record

@@ -209,6 +209,16 @@ def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
 # one run
 
 
+def run_keys(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, work: str, start: str) -> dict[str, Any]:
+    """The SEPOConfig keys one run trains with: the arm's (`arm_config`), full fine-tuning from `start`, a
+    checkpoint every `eval_every` steps in `work` (resumed from), and no gradient checkpointing unless the recipe
+    asks for it: TRL turns it on by default, which on the organism's tiny model only re-runs every forward pass
+    in the backward pass (it saves memory the organism does not need; the gradients are the same)."""
+    return {"gradient_checkpointing": False, **arm_config(recipe, arm, seed, steps, work), "save_strategy": "steps",
+            "save_steps": int(recipe["eval_every"]), "save_total_limit": 1, "resume_from_checkpoint": "true",
+            "model_name_or_path": start, "use_peft": False}
+
+
 def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str) -> dict[str, Any]:
     """Train one (arm, seed) from the warm start `start` through `sepo.grpo.train.train` and evaluate it exactly
     every `eval_every` steps (step 0 included); written to `out` (atomic) when finished, and returned.
@@ -230,9 +240,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
 
     work = out.parent / f".work_{out.stem}"
     every, game = int(recipe["eval_every"]), organism_game(recipe)
-    keys = {**arm_config(recipe, arm, seed, steps, str(work)), "save_strategy": "steps", "save_steps": every,
-            "save_total_limit": 1, "resume_from_checkpoint": "true", "model_name_or_path": start,
-            "use_peft": False}
+    keys = run_keys(recipe, arm, seed, steps, str(work), start)
     parser = RecipeParser([SEPOConfig, SEPOModelConfig], prog=f"{game.name} organism, arm {arm}")
     parser.apply(keys, source=f"arm {arm!r}")  # typed, as sepo train reads a recipe
     args, model_args = parser.parse([])

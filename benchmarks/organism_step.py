@@ -1,0 +1,75 @@
+"""Seconds per SEPO-GRPO step of the Kuhn organism with and without gradient checkpointing, in one run.
+
+TRL turns gradient checkpointing on by default; the organism's runs now train without it unless the recipe
+names it (`sepo.study.organism.run_keys`). This times the same run both ways: one arm of the Kuhn organism
+recipe, from the organism's initial weights (a step costs the same whatever the weights), `--steps` steps
+through `sepo.study.organism.run_one` (the exact evaluation at step 0 and at the end included, as in the
+study's s/step), the two settings alternated `--repeats` times so that a change in the machine's load falls on
+both. The study's own s/step figures are in benchmarks/kuhn_organism/curves.md.
+
+    python -m benchmarks.organism_step [--arm exploitability_descent] [--steps 20] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sepo.provenance import load_average
+from sepo.recipes import RecipeParser
+from sepo.study.organism import build_model, load_recipe, run_one
+from sepo.subcommands import report_usage_errors
+
+PROG = "python -m benchmarks.organism_step"
+RECIPE = Path(__file__).resolve().parent.parent / "configs" / "experiments" / "kuhn_organism" / "study.yaml"
+
+
+def run(arm: str = "exploitability_descent", steps: int = 20, repeats: int = 2, seed: int = 1001) -> dict[str, Any]:
+    """s/step of `arm` with gradient checkpointing off (the organism's setting now) and on (TRL's default)."""
+    recipe = load_recipe(RECIPE)
+    seconds: dict[str, list[float]] = {"off": [], "on": []}
+    load = [load_average()]
+    with tempfile.TemporaryDirectory() as tmp:
+        start = build_model(Path(tmp) / "init", 0)
+        for k in range(repeats):
+            for setting in ("off", "on"):
+                keys = {**recipe, "train": {**recipe["train"], "gradient_checkpointing": setting == "on"}}
+                result = run_one(keys, arm, seed, steps, Path(tmp) / f"{setting}_{k}.json", str(start))
+                seconds[setting].append(result["seconds_per_step"])
+    load.append(load_average())
+    best = {setting: min(values) for setting, values in seconds.items()}
+    return {"arm": arm, "steps": steps, "repeats": repeats, "seconds_per_step": seconds,
+            "best_seconds_per_step": best, "speedup": round(best["on"] / best["off"], 2),
+            "load_average_1min": load, "cores": os.cpu_count()}
+
+
+@dataclass
+class OrganismStepConfig:
+    """The keys of `python -m benchmarks.organism_step`."""
+
+    arm: str = field(default="exploitability_descent", metadata={"help": "an arm of the Kuhn organism recipe"})
+    steps: int = field(default=20, metadata={"help": "GRPO steps per timed run"})
+    repeats: int = field(default=2, metadata={"help": "timed runs of each setting, alternated"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    (args,) = RecipeParser((OrganismStepConfig,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
+        sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(1)  # as the study's workers (OMP_NUM_THREADS=1)
+    result = run(args.arm, args.steps, args.repeats)
+    best = result["best_seconds_per_step"]
+    print(f"{args.arm}: {best['off']:.3f} s/step without gradient checkpointing, {best['on']:.3f} s/step with it "
+          f"({result['speedup']}x); load {result['load_average_1min'][0]:.1f} -> {result['load_average_1min'][1]:.1f}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(report_usage_errors(PROG, main))
