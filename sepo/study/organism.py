@@ -235,13 +235,19 @@ def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
 # one run
 
 
-def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str) -> dict[str, Any]:
+TIMING_KEYS = ("step", "step_time", "sepo/adaptive/refresh_s")  # with sepo/time/*: a step's time, by part
+
+
+def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str,
+            callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Train one (arm, seed) from the warm start `start` through `sepo.grpo.train.train` and evaluate it exactly
     every `eval_every` steps (step 0 included); written to `out` (atomic) when finished, and returned.
 
     The run's directory is `out`'s sibling `.work_<name>/`: checkpoints every `eval_every` steps (the last one
     kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
-    and keeps the exact checkpoints up to it (the later ones are evaluated again)."""
+    and keeps the exact checkpoints up to it (the later ones are evaluated again). `callbacks` are the trainer's
+    too (the speed measurement's clock). `timing` holds TRL's and SEPO's logged times per logging interval
+    (`TIMING_KEYS`, sepo/time/*)."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     from transformers import TrainerCallback
@@ -293,14 +299,16 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
                 evaluate(model, processing_class, state.global_step)
 
     t0 = time.perf_counter()
-    trainer = train(args, model_args, callbacks=[Exact()])
+    trainer = train(args, model_args, callbacks=[Exact(), *callbacks])
     seconds = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "loss" in h]
     result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "wall_s": seconds,
               "seconds_per_step": seconds / max(1, steps - max(0, resume_step)),
               "resumed_from_step": max(0, resume_step), "checkpoints": checkpoints,
               "adaptive": [{k: h[k] for k in h if k.startswith("sepo/adaptive/") or k == "step"} for h in history
-                           if "sepo/adaptive/exploitability" in h]}
+                           if "sepo/adaptive/exploitability" in h],
+              "timing": [{k: h[k] for k in h if k in TIMING_KEYS or k.startswith("sepo/time/")} for h in history
+                         if "step_time" in h]}
     write_json_atomic(out, result)
     return result
 
