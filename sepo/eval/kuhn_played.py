@@ -56,8 +56,12 @@ def half_width(n: int, z: float = Z95) -> float:
     return z * math.sqrt(0.25 / n)
 
 
-def _passive_table() -> dict[str, dict[str, float]]:
-    return {info: {actions_at(info[1:])[0]: 1.0, actions_at(info[1:])[1]: 0.0} for info in INFO_STATES}
+def passive_opponent() -> PlaysTable:
+    """The opponent that always plays the passive action (PASS with no bet pending, FOLD facing one)."""
+    return PlaysTable({info: {actions_at(info[1:])[0]: 1.0, actions_at(info[1:])[1]: 0.0} for info in INFO_STATES})
+
+
+OPPONENTS = {PASSIVE: passive_opponent}  # `play_episodes`' opponents (AGGRESSIVE is a registered strategy)
 
 
 def _episode_seed(game: Any, card: str, first_mover: int, seat: int) -> int:
@@ -96,14 +100,13 @@ def played_policy(backend: GenerationBackend, renderer: ChatRenderer, sampling: 
         raise ValueError(f"samples and batch must be >= 1, got {samples} and {batch}")
     setups = {info: infoset_episode(info, game_params, seat) for info in INFO_STATES}
     jobs = [info for info in INFO_STATES for _ in range(samples)]
-    opponents = {PASSIVE: lambda: PlaysTable(_passive_table())}
     counts = {info: {"played": dict.fromkeys(actions_at(info[1:]), 0),
                      "canonical": dict.fromkeys(actions_at(info[1:]), 0), "fallback": 0} for info in INFO_STATES}
     rng = random.Random(f"{seed}:kuhn-played")
     for start in range(0, len(jobs), batch):
         chunk = jobs[start:start + batch]
         call = replace(sampling, seed=rng.randrange(2**31))  # fresh draws in every call
-        results = play_episodes([setups[info][0] for info in chunk], backend, renderer, call, opponents=opponents,
+        results = play_episodes([setups[info][0] for info in chunk], backend, renderer, call, opponents=OPPONENTS,
                                 fallback=fallback, trajectories=False,
                                 openings=[setups[info][1] for info in chunk])
         for info, (record, _) in zip(chunk, results):
