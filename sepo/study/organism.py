@@ -11,8 +11,14 @@ the policy scored at every state on the training prompts and its exact figures (
 with the canonical-answer mass (the probability the model puts on the canonical answers, summed over the
 legal actions; the rest goes to text the rollout parses through aliases or the fallback).
 
+A recipe may name a pretrained model instead (`model: {name_or_path: default}`, resolved as `sepo train`
+resolves it; `configs/experiments/lm_kuhn/`): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
+its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (Kuhn), every
+final checkpoint also records the policy the model plays through the rollout engine (`played_record`).
+
 Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
-groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice), `pilot` (the exploit
+groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice, or its rule makes it:
+`choose_design`), `pilot` (the exploit
 weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule over the pilot seeds), then `report` (the
 reported arms on fresh seeds, for each warm start). Runs go in parallel processes, one thread each; every
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
