@@ -368,7 +368,8 @@ def with_variant(recipe: Mapping[str, Any], arm: str, variant: Mapping[str, Any]
 
 def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tuple]:
     """The design phase's unfinished jobs: each variant of `design.variants` on `design.arm` and the pilot seeds,
-    written to runs/design/<variant>/seed_<s>.json."""
+    written to runs/design/<variant>/seed_<s>.json (without the played measure: the design reads the exact
+    checkpoints only)."""
     spec = recipe.get("design")
     if not spec:
         return []
@@ -377,8 +378,8 @@ def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tupl
         for seed in spec["seeds"]:
             out = root / "runs" / "design" / name / f"seed_{seed}.json"
             if not out.exists():
-                jobs.append((with_variant(recipe, spec["arm"], variant or {}), spec["arm"], int(seed),
-                             int(spec["steps"]), str(out), str(start)))
+                variant_recipe = {**with_variant(recipe, spec["arm"], variant or {}), "played": None}
+                jobs.append((variant_recipe, spec["arm"], int(seed), int(spec["steps"]), str(out), str(start)))
     return jobs
 
 
