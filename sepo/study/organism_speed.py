@@ -7,8 +7,8 @@ the real trainer, its exact evaluation at step 0 and at the end) from the recipe
 warm start (the base model, or `--start`), logging every step, and writes:
 
 - per step: wall and CPU seconds (this process, from one step's end to the next: generation, scoring, backward,
-  optimizer, and any exact evaluation that step), TRL's `step_time` and SEPO's sepo/time/* split (generation,
-  rollout, advantages) and the adaptive exploiter's refresh;
+  optimizer, and the final exact evaluation in the last step), TRL's `step_time` and SEPO's sepo/time/* split
+  (generation, rollout, advantages) and the adaptive exploiter's refresh;
 - the played measure (`sepo.eval.kuhn_played`) on the final weights with `--played-samples` per information set
   (in the last step's seconds): its wall seconds per sample;
 - the load average before and after, and the machine's core count: on a shared machine wall seconds include
@@ -95,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(Path(ns.out), {
         "model": model_name(recipe), "start": start, "arm": ns.arm, "steps": ns.steps,
         "episodes_per_step": run["config"]["per_device_train_batch_size"],
-        "note": "the first step's seconds include the exact evaluation at step 0, the last step's the final one "
-                "and the played measure (played.seconds); the base model, not the warm start, so its turns run "
-                "longer and reach the fallback more often",
+        "note": "wall_s and cpu_s run from one step's end to the next (the first from the start of training, after "
+                "the exact evaluation at step 0); the last step's include the final exact evaluation and the played "
+                "measure (played.seconds). step_time is TRL's training step: the rollout (sepo/time/rollout_s: the "
+                "exploiter refresh, generation and the rest of playing) and the loss's forward and backward. The "
+                "base model, not the warm start: its turns run to the turn length and reach the fallback more often",
         "cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "torch_threads": os.environ.get("OMP_NUM_THREADS"),
         "per_step": [{**clock_row, **timing} for clock_row, timing in zip(clock.steps, run["timing"])],
