@@ -1,9 +1,16 @@
 """Measured = played, at CI size: the study of `configs/experiments/lm_kuhn/study.yaml` (SmolLM2 with LoRA on
-compact one-hand Kuhn) with a tiny Llama built from config standing in for SmolLM2 (`sepo.tiny_models`, shape
-"organism", saved as a checkpoint and named by `model.name_or_path`, as a pretrained model is), its LoRA SFT warm
-start (few steps, so the end-of-turn after an answer is far from certain) and 2 LoRA steps of exploitability
-descent through `sepo.grpo.train.train`. On the final checkpoint the table scored by teacher forcing must be what
-the rollout engine plays at temperature 1.
+compact one-hand Kuhn) with a tiny chat model standing in for SmolLM2, its LoRA SFT warm start and 2 LoRA steps
+of exploitability descent through `sepo.grpo.train.train`. On the final checkpoint the table scored by teacher
+forcing must be what the rollout engine plays at temperature 1.
+
+The stand-in for SmolLM2: a tiny Llama built from config (`sepo.tiny_models`, shape "organism", the project's
+tokenizer and ChatML template), fully fine-tuned for a few steps on answers to the compact prompt, half of them
+continued after the action word ("PASS then"), and named by `model.name_or_path` as a pretrained model is. Like
+SmolLM2, which puts most of its mass on text other than the bare answer before its warm start, it often writes
+the action and goes on: the end-of-turn after the answer then carries real probability, which is what the
+scoring's end-of-turn is for (scored without it, every check below on the canonical answers fails). A stand-in
+trained on bare answers only learns the end-of-turn with the word, and the two scorings differ by less than the
+sampling error of a CI-sized sample.
 
 The bound. With n samples per information set, a frequency f of an event of probability p is checked by
 |f - p| <= Z * sqrt(p (1 - p) / n) + Z^2 / n, Z = 4 (about 6e-5 two-sided per check under the normal
@@ -39,10 +46,27 @@ def bound(p: float, n: int) -> float:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    """A tiny Llama built from config (the project's tokenizer and ChatML template): SmolLM2's stand-in."""
+    """SmolLM2's stand-in (module docstring): the merged checkpoint of a tiny Llama built from config and fully
+    fine-tuned (the SFT stage) on the demonstrator's answers, each also given continued."""
+    from datasets import Dataset, DatasetDict
+
+    from sepo.sft.train import SEPOSFTConfig, run_sft
+    from sepo.study.organism import game_params, load_recipe, organism_game, warm_start_rows
     from sepo.tiny_models import save_tiny_model
 
-    return save_tiny_model(tmp_path_factory.mktemp("stand_in") / "model", "llama", seed=0, shape="organism")
+    root = tmp_path_factory.mktemp("stand_in")
+    init = save_tiny_model(root / "init", "llama", seed=0, shape="organism")
+    recipe = load_recipe(RECIPE)
+    table = organism_game(recipe).demonstrator(recipe["warm_start"]["demonstrator"], game_params(recipe))
+    rows = warm_start_rows(recipe, table, 12)
+    continued = [{**row, "completion": [{"role": "assistant", "content": row["completion"][0]["content"] + " then"}]}
+                 for row in rows]
+    DatasetDict({"train": Dataset.from_list(rows + continued)}).save_to_disk(str(root / "data"))
+    return run_sft(SEPOSFTConfig(
+        output_dir=str(root / "sft"), model_name_or_path=str(init), dataset_path=str(root / "data"), use_peft=False,
+        max_steps=40, per_device_train_batch_size=len(rows) * 2, learning_rate=2e-3, lr_scheduler_type="constant",
+        warmup_steps=0, save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
+        gradient_checkpointing=False, seed=0, disable_tqdm=True))
 
 
 def small(recipe: dict, root: Path, model: Path) -> dict:
@@ -76,6 +100,7 @@ def final(tiny_model, tmp_path_factory) -> dict:
 def test_each_canonical_answer_is_played_at_its_scored_mass(final):
     n = final["played_n"]
     assert n == SAMPLES
+    assert 0.2 <= min(final["canonical_mass_by_state"].values()) <= 0.8  # the stand-in often goes on writing
     misses = []
     for info in INFO_STATES:
         mass = final["canonical_mass_by_state"][info]
