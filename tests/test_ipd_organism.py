@@ -119,7 +119,7 @@ def test_a_killed_organism_run_resumes_to_the_same_tables(organism, tmp_path):
     for name in ("whole", "killed"):
         r = copy.deepcopy(recipe)
         r["output_dir"] = str(tmp_path / name)
-        r["report"] = {"arms": ["per_pool_adaptive"], "seeds": [SEED], "steps": {"default": 10}}
+        r["report"] = {"arms": ["per_pool_adaptive"], "seeds": [SEED], "steps": {"default": 20}}
         r["pilot"] = {**r["pilot"], "arms": [], "seeds": []}
         (tmp_path / name).mkdir()
         for sub in ("warm_start", "init"):  # the same warm start, copied (not retrained)
@@ -129,8 +129,10 @@ def test_a_killed_organism_run_resumes_to_the_same_tables(organism, tmp_path):
         cmd = ["sepo.study.organism", "--config", str(path), "--workers", "1", "--phase", "report"]
         if name == "killed":
             work = tmp_path / name / "runs" / "report" / "per_pool_adaptive" / f".work_seed_{SEED}"
+            # after the first complete checkpoint, with 15 of the 20 steps still to train: the kill lands mid-run
             run_and_kill(cmd, tmp_path / "killed.log", lambda w=work: last_complete_checkpoint(w) is not None,
-                         rng.uniform(0.0, 4.0))
+                         rng.uniform(0.0, 0.5))
+            assert not (work.parent / f"seed_{SEED}.json").exists(), f"KILL_SEED={kill_seed}: killed after the end"
         run_cli(cmd, tmp_path / f"{name}.log")
         docs[name] = json.loads((tmp_path / name / "runs" / "report" / "per_pool_adaptive" / f"seed_{SEED}.json")
                                 .read_text())
