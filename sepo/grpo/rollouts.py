@@ -52,6 +52,12 @@ class RolloutContext:
     factories: Mapping[str, OpponentFactory] = field(default_factory=dict)
 
 
+def rollout_sampling(args: SEPOConfig) -> SamplingSpec:
+    """The sampling of the rollouts' action turns: the run's temperature, top-p, top-k and turn length."""
+    return SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
+                        max_new_tokens=args.max_turn_tokens)
+
+
 def exported_factories(pools: Mapping[str, Pools]) -> dict[str, OpponentFactory]:
     """name -> factory of every pool member that is not a scripted strategy of its game (FMSP-exported ones,
     the adaptive exploiter)."""

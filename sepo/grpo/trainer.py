@@ -22,7 +22,7 @@ from transformers import TrainerCallback
 
 from envs import make_game
 from sepo.backends.hf import HFBackend
-from sepo.generation import GenerationBackend, SamplingSpec
+from sepo.generation import GenerationBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
@@ -36,6 +36,7 @@ from sepo.grpo.rollouts import (
     play,
     probe_specs,
     rollout_columns,
+    rollout_sampling,
 )
 from sepo.grpo.scoring import Batch, round_reward_matrix, sepo_advantages
 from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
@@ -82,10 +83,8 @@ class SEPOTrainer(SeamTrainer):
         if args.use_vllm:
             check_supported(self.vllm_engine())
             ensure_weight_sync(self.vllm_engine())
-        sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0,
-                                max_new_tokens=args.max_turn_tokens)
         self.rollout_context = RolloutContext(
-            args=args, pools=groups.pools.training, renderer=self.renderer, sampling=sampling,
+            args=args, pools=groups.pools.training, renderer=self.renderer, sampling=rollout_sampling(args),
             process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
             factories=exported_factories(groups.pools.training))
 

