@@ -3,7 +3,7 @@
 The organism of `configs/experiments/kuhn_organism/study.yaml` (a 2-layer Llama of hidden 128 built from config,
 the compact one-hand Kuhn prompt, the study's answer-only SFT warm start with half its rows: 6 demonstrator rows
 per information set instead of 12, so the fixture's SFT takes half the time), then `exploitability_descent`:
-the adaptive exact exploiter's group alone with the signed reward, through the real SEPOTrainer (TRL's GRPO
+the adaptive exact exploiter's group alone (one group per step; the study's arms play 6) with the signed reward, through the real SEPOTrainer (TRL's GRPO
 step, the rollout engine, per-pool credit, per-round normalisation, the adaptive exploiter's refresh every
 step). What is measured: the exact exploitability of the policy scored at the 12 information sets on the
 training prompts (`sepo.eval.kuhn.scored_policy`, `envs.kuhn_exact.exploitability`), one thread, seeded.
@@ -52,6 +52,10 @@ def organism(tmp_path_factory):
     recipe = copy.deepcopy(load_recipe(RECIPE))
     recipe["warm_start"]["rows_per_infoset"] = ROWS_PER_INFOSET
     recipe["train"]["learning_rate"] = LEARNING_RATE
+    # one group per step, as when MARGIN was measured (the study's arms play 6), and no played measure
+    recipe["train"]["per_device_train_batch_size"] = recipe["train"]["num_generations"]
+    recipe["arms"]["exploitability_descent"]["pool_mix"] = {"exploit": ["best_response_to_current"]}
+    recipe["played"] = None
     root = tmp_path_factory.mktemp("organism")
     return recipe, str(warm_start(recipe, root)), root
 
