@@ -49,7 +49,8 @@ def test_ipd_verdicts_follow_the_rules(tmp_path):
 
 def test_a_game_that_reproduces_and_one_that_does_not_say_which(tmp_path):
     write(tmp_path, IPD, ipd_record(per_pool_high=3.0, best_high=2.0))
-    write(tmp_path, KUHN, {"warm_start": {"exploitability": 0.192},
+    write(tmp_path, KUHN, {"warm_starts": [{"exploitability": 0.192}, {"exploitability": 0.2}],
+                           "change_from_warm_start": {"per_pool": interval(0.01, -0.04, 0.06)},
                            "intervals": {"per_pool": [{"exploitability": interval(0.207, 0.153, 0.262)}]},
                            "arms": {"per_pool": {"seeds": {}}}})
     row = claims(tmp_path)[1]

@@ -8,8 +8,9 @@ import itertools
 import pytest
 
 from envs.ipd_exact import full_keys, markov_keys
-from sepo.study.ipd_report import frontier, markov_summary, paired, run_key, tit_for_tat_like
+from sepo.study.ipd_report import frontier, markov_summary, tit_for_tat_like
 from sepo.study.organism_games import ipd_checkpoint
+from sepo.study.organism_stats import paired, run_key
 
 PARAMS = {"num_rounds": 3, "prompt_style": "compact"}
 
@@ -32,9 +33,9 @@ def test_markov_summary_averages_the_histories_ending_in_each_joint_move():
 def test_paired_differences_use_the_runs_both_arms_have():
     runs = {"a": {"0/1": [{"e_star": 1.0}], "0/2": [{"e_star": 2.0}], "1/1": [{"e_star": 3.0}]},
             "b": {"0/1": [{"e_star": 0.5}], "0/2": [{"e_star": 1.0}]}}
-    d = paired(runs, "a", "b")
+    d = paired(runs, "a", "b", "e_star")
     assert d["n"] == 2 and d["mean"] == pytest.approx(0.75)
-    assert paired(runs, "a", "missing") is None
+    assert paired(runs, "a", "missing", "e_star") is None
 
 
 def test_the_frontier_at_w_zero_is_the_best_payoff_over_pure_markov_tables():

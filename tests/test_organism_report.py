@@ -10,18 +10,20 @@ import pytest
 from scipy import stats
 
 from sepo.study.organism import arm_overrides, load_recipe, run_keys
-from sepo.study.organism_report import goals, intervals
+from sepo.study.organism_report import METRICS, PAIRS, goals
+from sepo.study.organism_stats import changes, intervals, paired
 
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "kuhn_organism" / "study.yaml"
+ROUND2 = Path(__file__).parents[1] / "benchmarks" / "kuhn_organism" / "round2" / "study.yaml"  # arms by template
 
 
-def run(values: list[float]) -> dict:
-    return {"checkpoints": [{"step": 10 * i, "exploitability": v, "game_value": 0.0, "J": -v, "u_train": v / 2}
-                            for i, v in enumerate(values)]}
+def run(values: list[float]) -> list[dict]:
+    return [{"step": 10 * i, "exploitability": v, "game_value": 0.0, "J": -v, "u_train": v / 2}
+            for i, v in enumerate(values)]
 
 
 def test_the_adaptive_arm_takes_its_weight_from_its_name():
-    recipe = load_recipe(RECIPE)
+    recipe = load_recipe(ROUND2)
     keys = arm_overrides(recipe, "per_pool_adaptive_w3")
     assert keys["pool_weights"] == {"exploit": 3.0} and keys["adaptive_exploiter"] is True
     assert arm_overrides(recipe, "reward_only")["credit"] == "reward_only"
@@ -44,7 +46,8 @@ def test_organism_runs_train_without_gradient_checkpointing_unless_the_recipe_as
 
 def test_intervals_are_t_intervals_across_seeds_at_every_shared_step():
     seeds = {1: run([0.2, 0.1, 0.05]), 2: run([0.2, 0.15, 0.08]), 3: run([0.2, 0.12])}
-    rows = intervals(seeds)
+    rows = intervals(seeds, METRICS)
+    assert "canonical_mass" not in rows[0]  # a metric the runs lack is left out
     assert [r["step"] for r in rows] == [0, 10]  # step 20 is not shared by every seed
     values = [0.1, 0.15, 0.12]
     mean = sum(values) / 3
@@ -56,21 +59,30 @@ def test_intervals_are_t_intervals_across_seeds_at_every_shared_step():
 
 
 def test_goals_are_read_off_the_final_intervals():
-    def arm(values):
-        return intervals({s: run(v) for s, v in enumerate(values)})
+    finals = {"reward_only": [0.25, 0.24, 0.26], "per_pool": [0.21, 0.22, 0.215],
+              "exploitability_descent": [0.04, 0.05, 0.045], "per_pool_adaptive_w3": [0.23, 0.2, 0.22]}
+    runs = {arm: {f"0/{s}": run([0.2, v]) for s, v in enumerate(values)} for arm, values in finals.items()}
 
-    results = {"intervals": {"reward_only": arm([[0.2, 0.25], [0.2, 0.24]]),
-                             "per_pool": arm([[0.2, 0.21], [0.2, 0.22]]),
-                             "exploitability_descent": arm([[0.2, 0.04], [0.2, 0.05]]),
-                             "per_pool_adaptive_w3": arm([[0.2, 0.23], [0.2, 0.2]])},
-               "arms": {a: {"seconds_per_step": {"mean": 0.5}} for a in
-                        ("reward_only", "per_pool", "exploitability_descent", "per_pool_adaptive_w3")}}
-    (ed, _, ed_ok), (below, _, below_ok), (adaptive, _, adaptive_ok), (step, _, step_ok) = \
-        [(g, None, ok) for g, ok, _ in goals(results)]
+    def results_of(runs):
+        return {"intervals": {arm: intervals(r, METRICS) for arm, r in runs.items()},
+                "change_from_warm_start": changes(runs, "exploitability"),
+                "paired": {f"{a} - {b}": paired(runs, a, b, "exploitability") for a, b in PAIRS
+                           if a in runs and b in runs},
+                "arms": {a: {"seconds_per_step": {"mean": 0.5}} for a in runs}}
+
+    (ed, ed_ok), (below, below_ok), (adaptive, adaptive_ok), (method, method_ok), (step, step_ok) = \
+        [(g, ok) for g, ok, _ in goals(results_of(runs))]
     assert "<= 0.05" in ed and ed_ok is True  # mean 0.045
     assert "below reward_only's" in below and below_ok is True
     assert adaptive.startswith("per_pool_adaptive_w3") and adaptive_ok is False  # overlaps per_pool's interval
+    assert method.startswith("per_pool (the method)") and method_ok is False  # rises from its warm start of 0.2
     assert "<= 1 s" in step and step_ok is True  # 0.5 s per step
+    runs["per_pool"] = {f"0/{s}": run([0.2, v]) for s, v in enumerate([0.15, 0.16, 0.14])}
+    runs["per_pool_signed_w10"] = {f"0/{s}": run([0.2, v]) for s, v in enumerate([0.1, 0.11, 0.12])}
+    runs["per_pool_adaptive_w10"] = {f"0/{s}": run([0.2, v]) for s, v in enumerate([0.09, 0.10, 0.13])}
+    by_goal = {g.split(" (")[0]: ok for g, ok, _ in goals(results_of(runs))}
+    assert by_goal["per_pool"] is True  # below its start and paired below reward_only
+    assert by_goal["the adaptive member lowers exploitability"] is False  # paired: -0.01, -0.01, +0.01
 
 
 LM_RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"

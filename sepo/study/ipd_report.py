@@ -25,12 +25,12 @@ from typing import Any
 
 from envs import make_game
 from envs.ipd_exact import MOVES, Payoffs, exploitability, markov_keys
-from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.recipes import RecipeParser
 from sepo.study.organism import finished, game_params, load_recipe, warm_start_dir, warm_start_seeds
 from sepo.study.organism_games import ipd_checkpoint
 from sepo.study.organism_report import band_panel
+from sepo.study.organism_stats import changes, fmt, intervals, paired, run_key
 from sepo.subcommands import report_usage_errors
 
 PROG = "python -m sepo.study.ipd_report"
@@ -39,13 +39,6 @@ FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 TFT_GOAL = {"1|--": (">=", 0.8), "CC": (">=", 0.8), "CD": ("<=", 0.3)}  # the issue's tit-for-tat test
 E_STAR_GOAL = 1.5
 
-
-def run_key(path_stem: str | int) -> str:
-    """`"<k>/<seed>"` of a run (`finished` keys a first-warm-start run by its seed, others by ws<k>_seed_<s>)."""
-    if isinstance(path_stem, int):
-        return f"0/{path_stem}"
-    k, seed = path_stem.removeprefix("ws").split("_seed_")
-    return f"{k}/{seed}"
 
 
 def markov_summary(policy: Mapping[str, float]) -> dict[str, float]:
@@ -63,31 +56,7 @@ def tit_for_tat_like(summary: Mapping[str, float]) -> bool:
     return all(summary[k] >= bound if op == ">=" else summary[k] <= bound for k, (op, bound) in TFT_GOAL.items())
 
 
-def intervals(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Per evaluated step (those every run has), each metric's mean and 95% t-interval across the runs."""
-    steps = sorted(set.intersection(*(set(c["step"] for c in cps) for cps in runs.values())))
-    out = []
-    for step in steps:
-        at = [next(c for c in cps if c["step"] == step) for cps in runs.values()]
-        out.append({"step": step, **{m: t_interval([c[m] for c in at]) for m in METRICS}})
-    return out
 
-
-def paired(runs: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]], a: str, b: str,
-           metric: str = "e_star") -> dict[str, float] | None:
-    """The final `metric` of arm a minus arm b over the runs both have (same warm start and seed: paired)."""
-    common = sorted(set(runs.get(a, {})) & set(runs.get(b, {})))
-    if len(common) < 2:
-        return None
-    return t_interval([runs[a][k][-1][metric] - runs[b][k][-1][metric] for k in common])
-
-
-def changes(runs: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]], metric: str = "e_star"
-            ) -> dict[str, dict[str, float]]:
-    """Per arm, the final `metric` minus the run's own step 0 (its warm start), with a 95% t-interval across runs:
-    paired by run, so two warm starts of different e* can be pooled."""
-    return {arm: t_interval([cps[-1][metric] - cps[0][metric] for cps in seeds.values()])
-            for arm, seeds in runs.items() if len(seeds) >= 2}
 
 
 def frontier(params: Mapping[str, Any], weights: Sequence[float] = FRONTIER_WEIGHTS) -> list[dict[str, float]]:
@@ -176,22 +145,17 @@ def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
         "warm_start": starts[0] if starts else None,
         "warm_starts": starts,
         "arms": {arm: {"seeds": seeds} for arm, seeds in runs.items()},
-        "intervals": {arm: intervals(seeds) for arm, seeds in runs.items()},
+        "intervals": {arm: intervals(seeds, METRICS) for arm, seeds in runs.items()},
         "markov_final": final_markov,
         "tit_for_tat_means": tft,
-        "change_from_warm_start": changes(runs),
-        "paired": {f"{a} - {b}": paired(runs, a, b) for a, b in
+        "change_from_warm_start": changes(runs, "e_star"),
+        "paired": {f"{a} - {b}": paired(runs, a, b, "e_star") for a, b in
                    (("per_pool", "reward_only"), ("per_pool_adaptive", "per_pool"),
                     ("per_pool_episode", "per_pool"), ("shared", "reward_only"))},
         "frontier": frontier(params),
         "design": design_results(recipe, root),
     }
 
-
-def _fmt(entry: Mapping[str, float] | None) -> str:
-    if not entry:
-        return "–"
-    return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
 
 
 def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
@@ -205,7 +169,7 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
         out.append(("per_pool's final e* lies below its warm start's and below reward_only's (95% intervals of the "
                     "paired differences, final - start and per_pool - reward_only, below 0)",
                     bool(change["high"] < 0 and versus["high"] < 0),
-                    f"final - start {_fmt(change)}; per_pool - reward_only {_fmt(versus)}"))
+                    f"final - start {fmt(change)}; per_pool - reward_only {fmt(versus)}"))
     sepo_arms = [a for a in final if a.startswith("per_pool")]
     if sepo_arms:
         best = min(sepo_arms, key=lambda a: final[a]["e_star"]["mean"])
@@ -215,11 +179,11 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
                     f"<= 0.3, mean over runs) with e* <= {E_STAR_GOAL}",
                     bool(like and final[best]["e_star"]["mean"] <= E_STAR_GOAL),
                     f"round 1 {tft['1|--']:.3f}, after CC {tft['CC']:.3f}, after CD {tft['CD']:.3f}; "
-                    f"e* {_fmt(final[best]['e_star'])}"))
+                    f"e* {fmt(final[best]['e_star'])}"))
     shared = results["paired"].get("shared - reward_only")
     if shared:
         out.append(("shared trains exactly as reward_only (paired final e* difference 0 at every run)",
-                    bool(shared["low"] == shared["high"] == 0.0), _fmt(shared)))
+                    bool(shared["low"] == shared["high"] == 0.0), fmt(shared)))
     return out
 
 
@@ -235,7 +199,7 @@ def markdown(results: Mapping[str, Any]) -> str:
     for arm, rows in sorted(results["intervals"].items()):
         last = rows[-1]
         lines.append(f"| {arm} | {last['e_star']['n']} | {last['step']} | "
-                     + " | ".join(_fmt(last[m]) for m in METRICS) + " |")
+                     + " | ".join(fmt(last[m]) for m in METRICS) + " |")
     lines += ["", "Final policies' Markov summary, P(COOPERATE) (mean over runs; after xy = mean over the histories "
               "ending in xy, x the model's move):", "", "| arm | round 1 | after CC | after CD | after DC | after DD |",
               "|---|---|---|---|---|---|"]
@@ -243,9 +207,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         mean = {k: sum(s[k] for s in by.values()) / len(by) for k in ("1|--", "CC", "CD", "DC", "DD")}
         lines.append(f"| {arm} | " + " | ".join(f"{mean[k]:.3f}" for k in ("1|--", "CC", "CD", "DC", "DD")) + " |")
     lines += ["", "Change of e* from each run's own warm start (final - step 0, paired by run):", ""]
-    lines += [f"- {arm}: {_fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
+    lines += [f"- {arm}: {fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
     lines += ["", "Paired differences of final e* (same warm start and seed):", ""]
-    lines += [f"- {name}: {_fmt(v)}" for name, v in results["paired"].items() if v]
+    lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
     lines += ["", "Exact frontier over Markov tables (max u_train − w·e*):", "", "| w | u_train | e* |", "|---|---|---|"]
     lines += [f"| {p['w']:g} | {p['u_train']:.4f} | {p['e_star']:.4f} |" for p in results["frontier"]]
     lines += ["", "## Goals, as measured", ""]

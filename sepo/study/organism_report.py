@@ -30,28 +30,24 @@ from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.objective import resolve_lambdas
 from sepo.recipes import RecipeParser
-from sepo.study.organism import finished, load_recipe, model_name, pretrained
+from sepo.study.organism import (
+    finished,
+    load_recipe,
+    model_name,
+    pretrained,
+    warm_start_dir,
+    warm_start_seeds,
+)
+from sepo.study.organism_stats import below, changes, fmt, intervals, paired, run_key
 from sepo.subcommands import report_usage_errors
 
-METRICS = ("exploitability", "game_value", "J", "u_train")
+METRICS = ("exploitability", "game_value", "J", "u_train", "canonical_mass")  # canonical mass: runs since round 3
+# arm a - arm b, paired by run: each isolates one difference of the recipe (the pair is skipped when an arm is absent)
+PAIRS = (("per_pool", "reward_only"), ("per_pool_signed_w10", "per_pool"), ("per_pool_adaptive_w10", "per_pool_signed_w10"),
+         ("per_pool_method", "per_pool"), ("exploitability_descent", "per_pool"))
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
 GAME = "kuhn"  # this report is the Kuhn organism's (the IPD organism's is sepo.study.ipd_report)
-
-
-def intervals(seeds: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per evaluated step (those every seed has), each metric's mean and interval across the seeds."""
-    steps = sorted(set.intersection(*(set(c["step"] for c in run["checkpoints"]) for run in seeds.values())))
-    out = []
-    for step in steps:
-        at = [next(c for c in run["checkpoints"] if c["step"] == step) for run in seeds.values()]
-        out.append({"step": step, **{m: t_interval([c[m] for c in at]) for m in METRICS}})
-    return out
-
-
-def below(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
-    """Interval a lies entirely below interval b."""
-    return bool(a["high"] < b["low"])
 
 
 def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
@@ -68,17 +64,25 @@ def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dic
 
 
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
-    """The results document from the finished report-phase runs (and the pilot's choice)."""
-    runs = finished(root, "report")
+    """The results document from the finished report-phase runs (and the pilot's choice). Runs are keyed
+    `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+    finished_runs = finished(root, "report")
+    runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
+            for arm, seeds in finished_runs.items()}
     arms = {}
-    for arm, seeds in runs.items():
+    for arm, seeds in finished_runs.items():
         config = {k: v for k, v in next(iter(seeds.values()))["config"].items() if k not in ("seed", "output_dir")}
-        arms[arm] = {"config": config,
-                     "seeds": {str(s): run["checkpoints"] for s, run in sorted(seeds.items())},
+        arms[arm] = {"config": config, "seeds": runs[arm],
                      "seconds_per_step": t_interval([run["seconds_per_step"] for run in seeds.values()]),
                      "adaptive_refresh_s": _refresh_cost(seeds.values())}
-    any_run = next(iter(next(iter(runs.values())).values()))
-    start = any_run["checkpoints"][0]
+    starts = []
+    for k in range(len(warm_start_seeds(recipe))):
+        first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)
+        if first is not None:
+            starts.append({"index": k, "dir": str(warm_start_dir(root, k)), "policy": first["policy"],
+                           "exploitability": exploitability(first["policy"]), "game_value": first["game_value"],
+                           "J": first["J"], "u_train": first["u_train"],
+                           **({"canonical_mass": first["canonical_mass"]} if "canonical_mass" in first else {})})
     params = recipe["train"]["game_params"][GAME]
     lambdas = resolve_lambdas(make_game(GAME, **params))
     refs = cached_references(out / "references.json", lambdas, FRONTIER_WEIGHTS)
@@ -94,11 +98,13 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
     return {
         **extra,
         "arms": arms,
-        "warm_start": {"policy": start["policy"], "exploitability": exploitability(start["policy"]),
-                       "game_value": start["game_value"], "J": start["J"], "u_train": start["u_train"]},
+        "warm_start": starts[0],
+        "warm_starts": starts,
         "references": {k: v for k, v in refs.items() if k != "frontier"},
         "frontier": refs["frontier"],
-        "intervals": {arm: intervals(runs[arm]) for arm in runs},
+        "intervals": {arm: intervals(seeds, METRICS) for arm, seeds in runs.items()},
+        "change_from_warm_start": changes(runs, "exploitability"),
+        "paired": {f"{a} - {b}": paired(runs, a, b, "exploitability") for a, b in PAIRS if a in runs and b in runs},
         "pilot": json.loads(choice_path.read_text()) if choice_path.exists() else None,
         "pilot_runs": {arm: {str(s): r["checkpoints"][-1]["exploitability"] for s, r in seeds.items()}
                        for arm, seeds in finished(root, "pilot").items()},
@@ -155,11 +161,13 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     refs = results["references"]
-    fig, axes = plt.subplots(1, 5, figsize=(26, 5.2))
+    metrics = [m for m in METRICS if all(m in rows[0] for rows in results["intervals"].values())]
+    fig, axes = plt.subplots(1, len(metrics) + 1, figsize=(5.2 * (len(metrics) + 1), 5.2))
     colors = dict(zip(sorted(results["intervals"]), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     titles = {"exploitability": "exact exploitability (chips/hand)", "game_value": "game value (self-play, first mover)",
-              "J": "J vs the fixed default pools (eval λ)", "u_train": "u_train (chips/hand vs training pool)"}
-    for ax, metric in zip(axes, METRICS):
+              "J": "J vs the fixed default pools (eval λ)", "u_train": "u_train (chips/hand vs training pool)",
+              "canonical_mass": "canonical-answer mass (lowest information set)"}
+    for ax, metric in zip(axes, metrics):
         band_panel(ax, results["intervals"], metric, titles[metric], colors)
     ax = axes[0]
     ax.axhline(refs["nash"], color="k", lw=1, label="Nash (0)")
@@ -169,7 +177,7 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     ax.axhline(refs["per_pool"]["exploitability"], color=colors.get("per_pool", "C1"), ls="--", lw=1,
                label="per_pool optimum")
     ax.legend(fontsize=7, loc="upper right")
-    ax = axes[4]
+    ax = axes[-1]
     ax.plot([p["u_train"] for p in results["frontier"]], [p["exploitability"] for p in results["frontier"]],
             "k.-", label="exact frontier: max u_train − w·expl.")
     for p in results["frontier"]:
@@ -179,8 +187,8 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
         x, y = last["u_train"], last["exploitability"]
         ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["low"]], [x["high"] - x["mean"]]],
                     yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o", color=colors[arm], label=arm)
-    ws = results["warm_start"]
-    ax.plot(ws["u_train"], ws["exploitability"], "k*", ms=10, label="warm start")
+    for ws in results["warm_starts"]:
+        ax.plot(ws["u_train"], ws["exploitability"], "k*", ms=10, label=f"warm start {ws['index']}")
     ax.set_xlabel("u_train (chips/hand)")
     ax.set_ylabel("exploitability (chips/hand)")
     ax.set_title("final checkpoints vs the exact frontier", fontsize=10)
@@ -191,10 +199,6 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _fmt(entry: Mapping[str, float]) -> str:
-    return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
-
-
 def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     """The issue's goals, each (goal, met, the measured figures): met is None when its arms did not run."""
     final = {arm: rows[-1] for arm, rows in results["intervals"].items()}
@@ -203,16 +207,25 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     if ed and ro:
         e = ed["exploitability"]
         out.append(("exploitability_descent ends at exploitability <= 0.05 (mean over seeds)",
-                    bool(e["mean"] <= 0.05), _fmt(e)))
+                    bool(e["mean"] <= 0.05), fmt(e)))
         out.append(("exploitability_descent's interval lies below reward_only's", below(e, ro["exploitability"]),
-                    f"{_fmt(e)} vs {_fmt(ro['exploitability'])}"))
+                    f"{fmt(e)} vs {fmt(ro['exploitability'])}"))
     adaptive = [a for a in final if a.startswith("per_pool_adaptive_w")]
     if adaptive and ro and pp:
         best = min(adaptive, key=lambda a: final[a]["exploitability"]["mean"])
         e = final[best]["exploitability"]
         out.append((f"{best}'s interval lies below per_pool's and reward_only's",
                     below(e, pp["exploitability"]) and below(e, ro["exploitability"]),
-                    f"{_fmt(e)} vs {_fmt(pp['exploitability'])} and {_fmt(ro['exploitability'])}"))
+                    f"{fmt(e)} vs {fmt(pp['exploitability'])} and {fmt(ro['exploitability'])}"))
+    change, versus = results["change_from_warm_start"].get("per_pool"), results["paired"].get("per_pool - reward_only")
+    if change and versus:
+        out.append(("per_pool (the method) ends below its own warm start and below reward_only (paired 95% intervals "
+                    "below 0)", bool(change["high"] < 0 and versus["high"] < 0),
+                    f"final - start {fmt(change)}; per_pool - reward_only {fmt(versus)}"))
+    isolated = results["paired"].get("per_pool_adaptive_w10 - per_pool_signed_w10")
+    if isolated:
+        out.append(("the adaptive member lowers exploitability (per_pool_adaptive_w10 - per_pool_signed_w10, paired "
+                    "95% interval below 0)", bool(isolated["high"] < 0), fmt(isolated)))
     limits = results.get("goal_thresholds", {})
     if ed and limits.get("every_seed"):
         finals = {s: cps[-1]["exploitability"] for s, cps in results["arms"]["exploitability_descent"]["seeds"].items()}
@@ -274,17 +287,25 @@ def markdown(results: Mapping[str, Any]) -> str:
     """curves.md: final checkpoints with 95% intervals across training seeds, references and goals."""
     refs = results["references"]
     title = results.get("title", "Kuhn model organism")
-    lines = [f"# {title}: final checkpoints (95% t-intervals across training seeds)", "",
+    metrics = [m for m in METRICS if all(m in rows[-1] for rows in results["intervals"].values())]
+    header = {"exploitability": "exploitability", "game_value": "game value", "J": "J (fixed pools, eval λ)",
+              "u_train": "u_train", "canonical_mass": "canonical mass (lowest info set)"}
+    lines = [f"# {title}: final checkpoints (95% t-intervals across runs: warm starts x training seeds)", "",
              *([f"Model: {results['model']}.", ""] if "model" in results else []),
-             "| arm | seeds | steps | exploitability | game value | J (fixed pools, eval λ) | u_train | s/step |",
-             "|---|---|---|---|---|---|---|---|"]
-    ws = results["warm_start"]
-    lines.append(f"| warm start | – | 0 | {ws['exploitability']:.3f} | {ws['game_value']:.3f} | {ws['J']:.3f} | "
-                 f"{ws['u_train']:.3f} | – |")
+             "| arm | runs | steps | " + " | ".join(header[m] for m in metrics) + " | s/step |",
+             "|---|---|---|" + "---|" * len(metrics) + "---|"]
+    for ws in results["warm_starts"]:
+        lines.append(f"| warm start {ws['index']} | – | 0 | " + " | ".join(
+            f"{ws[m]:.3f}" if m in ws else "–" for m in metrics) + " | – |")
     for arm, rows in sorted(results["intervals"].items()):
         last = rows[-1]
         lines.append(f"| {arm} | {last['exploitability']['n']} | {last['step']} | " + " | ".join(
-            _fmt(last[m]) for m in METRICS) + f" | {results['arms'][arm]['seconds_per_step']['mean']:.2f} |")
+            fmt(last[m]) for m in metrics) + f" | {results['arms'][arm]['seconds_per_step']['mean']:.2f} |")
+    lines += ["", "Final minus the run's own warm start (exploitability, paired by run):", ""]
+    lines += [f"- {arm}: {fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
+    lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
+              "in one thing of the recipe):", ""]
+    lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
     lines += ["", "References (computed, `sepo.eval.kuhn_optimum`): Nash "
               f"{refs['nash']:.3f}; uniform play {refs['uniform']:.4f}; reward_only's optimum (best responses to "
               f"the training mix, a tie set) {refs['reward_only']['low']:.3f}–{refs['reward_only']['high']:.3f}; "
