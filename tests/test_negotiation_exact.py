@@ -246,3 +246,32 @@ def test_eval_reports_the_exact_e_star_of_a_compact_negotiation_policy(tiny_mode
     run_eval(cfg(tmp_path / "chat", {"num_rounds": 2}))
     result = json.loads((tmp_path / "chat" / "results.json").read_text())["results"]["Tiny"]["negotiation"]
     assert "negotiation_exact" not in result
+
+
+def test_adaptive_exploiter_trains_in_compact_negotiation(tiny_model_dir, tmp_path):
+    """`adaptive_exploiter: true` in single-issue negotiation: one real SEPO-GRPO step (real rollouts on the tiny
+    model) whose only exploit opponent is the adaptive exploiter; the refresh before the first rollout logs the
+    exact e* of the starting weights' scored policy, recomputed here from the model the run started from."""
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.negotiation import scored_policy
+    from sepo.grpo.adaptive import ADAPTIVE_NAME
+    from sepo.grpo.config import SEPOConfig
+    from sepo.grpo.trainer import SEPOTrainer
+    from sepo.rollout.chat import ChatRenderer
+
+    args = SEPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none", max_steps=1,
+                      logging_steps=1, save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False,
+                      games=["negotiation"], game_params={"negotiation": PARAMS}, num_generations=2,
+                      pool_mix={"training": ["fair"], "exploit": [ADAPTIVE_NAME]}, adaptive_exploiter=True,
+                      per_device_train_batch_size=4, max_turn_tokens=6, max_completion_length=128, seed=0)
+    backend = HFBackend.from_model(str(tiny_model_dir), device="cpu")
+    start = exploitability(scored_policy(backend, ChatRenderer(backend.tokenizer), PARAMS),
+                           make_game("negotiation", **PARAMS))
+    trainer = SEPOTrainer(model=tiny_model_dir, args=args)
+    trainer.train()
+    logs = {k: v for h in trainer.state.log_history for k, v in h.items()}
+    assert trainer.state.global_step == 1
+    assert logs["sepo/adaptive/exploitability"] == pytest.approx(start, abs=1e-4)
+    with pytest.raises(ValueError, match="more than 1365"):
+        SEPOConfig(output_dir=str(tmp_path / "big"), use_cpu=True, games=["negotiation"], adaptive_exploiter=True,
+                   game_params={"negotiation": {"num_rounds": 3}}, report_to="none")
