@@ -215,6 +215,15 @@ def test_the_adaptive_oracle_measures_fits_and_plays_the_exact_best_response(tin
     game = make_game("negotiation", **PARAMS)
     assert sorted(policy) == sorted(full_keys(game))
     assert all(sum(d.values()) == pytest.approx(1.0, abs=1e-5) and len(d) == 9 for d in policy.values())
+    # one entry against the conversation written out by hand: round 1 the model demanded 3, the opponent 8
+    from sepo.generation import Prompt
+
+    messages = [{"role": "system", "content": game.system_prompt(0)},
+                {"role": "user", "content": "Round 1 of 2. First round."}, {"role": "assistant", "content": "3"},
+                {"role": "user", "content": "Round 2 of 2. Last: you 3, opponent 8."}]
+    legal = [str(d) for d in range(1, 10)]
+    (row,) = backend.score_choices([Prompt(ids=renderer.prompt_ids(messages), messages=messages)], [legal])
+    assert [policy["2|3,8"][d] for d in legal] == pytest.approx(row, abs=1e-5)  # batch padding: 1e-7
     figures = exploiter.refresh(policy, 3, PARAMS)
     assert exploiter.refreshed_at == 3
     assert figures["exploitability"] == pytest.approx(exploitability(policy, game), abs=1e-12)
