@@ -200,12 +200,30 @@ def test_the_compact_prompt_shows_the_round_and_the_last_demands_only():
 PARAMS = {"num_rounds": 2, "prompt_style": "compact"}  # 1 + 81 joint histories
 
 
+def test_adaptive_exploiter_accepts_negotiation_within_the_history_bound(tmp_path):
+    """1 + 81 histories at 2 rounds pass; 1 + 81 + 81² = 6643 at 3 rounds are refused at parse time, and so is
+    a pie-4 game at 5 rounds (1 + 9 + 81 + 729 + 6561), while 4 rounds (820) pass."""
+    from sepo.grpo.adaptive import check_adaptive
+    from sepo.grpo.config import SEPOConfig
+
+    narrow = {"pie": 4, "max_demand": 3, "greedy_demand": 3}
+    check_adaptive(["negotiation"], {"negotiation": PARAMS})
+    check_adaptive(["negotiation"], {"negotiation": {**narrow, "num_rounds": 4}})
+    with pytest.raises(ValueError, match="6643 at 3 rounds"):
+        check_adaptive(["negotiation"], {"negotiation": {"num_rounds": 3}})
+    with pytest.raises(ValueError, match="7381 at 5 rounds"):
+        check_adaptive(["negotiation"], {"negotiation": {**narrow, "num_rounds": 5}})
+    with pytest.raises(ValueError, match="more than 1365"):
+        SEPOConfig(output_dir=str(tmp_path / "big"), use_cpu=True, games=["negotiation"], adaptive_exploiter=True,
+                   game_params={"negotiation": {"num_rounds": 3}}, report_to="none")
+
+
 def test_the_adaptive_oracle_measures_fits_and_plays_the_exact_best_response(tiny_model_dir):
     """AdaptiveExploiter("negotiation") reads the tiny model's scored policy at all 82 joint histories (the same
     table `sepo.eval.negotiation.scored_policy` gives), refreshes to its exact best response, and the strategy it
     plays attains the reported e* against that table in the real game."""
     from sepo.backends.hf import HFBackend
-    from sepo.grpo.adaptive import AdaptiveExploiter, check_adaptive
+    from sepo.grpo.adaptive import AdaptiveExploiter
     from sepo.rollout.chat import ChatRenderer
 
     backend = HFBackend.from_model(str(tiny_model_dir), device="cpu")
@@ -229,9 +247,6 @@ def test_the_adaptive_oracle_measures_fits_and_plays_the_exact_best_response(tin
     assert figures["exploitability"] == pytest.approx(exploitability(policy, game), abs=1e-12)
     strategy = exploiter.factory()
     assert play_exactly(policy, game, strategy.moves) == pytest.approx(figures["exploitability"], abs=1e-9)
-    check_adaptive(["negotiation"], {"negotiation": PARAMS})
-    with pytest.raises(ValueError, match="6643"):  # 1 + 81 + 81² histories at 3 rounds: over the bound
-        check_adaptive(["negotiation"], {"negotiation": {"num_rounds": 3}})
 
 
 def test_eval_reports_the_exact_e_star_of_a_compact_negotiation_policy(tiny_model_dir, tmp_path):
@@ -281,6 +296,3 @@ def test_adaptive_exploiter_trains_in_compact_negotiation(tiny_model_dir, tmp_pa
     logs = {k: v for h in trainer.state.log_history for k, v in h.items()}
     assert trainer.state.global_step == 1
     assert logs["sepo/adaptive/exploitability"] == pytest.approx(start, abs=1e-4)
-    with pytest.raises(ValueError, match="more than 1365"):
-        SEPOConfig(output_dir=str(tmp_path / "big"), use_cpu=True, games=["negotiation"], adaptive_exploiter=True,
-                   game_params={"negotiation": {"num_rounds": 3}}, report_to="none")
