@@ -29,11 +29,11 @@ import itertools
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from types import MappingProxyType as MappingProxy
 
 from envs.base import Strategy, View
 from envs.ipd import COOPERATE, DEFECT, IteratedPrisonersDilemma
+from envs.repeated_exact import BackwardInduction
 
 MOVES = ("C", "D")
 LETTER = {COOPERATE: "C", DEFECT: "D"}
@@ -132,44 +132,23 @@ class BestResponse:
 def best_response(table: Table, rounds: int, payoffs: Payoffs = Payoffs(),
                   objective: str = "advantage") -> BestResponse:
     """The opponent's exact best response to `table` by backward induction (module docstring). Ties go to
-    DEFECT (the exploiter's move). Over the Markov states when the table is Markov, else over histories."""
+    DEFECT (the exploiter's move). Over the Markov states when the table is Markov, else over histories
+    (`envs.repeated_exact`)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     table = validate_table(table, rounds)
-    markov = is_markov(table)
 
     def gain(x: str, y: str) -> float:
         own, opp = payoffs.pair(x, y)
         return opp - own if objective == "advantage" else opp
 
-    @cache
-    def value(state: tuple) -> tuple[float, str]:
-        history = state
-        if len(history) == rounds:
-            return 0.0, "D"
+    def policy(history: Sequence[Joint]) -> dict[str, float]:
         p = policy_at(table, history)
-        best = None
-        for y in ("D", "C"):
-            q = sum(w * (gain(x, y) + value(_next(history, (x, y), markov))[0])
-                    for x, w in (("C", p), ("D", 1.0 - p)) if w > 0.0)
-            if best is None or q > best[0] + 1e-12:
-                best = (q, y)
-        return best
+        return {"C": p, "D": 1.0 - p}
 
-    moves = {history_key(h): value(_state(h, markov))[1] for h in histories(rounds)}
-    return BestResponse(moves=moves, value=value(())[0] / rounds, objective=objective)
-
-
-def _state(history: Sequence[Joint], markov: bool) -> tuple:
-    """The DP's state of a history: the round and last move (as a padded history) when Markov, else all of it."""
-    history = tuple(tuple(j) for j in history)
-    if not markov or len(history) <= 1:
-        return history
-    return ((("-", "-"),) * (len(history) - 1)) + (history[-1],)
-
-
-def _next(state: tuple, joint: Joint, markov: bool) -> tuple:
-    return _state((*state, joint), markov)
+    solver = BackwardInduction(policy, rounds, ("D", "C"), gain, markov_key if is_markov(table) else tuple)
+    moves = {history_key(h): solver.reply(h) for h in histories(rounds)}
+    return BestResponse(moves=moves, value=solver.value() / rounds, objective=objective)
 
 
 def exploitability(table: Table, rounds: int, payoffs: Payoffs = Payoffs()) -> float:

@@ -4,6 +4,11 @@ Each round both seats demand an integer in [min_demand, max_demand]; if the dema
 the pie, each gets its demand (a deal), otherwise both get 0 (a breakdown). Complete information.
 The SEPO signals: collusion marks a greedy demand (>= `greedy_demand`, used against the fair-5
 partner) and externality marks a breakdown.
+
+prompt_style: "chat" (rules, the whole history with points and the scores; the method's prompt) or "compact"
+(the round and the last pair of demands in one line, no points and no scores), as in IPD: with the
+conversation's earlier turns the LLM's prompt is a function of the joint history of demands alone, which
+`envs.negotiation_exact` analyses exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from envs.base import (
     record_round,
 )
 from envs.parsing import match_action
+
+PROMPT_STYLES: tuple[str, ...] = ("chat", "compact")
 
 
 def demand_history(
@@ -60,12 +67,17 @@ class SingleIssueNegotiation(Game):
         min_demand: int = 1,
         max_demand: int = 9,
         greedy_demand: int = 7,
+        prompt_style: str = "chat",
     ) -> None:
         check_int(self.name, "pie", pie, 2)
         check_int(self.name, "num_rounds", num_rounds, 1)
         check_int(self.name, "min_demand", min_demand, 0, pie)
         check_int(self.name, "max_demand", max_demand, min_demand, pie)
         check_int(self.name, "greedy_demand", greedy_demand, min_demand, max_demand)
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"{self.name}: prompt_style must be one of {', '.join(PROMPT_STYLES)}, "
+                             f"got {prompt_style!r}")
+        self.prompt_style = prompt_style
         self.pie = pie
         self.num_rounds = num_rounds
         self.min_demand = min_demand
@@ -84,6 +96,7 @@ class SingleIssueNegotiation(Game):
             "min_demand": self.min_demand,
             "max_demand": self.max_demand,
             "greedy_demand": self.greedy_demand,
+            "prompt_style": self.prompt_style,
         }
 
     # --- episode -----------------------------------------------------------------------------
@@ -103,12 +116,16 @@ class SingleIssueNegotiation(Game):
         check_simultaneous(self, state, actions)
         demands = (int(actions[0]), int(actions[1]))
         deal = sum(demands) <= self.pie
-        payoffs = (float(demands[0]), float(demands[1])) if deal else (0.0, 0.0)
+        payoffs = self.payoffs(*demands)
         signals = tuple(
             Signals(collusion=float(d >= self.greedy_demand), externality=float(not deal)) for d in demands
         )
         record = {"demands": list(demands), "deal": deal}
         return record_round(state, RoundResult(state.round, payoffs, signals, record), self.num_rounds)
+
+    def payoffs(self, d0: int, d1: int) -> tuple[float, float]:
+        """Per-seat payoffs of one round with demands d0, d1: the demands if they fit in the pie, else 0 each."""
+        return (float(d0), float(d1)) if d0 + d1 <= self.pie else (0.0, 0.0)
 
     # --- views ---------------------------------------------------------------------------------
     def view(self, state: GameState, seat: int) -> View:
@@ -123,6 +140,10 @@ class SingleIssueNegotiation(Game):
 
     def system_prompt(self, seat: int) -> str:
         check_seat(self.name, seat)
+        if self.prompt_style == "compact":
+            return (f"Split {self.pie} points, {self.num_rounds} rounds. Each round both players demand "
+                    f"{self.min_demand} to {self.max_demand} at once. Demands summing to {self.pie} or less: each "
+                    f"gets its demand; otherwise both get 0. Answer with your demand.")
         return (
             f"You are negotiating how to split {self.pie} points with another player over {self.num_rounds} "
             f"rounds. Each round you and your opponent simultaneously demand a whole number of points from "
@@ -135,6 +156,8 @@ class SingleIssueNegotiation(Game):
     def observation(self, state: GameState, seat: int) -> str:
         if state.done:
             raise ValueError(f"{self.name}: the episode is over; there is nothing to decide")
+        if self.prompt_style == "compact":
+            return _compact_observation(state, seat, self.num_rounds)
         lines = [f"Round {state.round + 1} of {self.num_rounds}."]
         for h in self.view(state, seat).history:
             outcome = (
@@ -152,3 +175,12 @@ class SingleIssueNegotiation(Game):
 
     def parse_action(self, text: str, state: GameState, seat: int) -> str | None:
         return match_action(text, self.legal_actions(state, seat))
+
+
+def _compact_observation(state: GameState, seat: int, num_rounds: int) -> str:
+    """The compact prompt: the round and the last pair of demands (earlier rounds are in the conversation's
+    turns; the deal follows from the demands)."""
+    if not state.history:
+        return f"Round 1 of {num_rounds}. First round."
+    demands = state.history[-1].record["demands"]
+    return f"Round {state.round + 1} of {num_rounds}. Last: you {demands[seat]}, opponent {demands[1 - seat]}."

@@ -78,6 +78,9 @@ class EvalConfig:
     kuhn_rationale_samples: int = field(default=4, metadata={"help": "sampled rationales per info set, >= 1"})
     ipd_exact: bool = field(default=True, metadata={"help": "IPD with the compact prompt: score the answer-only "
                                                             "policy at every joint history and report its exact e*"})
+    negotiation_exact: bool = field(default=True, metadata={"help": "single-issue negotiation with the compact "
+                                                                    "prompt: the same for every joint history of "
+                                                                    "demands (at most 1,365 histories)"})
     bootstrap_resamples: int = field(default=1000, metadata={"help": "bootstrap resamples per interval"})
     confidence: float = field(default=0.95, metadata={"help": "confidence level of every interval, in (0, 1)"})
     save_transcripts: bool = field(default=False, metadata={"help": "every episode to transcripts/*.jsonl"})

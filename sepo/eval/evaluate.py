@@ -9,7 +9,9 @@ episode count n (`sepo.eval.metrics`); what was not measured is null / "–". Ho
 (a strict answer, cut at `max_turn_tokens`, or ended without one) is counted per decision
 (`sepo.eval.answer_format`). For Kuhn the model's policy at
 the 12 information sets of the classic hand is measured by scoring the legal actions and its exact
-exploitability is computed (`sepo.eval.kuhn`). Stochastic decoding by default (temperature 0.8).
+exploitability is computed (`sepo.eval.kuhn`); for compact-prompt IPD and single-issue negotiation the policy
+at every joint history is scored and its exact e* computed (`JOINT_EXACT`). Stochastic decoding by default
+(temperature 0.8).
 
 Every finished opponent is stored at once (`sepo.eval.store`) and results.json is rewritten after every
 model and game, so a rerun of the same command resumes where a crash or `kill -9` stopped it.
@@ -28,13 +30,16 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import envs
+from envs.base import Game
 from envs.ipd_exact import Payoffs
 from envs.ipd_exact import exploitability as ipd_exploitability
+from envs.negotiation_exact import count_histories
+from envs.negotiation_exact import exploitability as negotiation_exploitability
 from envs.sandbox import SandboxConfig
 from envs.sandbox.rng import persist_run_rng_key
 from sepo.backends import make_backend
@@ -47,6 +52,8 @@ from sepo.eval.ipd import MAX_ROUNDS as IPD_MAX_ROUNDS
 from sepo.eval.ipd import scored_policy as ipd_scored_policy
 from sepo.eval.kuhn import exact_summary, prompt_note, score_samples
 from sepo.eval.metrics import summarize
+from sepo.eval.negotiation import MAX_HISTORIES as NEGOTIATION_MAX_HISTORIES
+from sepo.eval.negotiation import scored_policy as negotiation_scored_policy
 from sepo.eval.report import Results, markdown, plot
 from sepo.eval.stats import METHOD
 from sepo.eval.store import fingerprint, load_shard, model_stamp, safe_name, save_shard, shard_path
@@ -58,6 +65,26 @@ from sepo.pools import POOL_NAMES, Pools, load_pools
 from sepo.rollout.chat import ChatRenderer
 
 Loader = Callable[[], tuple[Any, Any]]  # () -> (backend, renderer), called only when something must be played
+
+
+@dataclass(frozen=True)
+class JointExact:
+    """The exact phase of a repeated simultaneous-move game without private information: its answer-only policy
+    scored at every joint history (`sepo.eval.joint`) and the exact e* of that table. `small`: whether the game is
+    small enough to score every history; `score(backend, renderer, game_params)`: the table; `e_star(table,
+    game)`: its exploit figure."""
+
+    small: Callable[[Game], bool]
+    score: Callable[[Any, Any, Mapping[str, Any]], Any]
+    e_star: Callable[[Any, Game], float]
+
+
+JOINT_EXACT: dict[str, JointExact] = {
+    "ipd": JointExact(small=lambda g: g.num_rounds <= IPD_MAX_ROUNDS, score=ipd_scored_policy,
+                      e_star=lambda t, g: ipd_exploitability(t, g.num_rounds, Payoffs.of(g))),
+    "negotiation": JointExact(small=lambda g: count_histories(g) <= NEGOTIATION_MAX_HISTORIES,
+                              score=negotiation_scored_policy, e_star=negotiation_exploitability),
+}
 
 
 def _say(msg: str) -> None:
@@ -121,8 +148,8 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
     }
     if game_name == "kuhn" and cfg.kuhn_exact:
         result.update(_kuhn_exact(label, stamp, cfg, live, done + 1, total))
-    if _ipd_exact_applies(game_name, cfg):
-        result.update(_ipd_exact(label, stamp, cfg, live, done + 1, total))
+    if _joint_exact_applies(game_name, cfg):
+        result.update(_joint_exact(game_name, label, stamp, cfg, live, done + 1, total))
     return result, rows_by_unit
 
 
@@ -142,26 +169,24 @@ def _stored_phase(cfg: EvalConfig, label: str, game: str, key: str, where: str, 
     return value
 
 
-def _ipd_exact_applies(game: str, cfg: EvalConfig) -> bool:
-    """The IPD exact phase runs for compact-prompt IPD (the prompt a short function of the joint history) with
-    few enough rounds to score every joint history (`sepo.grpo.adaptive.IPD_MAX_ROUNDS`)."""
-    if game != "ipd" or not cfg.ipd_exact:
+def _joint_exact_applies(game: str, cfg: EvalConfig) -> bool:
+    """A joint-history exact phase (`JOINT_EXACT`) runs for a compact-prompt game (the prompt a short function of
+    the joint history) small enough to score every joint history, unless its flag (`--<game>_exact`) is off."""
+    if game not in JOINT_EXACT or not getattr(cfg, f"{game}_exact"):
         return False
-    ipd = envs.make_game("ipd", **cfg.game_params.get("ipd", {}))
-    return ipd.prompt_style == "compact" and ipd.num_rounds <= IPD_MAX_ROUNDS
+    instance = envs.make_game(game, **cfg.game_params.get(game, {}))
+    return instance.prompt_style == "compact" and JOINT_EXACT[game].small(instance)
 
 
-def _ipd_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
-               total: int) -> dict[str, Any]:
-    """The answer-only policy at every joint history (teacher-forced, `sepo.eval.ipd.scored_policy`) and its
-    exact e* (`envs.ipd_exact`), stored as one shard like the episodes."""
-    params = cfg.game_params.get("ipd", {})
-    table = _stored_phase(cfg, label, "ipd", fingerprint(stamp, "ipd_exact", params), f"{done}/{total}",
-                          lambda: ipd_scored_policy(*live(), params),
+def _joint_exact(game: str, label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
+                 total: int) -> dict[str, Any]:
+    """The answer-only policy at every joint history (teacher-forced, `JOINT_EXACT[game].score`) and its exact e*,
+    stored as one shard like the episodes; reported as `<game>_exact`."""
+    phase, params = JOINT_EXACT[game], cfg.game_params.get(game, {})
+    table = _stored_phase(cfg, label, game, fingerprint(stamp, f"{game}_exact", params), f"{done}/{total}",
+                          lambda: phase.score(*live(), params),
                           lambda t: f"{len(t)} joint histories")
-    game = envs.make_game("ipd", **params)
-    return {"ipd_exact": {"e_star": ipd_exploitability(table, game.num_rounds, Payoffs.of(game)),
-                          "policy": table}}
+    return {f"{game}_exact": {"e_star": phase.e_star(table, envs.make_game(game, **params)), "policy": table}}
 
 
 def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
@@ -185,7 +210,7 @@ def eval_pools(game: str, cfg: EvalConfig) -> Pools:
 def _units_per_game(cfg: EvalConfig, pools: Mapping[str, Pools]) -> dict[str, int]:
     """How many stored pieces (opponents, plus Kuhn's exact phase) one model has per game."""
     return {game: len(units(game, pools[game], cfg.pools))
-            + int(game == "kuhn" and cfg.kuhn_exact) + int(_ipd_exact_applies(game, cfg)) for game in cfg.games}
+            + int(game == "kuhn" and cfg.kuhn_exact) + int(_joint_exact_applies(game, cfg)) for game in cfg.games}
 
 
 def model_specs(cfg: EvalConfig) -> list[tuple[str, str]]:

@@ -3,7 +3,7 @@
 IPD has no private information, so the LLM's prompt at a decision is a function of the joint history of the
 finished rounds, whatever the prompt style (the conversation carries each earlier observation and the model's
 own earlier answers). Scoring COOPERATE and DEFECT at each history's prompt, as the rollout renders it
-(`history_messages`: the model's earlier turns are the actions' canonical text), gives the answer-only policy
+(`sepo.eval.joint`: the model's earlier turns are the actions' canonical text), gives the answer-only policy
 as a full table (`envs.ipd_exact`); its exploit figure e* and its payoff against any scripted opponent are
 then exact (`envs.ipd_exact.best_response`, `expected_payoffs`). The table has 1 + 4 + ... + 4^(T−1) entries
 (85 at T = 4), which the compact prompt (`prompt_style: compact`) makes cheap to score.
@@ -27,7 +27,7 @@ from envs.ipd_exact import (
     history_key,
     round_expectations,
 )
-from sepo.generation import Prompt
+from sepo.eval.joint import joint_messages, scored_histories
 from sepo.objective import EpisodeTerms, Metrics, aggregate, resolve_lambdas, scale
 from sepo.pools import POOL_NAMES, Pools, load_pools
 
@@ -41,36 +41,18 @@ def _game(game_params: Mapping[str, Any] | None):
 def history_messages(history: Sequence[Joint], game_params: Mapping[str, Any] | None = None,
                      seat: int = 0) -> list[dict[str, str]]:
     """The chat messages that put the LLM (in `seat`) at joint `history` ((own, opponent) letters per finished
-    round), as the rollout renders them: system, then per round the observation and the LLM's action."""
-    game = _game(game_params)
-    state = game.new_state(None)  # type: ignore[arg-type]  # IPD draws nothing
-    messages = [{"role": "system", "content": game.system_prompt(seat)}]
-    for own, opp in history:
-        messages += [{"role": "user", "content": game.observation(state, seat)},
-                     {"role": "assistant", "content": ACTION[own]}]
-        game.step(state, {seat: ACTION[own], 1 - seat: ACTION[opp]})
-    return [*messages, {"role": "user", "content": game.observation(state, seat)}]
-
-
-def history_prompts(renderer: Any, game_params: Mapping[str, Any] | None = None,
-                    seat: int = 0) -> tuple[list[str], list[Prompt]]:
-    """(full keys, rendered prompts) of every joint history, in round order."""
-    rounds = _game(game_params).num_rounds
-    keys, prompts = [], []
-    for h in histories(rounds):
-        messages = history_messages(h, game_params, seat)
-        keys.append(history_key(h))
-        prompts.append(Prompt(ids=renderer.prompt_ids(messages), messages=messages))
-    return keys, prompts
+    round), as the rollout renders them (`sepo.eval.joint.joint_messages`)."""
+    return joint_messages(_game(game_params), [(ACTION[own], ACTION[opp]) for own, opp in history], seat)
 
 
 def scored_policy(backend: Any, renderer: Any, game_params: Mapping[str, Any] | None = None,
                   seat: int = 0) -> dict[str, float]:
     """The answer-only policy as a full table, P(COOPERATE | joint history): the teacher-forced probability of
     each action's canonical text and end-of-turn, normalised over the two (one scoring call)."""
-    keys, prompts = history_prompts(renderer, game_params, seat)
-    probs = backend.score_choices(prompts, [list(ACTIONS)] * len(prompts))
-    return {key: float(row[0]) for key, row in zip(keys, probs)}
+    game = _game(game_params)
+    keyed = ((history_key(h), [(ACTION[own], ACTION[opp]) for own, opp in h]) for h in histories(game.num_rounds))
+    rows = scored_histories(backend, renderer, game, keyed, ACTIONS, seat)
+    return {key: row[0] for key, row in rows.items()}
 
 
 def metrics_against(table: Table, pools: Pools, game: IteratedPrisonersDilemma, lambdas: Lambdas) -> Metrics:

@@ -24,6 +24,11 @@ COLUMNS = [  # (header, metric) of the main table
     ("Fallback", "fallback_rate"), ("Parse fail", "parse_failure_rate"),
 ]  # fmt: skip
 SIGNED = {"safety", "nra_gtbench", "nra_sepo"}
+E_STAR_EXAMPLES = {  # reference figures under each game's exact e* table (envs.ipd_exact, envs.negotiation_exact)
+    "ipd": "always-cooperate 5, tit-for-tat 1.25 at 4 rounds, always-defect 0",
+    "negotiation": "always demanding the minimum: the maximum minus the minimum demand, 8 by default; always "
+                   "demanding half the pie 0",
+}
 CARD_COLUMNS = [(f"{kind} {card}", f"{kind}_{card}") for kind in ("bet", "call") for card in "JQK"]
 RATES = [("Coll", "c"), ("Ext", "x"), ("Fallback", "fallback_rate"), ("Parse fail", "parse_failure_rate")]
 SCORES = [("Pay", "payoff"), ("Exploit", "exploit"), ("Safety J", "safety"), ("NRA", "nra_gtbench")]
@@ -73,12 +78,12 @@ def markdown(results: Results, method: str) -> str:
             cells = [cell(r["metrics"].get(m), m in SIGNED) for _, m in COLUMNS]
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += ["", *_ending_table(rows), ""]
-        exact = [(label, r["ipd_exact"]["e_star"]) for label, r in rows if "ipd_exact" in r]
+        exact = [(label, r[f"{game}_exact"]["e_star"]) for label, r in rows if f"{game}_exact" in r]
         if exact:
             lines += ["| Model | e* (exact, answer-only policy) |", "|---|---|",
                       *(f"| {label} | {e:.3f} |" for label, e in exact),
                       "", "e*: the best opponent's mean per-round advantage over the model's policy, scored at "
-                      "every joint history (always-cooperate 5, tit-for-tat 1.25 at 4 rounds, always-defect 0).", ""]
+                      f"every joint history ({E_STAR_EXAMPLES[game]}).", ""]
         if game == "kuhn":
             headers = ["Model", *(h for h, _ in CARD_COLUMNS), "Exploitability"]
             lines += ["| " + " | ".join(headers) + " |", "|---" * len(headers) + "|"]

@@ -16,6 +16,10 @@ exact best response to that table as a strategy factory, with the policy's exact
   opponent's best response by backward induction, maximising its mean per-round advantage (`envs.ipd_exact`);
   figure: exploitability = e*. Its cost grows as 4^(T−1) prompts per refresh, so T is bounded
   (`IPD_MAX_ROUNDS`); the compact prompt keeps each prompt short.
+- Single-issue negotiation: the table is P(demand | joint history of demands) at every joint history
+  (`sepo.eval.negotiation.scored_policy`); the opponent's advantage-maximising best response by the same
+  backward induction (`envs.negotiation_exact`); figure: exploitability = e*. With K legal demands a refresh
+  scores 1 + K² + ... + K^(2(T−1)) prompts, bounded by `sepo.eval.negotiation.MAX_HISTORIES`.
 
 The member is a training device: evaluation J uses the fixed default pools, and the exploiter's own
 figures (the policy's exact figures at each refresh) are logged beside them.
@@ -32,9 +36,12 @@ from envs.base import Strategy
 from envs.ipd_exact import Payoffs, PlaysBestResponse
 from envs.ipd_exact import best_response as ipd_best_response
 from envs.kuhn_exact import best_response, exploitability, game_value
+from envs.negotiation_exact import PlaysBestResponse as PlaysNegotiationResponse
+from envs.negotiation_exact import best_response as negotiation_best_response
 from envs.strategies.kuhn import PlaysTable
 from sepo.eval import ipd as ipd_eval
 from sepo.eval import kuhn as kuhn_eval
+from sepo.eval import negotiation as negotiation_eval
 from sepo.eval.ipd import MAX_ROUNDS as IPD_MAX_ROUNDS
 from sepo.pools import PoolMember, Pools
 
@@ -55,6 +62,9 @@ class ExploiterOracle(Protocol):
     def strategy(self, response: Table) -> Strategy:
         """A fresh strategy that plays `response`."""
 
+    def check(self, game_params: Mapping[str, Any] | None) -> None:
+        """Raise ValueError when the game under `game_params` is too large for an exact, cheap refresh."""
+
 
 class KuhnOracle:
     """Kuhn poker: the best response in both positions to the 12-information-set table."""
@@ -68,6 +78,9 @@ class KuhnOracle:
 
     def strategy(self, response: Table) -> Strategy:
         return PlaysTable(response)
+
+    def check(self, game_params: Mapping[str, Any] | None) -> None:
+        """Every Kuhn game has 12 information sets: nothing to bound."""
 
 
 class IPDOracle:
@@ -84,20 +97,41 @@ class IPDOracle:
     def strategy(self, response: Table) -> Strategy:
         return PlaysBestResponse(response)
 
-
-ORACLES: dict[str, ExploiterOracle] = {"kuhn": KuhnOracle(), "ipd": IPDOracle()}
-
-
-def check_adaptive(games: list[str], game_params: Mapping[str, Any]) -> None:
-    """The adaptive exploiter needs one game with an exact oracle (and, in IPD, T <= IPD_MAX_ROUNDS)."""
-    if len(games) != 1 or games[0] not in ORACLES:
-        raise ValueError(f"adaptive_exploiter needs one game with an exact best response ({', '.join(ORACLES)}); "
-                         f"games is {games}")
-    if games[0] == "ipd":
-        rounds = make_game("ipd", **dict(game_params.get("ipd", {}))).num_rounds
+    def check(self, game_params: Mapping[str, Any] | None) -> None:
+        rounds = make_game("ipd", **dict(game_params or {})).num_rounds
         if rounds > IPD_MAX_ROUNDS:
             raise ValueError(f"adaptive_exploiter in ipd scores every joint history (4^(T-1) + ... + 1 prompts per "
                              f"refresh): num_rounds must be <= {IPD_MAX_ROUNDS}, got {rounds}")
+
+
+class NegotiationOracle:
+    """Single-issue negotiation: the opponent's advantage-maximising best response to the table over joint
+    histories of demands; exploitability = e*."""
+
+    def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
+        return negotiation_eval.scored_policy(backend, renderer, game_params, seat)
+
+    def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
+        response = negotiation_best_response(policy, negotiation_eval.game_of(game_params))
+        return dict(response.moves), {"exploitability": response.value}
+
+    def strategy(self, response: Table) -> Strategy:
+        return PlaysNegotiationResponse(response)
+
+    def check(self, game_params: Mapping[str, Any] | None) -> None:
+        negotiation_eval.check_size(negotiation_eval.game_of(game_params))
+
+
+ORACLES: dict[str, ExploiterOracle] = {"kuhn": KuhnOracle(), "ipd": IPDOracle(), "negotiation": NegotiationOracle()}
+
+
+def check_adaptive(games: list[str], game_params: Mapping[str, Any]) -> None:
+    """The adaptive exploiter needs one game with an exact oracle, small enough for its refresh (the oracle's
+    `check`: IPD T <= IPD_MAX_ROUNDS, negotiation at most MAX_HISTORIES joint histories)."""
+    if len(games) != 1 or games[0] not in ORACLES:
+        raise ValueError(f"adaptive_exploiter needs one game with an exact best response ({', '.join(ORACLES)}); "
+                         f"games is {games}")
+    ORACLES[games[0]].check(game_params.get(games[0], {}))
 
 
 @dataclass
@@ -126,7 +160,7 @@ class AdaptiveExploiter:
 
     def refresh(self, policy: Table, step: int, game_params: Mapping[str, Any] | None = None) -> dict[str, float]:
         """Set the response to the exact best response to `policy` (Kuhn: in both positions); returns the
-        policy's exact figures at this refresh (Kuhn: exploitability and game value; IPD: exploitability e*)."""
+        policy's exact figures at this refresh (Kuhn: exploitability and game value; IPD, negotiation: e*)."""
         self.table, figures = self.oracle.fit(policy, game_params)
         self.refreshed_at = step
         return figures
