@@ -122,8 +122,10 @@ def ipd_five_to_one_quarter(root: Path) -> dict[str, Any]:
 
 
 def negotiation_nra(root: Path) -> dict[str, Any]:
-    """Claim 5: no negotiation organism or exact negotiation analysis exists here yet."""
-    return {"figures": "no negotiation study here (no compact-prompt negotiation organism, no exact oracle)",
+    """Claim 5: single-issue negotiation has an exact exploiter (`envs.negotiation_exact`), but no negotiation
+    organism has been trained and measured with it yet."""
+    return {"figures": "no negotiation study here: the exact exploiter of compact single-issue negotiation exists "
+                       "(envs/negotiation_exact.py), no organism has been trained against it",
             "verdict": "not testable at this scale", "command": "–", "file": "–"}
 
 
