@@ -96,7 +96,7 @@ def kuhn_zero_exploit_advantage(root: Path) -> dict[str, Any]:
         values.append(exact_pool_metrics(best["policy"], game).e)
     e = t_interval(values)
     return {"figures": f"per_pool's best checkpoint by exact J: exploit-pool advantage e {fmt(e)} (chips per hand, "
-                       f"{len(values)} seeds)",
+                       f"{len(values)} runs: warm starts x training seeds)",
             "verdict": "reproduced" if e["low"] <= 0.0 and e["high"] < 0.01 else "not reproduced",
             "command": "make figures-kuhn-organism; python -m sepo.study.claims", "file": KUHN}
 

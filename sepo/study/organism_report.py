@@ -162,7 +162,12 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
 
     refs = results["references"]
     metrics = [m for m in METRICS if all(m in rows[0] for rows in results["intervals"].values())]
-    fig, axes = plt.subplots(1, len(metrics) + 1, figsize=(5.2 * (len(metrics) + 1), 5.2))
+    cols = (len(metrics) + 2) // 2  # two rows: the metric panels, then the frontier plane last
+    fig, axes = plt.subplots(2, cols, figsize=(5.6 * cols, 10.4))
+    axes = list(axes.flat)
+    for ax in axes[len(metrics) + 1:]:
+        ax.set_visible(False)
+    axes = axes[: len(metrics) + 1]
     colors = dict(zip(sorted(results["intervals"]), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     titles = {"exploitability": "exact exploitability (chips/hand)", "game_value": "game value (self-play, first mover)",
               "J": "J vs the fixed default pools (eval λ)", "u_train": "u_train (chips/hand vs training pool)",
