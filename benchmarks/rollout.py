@@ -33,8 +33,9 @@ from typing import Any
 
 import torch
 
+from sepo.backends.cache_layers import build_cache
 from sepo.backends.hf import HFBackend
-from sepo.backends.prefix_cache import PrefixCache, _lcp, preallocated_cache
+from sepo.backends.prefix_cache import PrefixCache, _lcp
 from sepo.generation import SamplingSpec
 from sepo.recipes import RecipeParser
 from sepo.rollout.engine import EpisodeSpec, play_episodes
@@ -216,7 +217,7 @@ def _last_round(batch: int, rounds: int, turn_tokens: int, seed: int = 0, system
     sequences = torch.tensor([[0] * n + p + t + [0] * (generated - len(t)) for n, p, t in zip(pads, prompts, turns)])
     mask = torch.tensor([[0] * n + [1] * len(p) for n, p in zip(pads, prompts)])
     kv = torch.zeros(batch, 1, width + generated - 1, 8)
-    cache = preallocated_cache(width + generated, [(kv, kv.clone())])
+    cache = build_cache(["full"], width + generated, [(kv, kv.clone())])
     stored = {"cache": cache, "prompts": prompts, "valid_before": torch.zeros(batch, 0, dtype=torch.bool),
               "sequences": sequences, "attention_mask": mask, "kept": [len(t) for t in turns]}
     return stored, [p + t + tokens(env_tokens) for p, t in zip(prompts, turns)]
