@@ -51,6 +51,7 @@ class CachedCall:
     attention_mask: torch.Tensor  # (batch, cache width + fed width)
     past_key_values: Any  # a DynamicCache holding the reused rows
     cache_valid: torch.Tensor  # (batch, cache width) bool: the reused positions
+    reused: list[int] = field(default_factory=list)  # per row: the prompt's tokens its stored row held
     holes: list[int] | None = None  # linear attention: per row, the padding columns its fed tokens follow
     start_states: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)  # their states
 
@@ -214,6 +215,7 @@ class PrefixCache:
             attention_mask=torch.cat([valid.to(device).long(), fed_mask], 1),
             past_key_values=build_cache(self.kinds, width + fed_width + max_new_tokens, states),
             cache_valid=valid,
+            reused=[k for _, k in matches],
             holes=[fed_width - n for n in new] if recurrent else None,
             start_states=[s if kind == "linear" else None for kind, s in zip(self.kinds, states)],
         )
