@@ -12,12 +12,18 @@ that row's prompt is a prefix of it, reusing as far as the row's tokens agree wi
 comparison per prompt: planning is linear in the batch (searching every stored row for the longest shared
 prefix grew with its square: `python -m benchmarks.rollout --planning` times both).
 
-Layout: each stored row spans the same cache width; positions a later prompt does not continue (left
-padding, tokens generated after a row's stop token, a turn the rollout dropped) are masked to 0 in the
-attention mask, and position ids follow the mask's cumulative sum, exactly as `generate` computes them for
-left-padded batches. Only plain full-attention caches are reused (sliding-window and linear-attention
-layers keep state a hole in the mask would corrupt); other models take the plain path, and the refusal is
-counted (`PrefixCache.counts()`: `refused_cache_type`).
+Layout: each call lays its rows out afresh (`plan`): a row's reused positions are gathered to end together at
+the cache's last column, left padding before them, and the rows' uncached tokens follow, left-padded to the
+longest; position ids follow the attention mask's cumulative sum, as `generate` computes them for left-padded
+batches. What a later call does not continue (tokens generated after a row's stop token, a turn the rollout
+dropped) is left out. Per layer kind (`sepo.backends.cache_layers`):
+- full and sliding-window attention: a shorter row feeds its last cached tokens again in place of padding, so
+  no row has a padding gap after its first token and a sliding window, counted in cache columns, covers the
+  tokens it covers in a fresh call (the sliding layers keep every position for this);
+- linear attention (Qwen 3.5): the recurrent state is copied at the end of each prompt and only the prompt is
+  stored (the next call feeds the turn again); padding after a row's cached state would move that state on,
+  so `feed_ahead` feeds those columns before `generate` and puts the waiting rows' states back.
+Other layer kinds take the plain path, and the refusal is counted (`PrefixCache.counts()`: `refused_cache_type`).
 
 Budget: unless `max_bytes` is given, a call's cache is kept only if it fits in `MEMORY_FRACTION` (half) of
 the memory free on its device at the time it is stored: on CUDA, `torch.cuda.mem_get_info` plus the blocks
