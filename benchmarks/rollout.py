@@ -9,6 +9,7 @@ reference). The headline ratio is reference / ours; the other two ratios split i
     python -m benchmarks.rollout [--episodes 64] [--model tiny|default]
     python -m benchmarks.rollout --gpu [--arch llama|qwen3_5|gemma4]   # 4B-shaped, bf16, cuda
     python -m benchmarks.rollout --planning   # the prefix cache's planning alone, batch 32 to 256
+    python -m benchmarks.rollout --by_arch --out FILE   # KV reuse against re-encoding, every tiny architecture
 
 `--planning` times `PrefixCache.plan` on the last round of 8-round rollouts whose turn lengths vary by episode
 (the trained case), keyed rows against the planner that searched every stored row (`SearchingPrefixCache`, the
@@ -18,8 +19,10 @@ named baseline), and checks that both plan the same call (`python -m benchmarks 
 of all episodes and the one-at-a-time reference on `--reference-episodes` of them (extrapolated, labelled),
 and prints generated tokens/s and peak GPU memory. It is self-contained (no downloads) and sized to finish in
 a few minutes on an H200. CPU runs use one torch thread by default (`--threads`): on small shared machines
-OpenMP spin-waiting otherwise dominates tiny-model timings. Prefix reuse applies to full-attention models
-(the Llama arch here, and the embedded SmolLM2); Qwen 3.5 and Gemma 4 re-encode (see sepo/backends/prefix_cache.py).
+OpenMP spin-waiting otherwise dominates tiny-model timings. Prefix reuse applies to every architecture here
+(full attention, Qwen 3.5's linear attention, Gemma 4's sliding window; see sepo/backends/prefix_cache.py);
+`--by_arch` times, for each tiny architecture in turn, the batched rollouts with reuse against the same rollouts
+re-encoding every round, and writes the rows to `--out`.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from typing import Any
 
 import torch
 
+from sepo.backends.cache_layers import build_cache
 from sepo.backends.hf import HFBackend
-from sepo.backends.prefix_cache import PrefixCache, _lcp, preallocated_cache
+from sepo.backends.prefix_cache import PrefixCache, _lcp
+from sepo.files import write_json_atomic
 from sepo.generation import SamplingSpec
 from sepo.recipes import RecipeParser
 from sepo.rollout.engine import EpisodeSpec, play_episodes
@@ -216,7 +221,7 @@ def _last_round(batch: int, rounds: int, turn_tokens: int, seed: int = 0, system
     sequences = torch.tensor([[0] * n + p + t + [0] * (generated - len(t)) for n, p, t in zip(pads, prompts, turns)])
     mask = torch.tensor([[0] * n + [1] * len(p) for n, p in zip(pads, prompts)])
     kv = torch.zeros(batch, 1, width + generated - 1, 8)
-    cache = preallocated_cache(width + generated, [(kv, kv.clone())])
+    cache = build_cache(["full"], width + generated, [(kv, kv.clone())])
     stored = {"cache": cache, "prompts": prompts, "valid_before": torch.zeros(batch, 0, dtype=torch.bool),
               "sequences": sequences, "attention_mask": mask, "kept": [len(t) for t in turns]}
     return stored, [p + t + tokens(env_tokens) for p, t in zip(prompts, turns)]
@@ -257,6 +262,18 @@ def planning(batches: tuple[int, ...] = (32, 64, 128, 256), rounds: int = 8, tur
             "batches": out}
 
 
+def by_arch(episodes: int, rounds: int, max_new_tokens: int) -> dict[str, Any]:
+    """Batched rollouts with KV reuse against re-encoding every round, per tiny architecture, in one run:
+    `prefix_reuse_speedup` is each architecture's no-reuse time over its reuse time (the two arms alternate
+    within an architecture, so a shared machine's load moves both alike)."""
+    rows = [run(episodes=episodes, rounds=rounds, max_new_tokens=max_new_tokens, arch=arch,
+                arms=("reuse", "no_reuse")) for arch in ARCHS]
+    keep = ("batched_s", "batched_no_reuse_s", "prefix_reuse_speedup", "model_tokens", "prefix_cache")
+    return {"rows": [{"arch": arch, **{k: row[k] for k in keep}} for row, arch in zip(rows, ARCHS)],
+            "episodes": episodes, "rounds": rounds,
+            "max_new_tokens": max_new_tokens, "threads": torch.get_num_threads()}
+
+
 def bench_planning(quick: bool, gpu: bool) -> dict[str, Any]:
     """The suite's planning part: batch 32 to 256 (quick: 8 and 16); pure Python and CPU tensors, `gpu` unused."""
     return planning((8, 16), rounds=2, repeats=1) if quick else planning()
@@ -285,6 +302,8 @@ class RolloutConfig:
                                          "with --gpu)"})
     threads: int = field(default=1, metadata={"help": "torch intra-op CPU threads (both arms)"})
     planning: bool = field(default=False, metadata={"help": "time only the prefix cache's planning (no model)"})
+    by_arch: bool = field(default=False, metadata={"help": "KV reuse against re-encoding for every tiny architecture"})
+    out: str | None = field(default=None, metadata={"help": "with --by_arch: the JSON file its rows are written to"})
 
 
 def parser() -> RecipeParser:
@@ -301,6 +320,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"batch {b['batch']:>3}: rows found in {b['keyed_match_s']:.4f} s keyed, {b['searching_match_s']:.4f} s "
                   f"searching ({b['match_speedup']}x); whole plan {b['keyed_plan_s']:.3f} s against "
                   f"{b['searching_plan_s']:.3f} s ({b['plan_speedup']}x); same plan: {b['same_plan']}")
+        print(json.dumps(result))
+        return 0
+    if args.by_arch:
+        result = by_arch(args.episodes, args.rounds, args.max_new_tokens)
+        for row in result["rows"]:
+            print(f"{row['arch']:>8}: {row['batched_s']:.2f} s with KV reuse, {row['batched_no_reuse_s']:.2f} s "
+                  f"re-encoding: {row['prefix_reuse_speedup']}x  {row['prefix_cache']}")
+        if args.out:
+            write_json_atomic(args.out, result)
         print(json.dumps(result))
         return 0
     result = run(

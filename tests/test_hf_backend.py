@@ -174,6 +174,34 @@ def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
+@pytest.mark.parametrize("spec", [SamplingSpec(greedy=True, max_new_tokens=6),
+                                  SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=6, seed=3)],
+                         ids=["greedy", "seeded"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefix_cache_reuse_equals_a_fresh_call(arch, spec, tiny_model_dirs):
+    """Four lock-step rounds of three rows whose new tokens differ in number every round (tails of 1 to 6
+    tokens after turns of varying length): each round's reused call gives the tokens and logprobs a fresh
+    call gives, on full attention, Qwen 3.5 (linear attention: the shorter rows wait in padding columns) and
+    Gemma 4 (sliding window shorter than the prompts)."""
+    backend = HFBackend.from_model(tiny_model_dirs[arch], device="cpu")
+    tails = [backend.tokenizer.encode(t, add_special_tokens=False) for t in (" next", " and then some more words", " x y")]
+    prompts = [Prompt(ids=p.ids, key=i) for i, p in enumerate(_prompts(backend))]
+    new_tokens = []
+    with backend.prefix_session() as cache:
+        for rnd in range(4):
+            planned = cache.plan([p.ids for p in prompts], backend.pad_id, torch.device("cpu"), 6, [p.key for p in prompts])
+            reused, fresh = backend.generate(prompts, spec, session=cache), backend.generate(prompts, spec)
+            assert [g.token_ids for g in reused] == [g.token_ids for g in fresh], rnd
+            for a, b in zip(reused, fresh):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+            if planned is not None:
+                new_tokens.append({len(p.ids) - k for p, k in zip(prompts, planned.reused)})
+            prompts = [Prompt(ids=p.ids + g.token_ids + tails[(i + rnd) % 3], key=p.key)
+                       for i, (p, g) in enumerate(zip(prompts, reused))]
+    assert len(new_tokens) == 3 and all(len(n) > 1 for n in new_tokens), new_tokens  # rounds 2-4 reused
+    assert min(len(p.ids) for p in prompts) > 16  # longer than Gemma 4's tiny sliding window
+
+
 class _CountedIds(list):
     """Token ids that count the elements read from them by indexing, slicing and iteration."""
 
@@ -224,11 +252,12 @@ def test_prefix_cache_continues_each_episode_by_its_key(tiny_model_dirs):
         planned = cache.plan([p.ids for p in second], backend.pad_id, torch.device("cpu"), 6, [p.key for p in second])
         reused = backend.generate(second, spec, session=cache)
         assert cache.hits == 2
-    # each prompt feeds only what its own row lacks: its tail, plus the turn's last token when the turn was cut
-    # at the token limit (the last sampled token is never cached), at least one token; a twin's row would
-    # hold its prompt only (their turns differ), leaving the whole turn to feed
-    fed = planned.attention_mask[:, planned.cache_valid.shape[1]:].sum(1).tolist()
-    assert all(max(1, len(t)) <= n <= len(t) + 1 for n, t in zip(fed, tails)), (fed, tails)
+    # each prompt's own row holds all but its tail, plus the turn's last token when the turn was cut at the
+    # token limit (the last sampled token is never cached), and at least one token is left; a twin's row
+    # would hold its prompt only (their turns differ), leaving the whole turn (cached tokens re-fed in place
+    # of padding are held all the same)
+    lacking = [len(p.ids) - k for p, k in zip(second, planned.reused)]
+    assert all(max(1, len(t)) <= n <= len(t) + 1 for n, t in zip(lacking, tails)), (lacking, tails)
     fresh = backend.generate(second, spec)
     assert [g.token_ids for g in reused] == [g.token_ids for g in fresh]
     for a, b in zip(reused, fresh):
@@ -261,13 +290,19 @@ def test_prefix_cache_counts_refused_stores_and_the_misses_they_cause(tiny_model
 
 
 def test_prefix_cache_counts_a_model_whose_cache_it_cannot_reuse():
-    """Qwen 3.5 (linear attention) and Gemma 4 (sliding window): every store is refused for its cache type."""
-    from sepo.tiny_models import build_tiny_model
+    """A model with a cache layer kind the prefix cache does not know (LFM2's short convolutions, a tiny one
+    built from its config): generate builds its own cache, and every store is refused for its type."""
+    from transformers import AutoModelForCausalLM, Lfm2Config
 
-    for arch in ("qwen3_5", "gemma4"):
-        net, tok = build_tiny_model(arch)
-        counts = _two_rounds(HFBackend(net.eval(), tok)).counts()
-        assert counts["refused_cache_type"] == counts["refused"] == 2 and counts["stored"] == counts["hits"] == 0
+    from sepo.tiny_models import build_tokenizer
+
+    tok = build_tokenizer("llama")
+    config = Lfm2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=2, num_key_value_heads=1, layer_types=["conv", "full_attention"],
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    counts = _two_rounds(HFBackend(AutoModelForCausalLM.from_config(config).eval(), tok)).counts()
+    assert counts["refused_cache_type"] == counts["refused"] == 2 and counts["stored"] == counts["hits"] == 0
 
 
 def test_prefix_cache_budget_is_a_fraction_of_free_cpu_memory(tiny_model_dirs):
@@ -319,7 +354,7 @@ def test_prefix_cache_budget_on_cuda_counts_driver_free_plus_allocator_slack(mon
 def test_preallocated_layer_appends_like_dynamic_layer_and_grows():
     from transformers.cache_utils import DynamicLayer
 
-    from sepo.backends.prefix_cache import PreallocatedLayer
+    from sepo.backends.cache_layers import PreallocatedLayer
 
     torch.manual_seed(0)
     ours, ref = PreallocatedLayer(capacity=4), DynamicLayer()

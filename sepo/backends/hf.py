@@ -22,8 +22,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from sepo.backends.cache_layers import PromptEndSnapshot, build_cache, layer_kinds
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
-from sepo.backends.prefix_cache import COUNTS, PrefixCache, preallocated_cache
+from sepo.backends.prefix_cache import COUNTS, PrefixCache, feed_ahead
 from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.models import adapter_base_model, resolve_model
 from sepo.rollout.chat import ChatRenderer
@@ -92,7 +93,7 @@ class HFBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
         self.prefix_counts: dict[str, int] = dict.fromkeys(COUNTS, 0)  # summed over the closed sessions
-        self._full_attention = False  # learnt from the first stored cache: safe to hand generate our own cache
+        self._kinds = layer_kinds(model)  # None: a cache the prefix cache cannot reuse (generate builds its own)
 
     # --- construction --------------------------------------------------------------------------------
     @classmethod
@@ -229,16 +230,20 @@ class HFBackend:
         if session is not None:
             planned = session.plan([p.ids for p in prompts], self.pad_id, device, max_new_tokens, _keys(prompts))
         if planned is not None:
-            ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
+            fed_ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
             valid_before = planned.cache_valid
+            with self._inference(None):
+                ids = feed_ahead(self.model, planned)
         else:
             width = max(len(p.ids) for p in prompts)
             pads = [width - len(p.ids) for p in prompts]
             ids = torch.tensor([[self.pad_id] * n + list(p.ids) for p, n in zip(prompts, pads)], device=device)
             attn = torch.tensor([[0] * n + [1] * len(p.ids) for p, n in zip(prompts, pads)], device=device)
-            own_cache = session is not None and self._full_attention
-            cache = preallocated_cache(width + max_new_tokens) if own_cache else None
+            own_cache = session is not None and self._kinds is not None
+            cache = build_cache(self._kinds, width + max_new_tokens) if own_cache else None
             valid_before = torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
+            fed_ids = ids
+        snapshot = PromptEndSnapshot(cache) if cache is not None and "linear" in self._kinds else None
         width = ids.shape[1]
         trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None
         recorder = _LogprobRecorder()
@@ -253,13 +258,14 @@ class HFBackend:
             use_cache=True,
             return_dict_in_generate=True,
         )
+        processors = [*self._processors(sampling, trie), recorder, *([snapshot] if snapshot is not None else [])]
         with self._inference(sampling.seed):
             output = self.model.generate(
                 input_ids=ids,
                 attention_mask=attn,
                 past_key_values=cache,
                 generation_config=config,
-                logits_processor=LogitsProcessorList([*self._processors(sampling, trie), recorder]),
+                logits_processor=LogitsProcessorList(processors),
             )
         sequences = output.sequences
         new = sequences[:, width:]
@@ -273,7 +279,7 @@ class HFBackend:
             out.append(Generation(token_ids=tokens, logprobs=lps, text=text, finished=end is not None))
             kept.append(len(tokens))
         if session is not None and tries is None:  # free turns are what the next round continues
-            ids_in = [p.ids for p in prompts]
-            stored = session.store(output.past_key_values, ids_in, valid_before, sequences, attn, kept, _keys(prompts))
-            self._full_attention = self._full_attention or stored
+            session.store(output.past_key_values, [p.ids for p in prompts], valid_before,
+                          torch.cat([fed_ids, new], 1), attn, kept, _keys(prompts),
+                          prompt_end=snapshot.states if snapshot is not None else None)
         return out

@@ -12,12 +12,18 @@ that row's prompt is a prefix of it, reusing as far as the row's tokens agree wi
 comparison per prompt: planning is linear in the batch (searching every stored row for the longest shared
 prefix grew with its square: `python -m benchmarks.rollout --planning` times both).
 
-Layout: each stored row spans the same cache width; positions a later prompt does not continue (left
-padding, tokens generated after a row's stop token, a turn the rollout dropped) are masked to 0 in the
-attention mask, and position ids follow the mask's cumulative sum, exactly as `generate` computes them for
-left-padded batches. Only plain full-attention caches are reused (sliding-window and linear-attention
-layers keep state a hole in the mask would corrupt); other models take the plain path, and the refusal is
-counted (`PrefixCache.counts()`: `refused_cache_type`).
+Layout: each call lays its rows out afresh (`plan`): a row's reused positions are gathered to end together at
+the cache's last column, left padding before them, and the rows' uncached tokens follow, left-padded to the
+longest; position ids follow the attention mask's cumulative sum, as `generate` computes them for left-padded
+batches. What a later call does not continue (tokens generated after a row's stop token, a turn the rollout
+dropped) is left out. Per layer kind (`sepo.backends.cache_layers`):
+- full and sliding-window attention: a shorter row feeds its last cached tokens again in place of padding, so
+  no row has a padding gap after its first token and a sliding window, counted in cache columns, covers the
+  tokens it covers in a fresh call (the sliding layers keep every position for this);
+- linear attention (Qwen 3.5): the recurrent state is copied at the end of each prompt and only the prompt is
+  stored (the next call feeds the turn again); padding after a row's cached state would move that state on,
+  so `feed_ahead` feeds those columns before `generate` and puts the waiting rows' states back.
+Other layer kinds take the plain path, and the refusal is counted (`PrefixCache.counts()`: `refused_cache_type`).
 
 Budget: unless `max_bytes` is given, a call's cache is kept only if it fits in `MEMORY_FRACTION` (half) of
 the memory free on its device at the time it is stored: on CUDA, `torch.cuda.mem_get_info` plus the blocks
@@ -32,69 +38,55 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+
+from sepo.backends.cache_layers import build_cache, kind_of
 
 MEMORY_FRACTION = 0.5  # of the device's free memory a stored cache may take (see the module doc)
 COUNTS = ("hits", "misses", "stored", "refused", "refused_cache_type", "refused_over_budget")
-
-
-class PreallocatedLayer(DynamicLayer):
-    """A full-attention cache layer with its room reserved up front.
-
-    `DynamicLayer` appends with `torch.cat`, copying the whole cache at every decode step (quadratic in the
-    context length); this layer writes into a buffer sized for the call (prompt + max_new_tokens) and exposes
-    the filled part as a view. If a call outgrows it, the buffer doubles.
-    """
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity, self.filled = capacity, 0
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        n = key_states.shape[-2]
-        if not self.is_initialized:
-            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-            self._k = key_states.new_empty((*key_states.shape[:2], max(self.capacity, n), key_states.shape[3]))
-            self._v = value_states.new_empty((*value_states.shape[:2], self._k.shape[2], value_states.shape[3]))
-        if self.filled + n > self._k.shape[2]:
-            room = max(2 * self._k.shape[2], self.filled + n)
-            self._k, self._v = (self._grown(buf, room) for buf in (self._k, self._v))
-        self._k[:, :, self.filled : self.filled + n] = key_states
-        self._v[:, :, self.filled : self.filled + n] = value_states
-        self.filled += n
-        self.keys, self.values = self._k[:, :, : self.filled], self._v[:, :, : self.filled]
-        return self.keys, self.values
-
-    def _grown(self, buf: torch.Tensor, room: int) -> torch.Tensor:
-        """`buf` with its filled part kept and `room` positions in all."""
-        grown = buf.new_empty((*buf.shape[:2], room, buf.shape[3]))
-        grown[:, :, : self.filled] = buf[:, :, : self.filled]
-        return grown
-
-
-def preallocated_cache(capacity: int, kv: list[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
-    """A DynamicCache whose layers are `PreallocatedLayer`s of `capacity` positions, holding `kv` if given."""
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = partial(PreallocatedLayer, capacity)
-    for idx, (k, v) in enumerate(kv):
-        cache.update(k, v, idx)
-    return cache
 
 
 @dataclass
 class CachedCall:
     """What a reuse-planned `generate` call feeds the model: only the uncached tokens of each row."""
 
-    input_ids: torch.Tensor  # (batch, suffix width), left-padded
-    attention_mask: torch.Tensor  # (batch, cache width + suffix width)
+    input_ids: torch.Tensor  # (batch, fed width), left-padded: the tokens to feed
+    attention_mask: torch.Tensor  # (batch, cache width + fed width)
     past_key_values: Any  # a DynamicCache holding the reused rows
     cache_valid: torch.Tensor  # (batch, cache width) bool: the reused positions
+    reused: list[int] = field(default_factory=list)  # per row: the prompt's tokens its stored row held
+    holes: list[int] | None = None  # linear attention: per row, the padding columns its fed tokens follow
+    start_states: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)  # their states
+
+
+def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
+    """Feed the columns of `call` in which some row still waits in its padding, and return the ids left for
+    `generate` (every row real from there on).
+
+    A recurrent state fed a padding column moves on (the convolution shifts, the state decays), so padding may
+    only precede a row's first token. Between the cached prefix and a shorter row's new tokens it cannot be
+    avoided in a batch, so the columns up to the last row's start are fed here in segments, one per distinct
+    start, and after each segment the rows still waiting get their linear-attention states back. Attention
+    layers mask those columns. Without linear layers (`holes` None) there is nothing to do."""
+    if call.holes is None:
+        return call.input_ids
+    starts = sorted(set(call.holes))
+    width = call.cache_valid.shape[1]
+    positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    holes = torch.tensor(call.holes, device=call.input_ids.device)
+    for begin, end in zip(starts, starts[1:]):
+        model(input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
+              position_ids=positions[:, width + begin : width + end], past_key_values=call.past_key_values,
+              use_cache=True, logits_to_keep=1)
+        waiting = holes >= end
+        for layer, start in zip(call.past_key_values.layers, call.start_states):
+            if start is not None:
+                layer.conv_states[0][waiting] = start[0][waiting]
+                layer.recurrent_states[0][waiting] = start[1][waiting]
+    return call.input_ids[:, starts[-1] :]
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -147,7 +139,8 @@ class PrefixCache:
 
     def clear(self) -> None:
         """Drop the stored cache (the counts stay)."""
-        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: keys, values / convolution, recurrent
+        self.kinds: list[str] = []  # per layer: "full", "sliding" or "linear" (`sepo.backends.cache_layers`)
         self.valid: torch.Tensor | None = None  # (rows, width) bool
         self.tokens: list[list[int]] = []  # per row: the ids at its valid positions, in order
         self.prompt_lengths: list[int] = []  # per row: how many of them were its prompt
@@ -200,28 +193,51 @@ class PrefixCache:
         if any(m is None for m in matches):
             self.misses += 1
             return None
+        rows = [row for row, _ in matches]
+        new = [len(ids) - k for ids, (_, k) in zip(prompts, matches)]
+        fed_width = max(new)
+        recurrent = "linear" in self.kinds
+        # re-fed: the last cached tokens a row feeds again in what would be padding (none with linear layers)
+        refed = [0 if recurrent else min(k, fed_width - n) for (_, k), n in zip(matches, new)]
+        kept = [k - r for (_, k), r in zip(matches, refed)]
+        width = max(kept)
+        if width == 0:  # every row feeds its whole prompt: nothing to reuse
+            self.misses += 1
+            return None
         self.hits += 1
-        rows = torch.tensor([row for row, _ in matches], device=self.valid.device)
-        valid = self.valid.index_select(0, rows).clone()
-        for i, (_, k) in enumerate(matches):
-            # keep the row's first k valid positions; mask the rest (tokens this prompt does not continue)
-            keep = valid[i].nonzero().squeeze(1)
-            valid[i, keep[k:]] = False
-        suffixes = [ids[k:] for ids, (_, k) in zip(prompts, matches)]
-        width = max(len(s) for s in suffixes)
-        input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in suffixes], device=device)
-        suffix_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in suffixes], device=device)
-        picked = rows.to(self.kv[0][0].device)
-        cache = preallocated_cache(
-            valid.shape[1] + width + max_new_tokens,
-            [(k.index_select(0, picked), v.index_select(0, picked)) for k, v in self.kv],
-        )
+        source = self.valid.device
+        columns = torch.zeros(len(prompts), width, dtype=torch.long, device=source)
+        valid = torch.zeros(len(prompts), width, dtype=torch.bool, device=source)
+        for i, (row, c) in enumerate(zip(rows, kept)):
+            columns[i, width - c :] = self.valid[row].nonzero().squeeze(1)[:c]
+            valid[i, width - c :] = True
+        fed = [ids[c:] for ids, c in zip(prompts, kept)]
+        input_ids = torch.tensor([[pad_id] * (fed_width - len(f)) + f for f in fed], device=device)
+        fed_mask = torch.tensor([[0] * (fed_width - len(f)) + [1] * len(f) for f in fed], device=device)
+        picked = torch.tensor(rows, device=self.kv[0][0].device)
+        states = [self._gathered(kind, a, b, picked, columns) for kind, (a, b) in zip(self.kinds, self.kv)]
         return CachedCall(
             input_ids=input_ids,
-            attention_mask=torch.cat([valid.to(device).long(), suffix_mask], 1),
-            past_key_values=cache,
+            attention_mask=torch.cat([valid.to(device).long(), fed_mask], 1),
+            past_key_values=build_cache(self.kinds, width + fed_width + max_new_tokens, states),
             cache_valid=valid,
+            reused=[k for _, k in matches],
+            holes=[fed_width - n for n in new] if recurrent else None,
+            start_states=[s if kind == "linear" else None for kind, s in zip(self.kinds, states)],
         )
+
+    @staticmethod
+    def _gathered(kind: str, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor,
+                  columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A stored layer's tensors for the planned `rows`: a linear layer's states as they are, an attention
+        layer's positions rearranged so that each row's kept positions end together at the cache's last column
+        (`columns[i]`: the stored column of each planned position of row i)."""
+        a, b = a.index_select(0, rows), b.index_select(0, rows)
+        if kind == "linear":
+            return a, b
+        index = columns.to(a.device)[:, None, :, None]
+        return (a.gather(2, index.expand(-1, a.shape[1], -1, a.shape[3])),
+                b.gather(2, index.expand(-1, b.shape[1], -1, b.shape[3])))
 
     # --- storing a call ------------------------------------------------------------------------------
     def store(
@@ -233,31 +249,42 @@ class PrefixCache:
         attention_mask: torch.Tensor,
         kept: list[int],
         keys: list[Hashable] | None = None,
+        prompt_end: list[tuple[torch.Tensor, torch.Tensor] | None] | None = None,
     ) -> bool:
-        """Keep the call's cache. `sequences`/`attention_mask` are the fed suffix plus generated tokens and
-        the fed mask; `valid_before` (rows, cache width before the call) marks reused positions; `kept[i]`
+        """Keep the call's cache. `sequences`/`attention_mask` are the fed tokens plus generated tokens and
+        the call's mask; `valid_before` (rows, cache width before the call) marks reused positions; `kept[i]`
         is how many generated tokens of row i belong to its turn (up to and including its stop token);
-        `keys[i]` is the key row i is stored under (default: its position).
+        `keys[i]` is the key row i is stored under (default: its position); `prompt_end`: the linear-attention
+        states at the end of the prompt (`cache_layers.PromptEndSnapshot`), needed when the cache has such
+        layers: then only the prompt is kept, and the next call feeds the turn again.
         Returns False (stores nothing and counts a refusal) for cache types that cannot be reused or when
         over budget (`budget`)."""
         layers = getattr(cache, "layers", None)
-        if not layers or any(type(layer) not in (DynamicLayer, PreallocatedLayer) for layer in layers):
-            kinds = sorted({type(layer).__name__ for layer in layers or ()}) or [type(cache).__name__]
-            return self._refuse("cache_type", f"not a full-attention cache ({', '.join(kinds)})")
-        kv = [(layer.keys, layer.values) for layer in layers]
+        kinds = [kind_of(layer) for layer in layers or ()]
+        if not kinds or None in kinds or ("linear" in kinds and prompt_end is None):
+            names = sorted({type(layer).__name__ for layer in layers or ()}) or [type(cache).__name__]
+            return self._refuse("cache_type", f"not a cache of reusable layers ({', '.join(names)})")
+        fed = attention_mask.shape[1] - valid_before.shape[1]
+        prompt_width = attention_mask.shape[1]
+        if "linear" in kinds:  # the prompt only: the linear states are the prompt's end
+            kv = [prompt_end[i] if kind == "linear" else
+                  (layers[i].keys[:, :, :prompt_width], layers[i].values[:, :, :prompt_width])
+                  for i, kind in enumerate(kinds)]
+            kept = [0] * len(prompts)
+        else:
+            kv = [(layer.keys, layer.values) for layer in layers]
         size, budget = _kv_bytes(kv), self.budget(kv[0][0].device)
         if size > budget:
             return self._refuse("over_budget", f"{size / 2**30:.2f} GiB over the budget of {budget / 2**30:.2f} GiB")
-        width = kv[0][0].shape[2]
-        fed = attention_mask.shape[1] - valid_before.shape[1]
-        generated_cols = width - valid_before.shape[1] - fed  # the last sampled token is never cached
+        width = next(a.shape[2] for kind, (a, _) in zip(kinds, kv) if kind != "linear")
+        generated_cols = width - prompt_width  # the last sampled token is never cached
         steps = torch.arange(max(generated_cols, 0), device=attention_mask.device)
         gen_valid = steps.unsqueeze(0) < torch.tensor(kept, device=attention_mask.device).unsqueeze(1)
         valid = torch.cat(
             [valid_before.to(attention_mask.device), attention_mask[:, -fed:].bool(), gen_valid], 1
         )
         gen = sequences[:, fed:].tolist()
-        self.kv, self.valid = kv, valid[:, :width]
+        self.kv, self.kinds, self.valid = kv, kinds, valid[:, :width]
         self.tokens = [list(p) + g[: min(n, generated_cols)] for p, g, n in zip(prompts, gen, kept)]
         self.prompt_lengths = [len(p) for p in prompts]
         self.row_of = {key: row for row, key in enumerate(_keys(keys, len(prompts)))}
