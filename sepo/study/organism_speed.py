@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -88,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     clock = step_clock()
     out = root / f"{ns.arm}_seed_{ns.seed}.json"
-    if out.exists():
-        out.unlink()  # a fresh measurement each time
+    out.unlink(missing_ok=True)  # a fresh measurement each time: no finished run, no checkpoint to resume
+    shutil.rmtree(out.parent / f".work_{out.stem}", ignore_errors=True)
     run = run_one(recipe, ns.arm, ns.seed, ns.steps, out, start, callbacks=[clock])
     final = run["checkpoints"][-1]
     write_json_atomic(Path(ns.out), {
