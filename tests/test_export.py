@@ -24,9 +24,9 @@ from sepo.checks import UsageError
 from sepo.export import MANIFEST, choose_checkpoint, exported_files, main, push
 
 ROOT = Path(__file__).resolve().parents[1]
+# float32 rounding between merged weights and base + adapter; the test also checks that the adapter (LoRA, lr 5e-2,
+# 2 steps) moved the logits by far more than this, so an export that dropped the adapter fails
 LOGITS_ATOL = 1e-4
-# what a tiny float32 Llama's logits move when LoRA (lr 5e-2, 2 steps) is applied; the check below shows the
-# adapter moved them by far more than LOGITS_ATOL, so an export that dropped the adapter would fail
 PROMPT = "Round 1 of 2. The opponent cooperated. What is your action?"
 
 
