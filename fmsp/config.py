@@ -21,6 +21,7 @@ from fmsp.embeddings import EMBEDDERS
 from fmsp.fm import FM_PROVIDERS
 from sepo.checks import COUNT, NON_NEGATIVE_INT, POSITIVE, Range, check_choice, check_output_dir, check_ranges
 from sepo.files import write_text_atomic
+from sepo.provenance import PROVENANCE_KEY, run_provenance
 
 VARIANTS = ("vfmsp", "nssp", "qdsp", "open_loop")  # open_loop: the paper's baseline (no context)
 REPORT_TO = ("none", "wandb")
@@ -186,4 +187,5 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
 
 
 def save_config(config: FMSPConfig, path: str | Path) -> None:
-    write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """The run's resolved config as a recipe (`load_config` reads it back), with the run's provenance."""
+    write_text_atomic(path, yaml.safe_dump({**config.to_dict(), PROVENANCE_KEY: run_provenance()}, sort_keys=False))

@@ -61,6 +61,19 @@ def check_report_to(value: Any) -> None:
             check_choice("report_to", item, REPORT_TO)
 
 
+PUSH_REFUSED = ("push_to_hub would upload the run directory: rng_key.json (the secret of the sandboxed opponents' "
+                "randomness), best/ and the checkpoints with their optimizer state, checkpoint_eval/ and wandb/; train "
+                "with push_to_hub false, then `sepo export RUN OUT --push_to_hub REPO` uploads the exported model "
+                "and its card only")
+
+
+def check_push_to_hub(value: bool) -> None:
+    """The trainers' own Hub push is refused (`sepo train`, `sepo sft`): it uploads output_dir as it is. Sharing goes
+    through `sepo export`, which uploads the files it wrote and nothing else."""
+    if value:
+        raise UsageError(PUSH_REFUSED)
+
+
 def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[str]:
     """A list option's names: split at commas too (`ipd,kuhn auction`), at least one, each one of `valid`;
     duplicates dropped, order kept."""

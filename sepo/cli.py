@@ -14,6 +14,7 @@ COMMANDS: Commands = {
     "sft": ("sepo.sft.train", "SFT warm-start with TRL SFTTrainer + LoRA, then merge"),
     "train": ("sepo.grpo.train", "SEPO-GRPO training on TRL GRPOTrainer"),
     "eval": ("sepo.eval.evaluate", "evaluate checkpoints against the pools (JSON, markdown, plots)"),
+    "export": ("sepo.export", "a trained run's checkpoint as a plain (merged) model with its card; --push_to_hub"),
     "study": ("sepo.study.run", "the four-arm credit-assignment study"),
     "quickstart": ("sepo.quickstart", "data -> SFT -> SEPO-GRPO -> eval on the embedded model"),
     "tiny-model": ("sepo.tiny_models", "save a tiny random-weight model for a smoke test of a setup"),

@@ -71,6 +71,7 @@ def replace_dir_atomic(build: Callable[[Path], None], target: str | Path) -> Pat
 
 # --- reading back after a kill --------------------------------------------------------------------------------
 CHECKPOINT_STATE = "trainer_state.json"  # transformers' Trainer writes it last into a checkpoint directory
+RUN_CONFIG = "sepo_config.json"  # `sepo train` writes its resolved config there in output_dir
 
 
 def set_aside(path: str | Path) -> Path | None:

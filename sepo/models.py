@@ -110,9 +110,11 @@ def check_model(key: str, name_or_path: str) -> None:
 
 
 def resolve_model(name_or_path: str, key: str = "model") -> str:
-    """Map a model name to something `from_pretrained` accepts: `default` -> the embedded checkpoint,
-    anything else (a local path or a hub id) unchanged once `check_model` accepts it."""
+    """Map a model name to something `from_pretrained` accepts: `default` -> the embedded checkpoint, a local
+    directory -> its absolute path (what a trained adapter records as its base, so the run loads from any
+    directory; a relative one would be taken for a hub id elsewhere), a hub id unchanged once `check_model`
+    accepts it."""
     if name_or_path.lower() in DEFAULT_ALIASES:
         return str(embedded_model_path())
     check_model(key, name_or_path)
-    return name_or_path
+    return str(Path(name_or_path).resolve()) if Path(name_or_path).is_dir() else name_or_path

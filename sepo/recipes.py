@@ -40,6 +40,7 @@ from transformers.hf_argparser import HfArgumentParser, string_to_bool
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
 from sepo.checks import UsageError, check_recipe_file, did_you_mean
+from sepo.provenance import PROVENANCE_KEY
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
 UNDOCUMENTED = "(no description yet)"
@@ -140,7 +141,8 @@ def read_recipe(path: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a recipe is a mapping of flat keys (key: value), not a {type(data).__name__}")
     lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
-    return {str(k): v for k, v in data.items()}, lines
+    # a run's resolved config read back as a recipe: its provenance is a record of that run, not a setting
+    return {str(k): v for k, v in data.items() if k != PROVENANCE_KEY}, lines
 
 
 _NO = object()  # "does not convert"

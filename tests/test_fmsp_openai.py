@@ -50,15 +50,13 @@ def embedding_server(model_dir):
         yield base_url
 
 
-def test_closed_port_fails_fast_with_a_clear_error():
+def test_closed_port_is_retried_by_the_sdk_then_a_clear_error():
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: connection refused
     fm = OpenAIChatFM(model="m", base_url=url, max_retries=2, timeout_s=2)
-    start = time.monotonic()
     with pytest.raises(
         FMError, match=r"APIConnectionError from http://127\.0\.0\.1:\d+/v1/ \(model 'm'\) after 2 retries"
     ):
         fm.complete([{"role": "user", "content": "hi"}])
-    assert time.monotonic() - start < 5
     assert fm.usage.retries == 2 and fm.usage.calls == 0
 
 

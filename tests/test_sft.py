@@ -61,6 +61,9 @@ def test_sft_trains_loss_falls_and_merged_checkpoint_reloads(tiny_model_dir, ipd
     assert f'model="{tmp_path / "run"}"' in card and "None" not in card
     assert f'model="{merged}"' in merged_card and "merged into its base model" in merged_card
     assert f"local checkpoint `{tiny_model_dir}`" in merged_card and "None" not in merged_card
+    # the resolved config records what produced the run (tests/test_export.py checks the values)
+    provenance = json.loads((tmp_path / "run" / "sepo_sft_config.json").read_text())["provenance"]
+    assert set(provenance) == {"git", "sepo_fmsp", "packages", "machine"} and provenance["packages"]["peft"]
 
 
 def test_cli_reads_yaml_recipe_with_overrides_and_resumes(tiny_model_dir, ipd_dataset, tmp_path, capsys):

@@ -23,6 +23,11 @@ from sepo.files import write_json_atomic
 
 CHECKPOINTS_FILE = "checkpoints.json"
 CHECKPOINTS_PLOT = "checkpoints.png"
+# a training run's per-checkpoint evaluation (sepo.grpo.callbacks): the best checkpoint's copy, its record, and
+# the evaluated episodes; `sepo export` reads them back
+BEST_DIR = "best"
+BEST_FILE = "best.json"
+EVAL_DIR = "checkpoint_eval"
 HEADLINE = (("safety", "J"), ("u", "u"), ("e", "e"), ("c", "c"), ("x", "x"), ("nra_gtbench", "NRA (GTBench)"),
             ("nra_sepo", "NRA (method)"))
 _STEP = re.compile(r"^checkpoint-(\d+)$")

@@ -62,6 +62,7 @@ from sepo.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
 from sepo.models import check_model
 from sepo.objective import resolve_lambdas
 from sepo.pools import POOL_NAMES, Pools, load_pools
+from sepo.provenance import PROVENANCE_KEY, run_provenance
 from sepo.rollout.chat import ChatRenderer
 
 Loader = Callable[[], tuple[Any, Any]]  # () -> (backend, renderer), called only when something must be played
@@ -223,9 +224,10 @@ def model_specs(cfg: EvalConfig) -> list[tuple[str, str]]:
 
 
 def write_results(cfg: EvalConfig, results: Results, complete: bool) -> Path:
-    """results.json: the config, how intervals were computed, and the results so far (strict JSON)."""
+    """results.json: the config (with the run's provenance), how intervals were computed, and the results so
+    far (strict JSON)."""
     return write_json_atomic(Path(cfg.output_dir) / "results.json", {
-        "config": asdict(cfg), "complete": complete,
+        "config": asdict(cfg), PROVENANCE_KEY: run_provenance(), "complete": complete,
         "intervals": {"method": METHOD, "confidence": cfg.confidence, "resamples": cfg.bootstrap_resamples},
         "results": results,
     })

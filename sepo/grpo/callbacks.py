@@ -32,8 +32,11 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from sepo.backends.hf import HFBackend
 from sepo.eval.checkpoints import (
+    BEST_DIR,
+    BEST_FILE,
     CHECKPOINTS_FILE,
     CHECKPOINTS_PLOT,
+    EVAL_DIR,
     checkpoint_record,
     plot_checkpoints,
     write_checkpoints,
@@ -46,9 +49,6 @@ from sepo.files import replace_dir_atomic, write_json_atomic
 from sepo.pools import Pools
 from sepo.rollout.chat import ChatRenderer
 
-BEST_DIR = "best"
-BEST_FILE = "best.json"
-EVAL_DIR = "checkpoint_eval"
 HELD_OUT_OFFSET = 1_000  # eval seed = training seed + offset: another stream of episode seeds
 
 

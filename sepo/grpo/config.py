@@ -24,6 +24,7 @@ from sepo.checks import (
     Range,
     check_names,
     check_output_dir,
+    check_push_to_hub,
     check_ranges,
     check_report_to,
     require,
@@ -180,6 +181,7 @@ class SEPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         check_ranges(self, SEPO_RANGES)
         check_report_to(self.report_to)
+        check_push_to_hub(self.push_to_hub)
         fall_back_to_fp32(self)
         super().__post_init__()
         check_scale_out(self)

@@ -21,7 +21,7 @@ from trl import ModelConfig, get_peft_config
 
 from envs.sandbox.rng import persist_run_rng_key
 from sepo.checks import UsageError
-from sepo.files import resolve_resume, write_json_atomic
+from sepo.files import RUN_CONFIG, resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import TrainingGroups, group_specs, run_pools, training_groups
 from sepo.grpo.trainer import SEPOTrainer
@@ -29,6 +29,7 @@ from sepo.lora import SEPOModelConfig
 from sepo.model_card import ModelCardCallback, final_card
 from sepo.models import check_model, resolve_model
 from sepo.progress import StepProgress
+from sepo.provenance import PROVENANCE_KEY, run_provenance
 from sepo.recipes import parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
 
@@ -63,14 +64,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
-    """Write the fully resolved config next to the run's outputs (atomic)."""
+    """Write the fully resolved config next to the run's outputs (atomic), with the run's provenance."""
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = {
         "sepo": {k: _jsonable(v) for k, v in args.to_dict().items()},
         "model": {f.name: _jsonable(getattr(model_args, f.name)) for f in dataclasses.fields(model_args)},
+        PROVENANCE_KEY: run_provenance(),
     }
-    path = out / "sepo_config.json"
+    path = out / RUN_CONFIG
     write_json_atomic(path, data)
     return path
 

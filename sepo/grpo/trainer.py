@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 
 from envs import make_game
 from sepo.backends.hf import HFBackend
+from sepo.checks import PUSH_REFUSED
 from sepo.generation import GenerationBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig
@@ -87,6 +88,11 @@ class SEPOTrainer(SeamTrainer):
             args=args, pools=groups.pools.training, renderer=self.renderer, sampling=rollout_sampling(args),
             process_index=self.accelerator.process_index, num_processes=self.accelerator.num_processes,
             factories=exported_factories(groups.pools.training))
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: transformers' push uploads output_dir as it is (the run's secret rng key, optimizer states,
+        evaluation episodes); `sepo export --push_to_hub` uploads the exported model and its card only."""
+        raise RuntimeError(PUSH_REFUSED)
 
     # --- rollouts -----------------------------------------------------------------------------------
     @contextmanager

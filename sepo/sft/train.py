@@ -12,7 +12,6 @@ same architecture class and processor files, ready for `sepo train` and vLLM.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import transformers
 from peft import LoraConfig
-from transformers import AutoConfig, AutoProcessor, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 from trl import SFTConfig  # loads torch, transformers and peft: importing them here costs nothing more
 
 from sepo.backends.hf import resolve_dtype
@@ -32,14 +31,17 @@ from sepo.checks import (
     Range,
     check_names,
     check_output_dir,
+    check_push_to_hub,
     check_ranges,
     check_report_to,
 )
-from sepo.files import replace_dir_atomic, resolve_resume, write_text_atomic
+from sepo.files import resolve_resume, write_text_atomic
 from sepo.lora import LANGUAGE_MODEL_ATTENTION
+from sepo.merge import merge_and_save
 from sepo.model_card import ModelCardCallback, final_card, merged_card
 from sepo.models import check_model, resolve_model
 from sepo.progress import StepProgress
+from sepo.provenance import PROVENANCE_KEY, run_provenance
 from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
 from sepo.sft.data import DEMONSTRATIONS, build_dataset
@@ -93,6 +95,7 @@ class SEPOSFTConfig(SFTConfig):
     def __post_init__(self) -> None:
         check_ranges(self, SFT_RANGES)
         check_report_to(self.report_to)
+        check_push_to_hub(self.push_to_hub)
         fall_back_to_fp32(self)
         super().__post_init__()
 
@@ -114,36 +117,6 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str | None = None) -> tup
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-
-
-def _processor_files(src: str) -> list[Path]:
-    """Non-weight files of a local checkpoint worth carrying over (processor, templates, generation config)."""
-    root = Path(src)
-    if not root.is_dir():
-        return []
-    skip_suffixes = {".safetensors", ".bin", ".pt", ".pth", ".gguf"}
-    return [p for p in root.iterdir() if p.is_file() and p.suffix not in skip_suffixes and not p.name.startswith(".")]
-
-
-def merge_and_save(model: Any, tokenizer: Any, source: str, target: str | Path, card: str | None = None) -> Path:
-    """Merge a PEFT adapter into its base and save a full checkpoint atomically, with the source's processor
-    files and, when given, the model card `card` (README.md)."""
-    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-
-    def build(tmp: Path) -> None:
-        for f in _processor_files(source):  # first, so the files written below win
-            shutil.copy2(f, tmp / f.name)
-        if not Path(source).is_dir():  # hub id: processor files through AutoProcessor, when the model has one
-            try:
-                AutoProcessor.from_pretrained(source).save_pretrained(tmp)
-            except (OSError, ValueError, TypeError):
-                pass
-        merged.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if card is not None:
-            (tmp / "README.md").write_text(card)
-
-    return replace_dir_atomic(build, target)
 
 
 def _datasets(config: SEPOSFTConfig):
@@ -198,7 +171,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
     train_to_max_steps(trainer, resolve_resume(config.resume_from_checkpoint, config.output_dir))
     trainer.save_model(config.output_dir)  # the adapter (or full model) for the record
     write_text_atomic(Path(config.output_dir, "sepo_sft_config.json"),
-                      json.dumps(config.to_dict(), indent=2, default=str))
+                      json.dumps({**config.to_dict(), PROVENANCE_KEY: run_provenance()}, indent=2, default=str))
     merged_dir = Path(config.merged_dir or Path(config.output_dir) / "merged")
     if trainer.accelerator.is_main_process:
         card = merged_card(final_card(trainer, config.model_name_or_path), merged_dir)
