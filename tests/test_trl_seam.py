@@ -81,6 +81,9 @@ def test_per_token_logps_signature_and_the_fused_head_it_calls():
     assert 'outputs=("log_probs", "entropy")' in init
     loss = _source(GRPOTrainer._compute_loss)
     assert "self._get_per_token_logps_and_entropies(" in loss and "compute_entropy=True" in loss
+    # SeamTrainer.scored_batch: a batch played and scored outside train(), whose loop sets the accumulation steps
+    assert _params(GRPOTrainer._prepare_inputs) == ["self", "generation_batch"]
+    assert "self.current_gradient_accumulation_steps" in loss
 
 
 def test_unwrap_model_for_generation_and_nanstd():

@@ -16,7 +16,8 @@ TRL:
         batch_size, compute_entropy, compute_aux_loss, **multimodal)` (replaced for text-only batches by the
         shared-prefix pass of `sepo.grpo.shared_prefix` when the config's `share_prompt_prefix` is set), and
         the fused LM head it installs: `model(..., labels=, fused_lm_head=True)` -> `.log_probs`, `.entropy`;
-        `.accelerator.autocast()` around the model's calls;
+        `.accelerator.autocast()` around the model's calls; `._prepare_inputs(batch)` (a batch played and
+        scored outside `train()`, which reads `.current_gradient_accumulation_steps`);
     `GRPOTrainer._metrics[mode]` (the per-mode lists TRL averages at each log step), `._tokenizer`,
         `.vllm_generation`, `.eos_token_ids`, `.num_generations_eval`;
     `trl.models.utils.unwrap_model_for_generation`, `trl.trainer.utils.nanstd`;
@@ -106,6 +107,12 @@ class SeamTrainer(GRPOTrainer):
             if compute_entropy:
                 entropies.append(ent[:, -logits_to_keep:])
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    def scored_batch(self) -> dict[str, Any]:
+        """One training batch played and scored as a training step does it (TRL's `_prepare_inputs` on the train
+        dataloader's first batch), outside `train()`: what a measurement of the loss alone runs on."""
+        self.current_gradient_accumulation_steps = self.args.gradient_accumulation_steps  # set by train()'s loop
+        return self._prepare_inputs(next(iter(self.get_train_dataloader())))
 
     def metric_mode(self) -> str:
         """TRL's metric mode of the current batch: "train" while the model trains, else "eval"."""

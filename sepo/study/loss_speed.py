@@ -1,6 +1,6 @@
 """The loss's forward and backward on one real rollout batch of an organism recipe, two ways: TRL's single pass
 (the baseline) and the shared-prefix pass (`sepo.grpo.shared_prefix`, the config's `share_prompt_prefix`), in
-CPU seconds, with their ratio and how far apart their log-probabilities and LoRA gradients are.
+CPU seconds, with their ratio and how far apart their LoRA gradients are.
 
 `python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml --rows 16
 --out benchmarks/lm_kuhn/loss_speed.json` builds the arm's trainer (`sepo.grpo.train.build_trainer`, the recipe's
@@ -9,7 +9,7 @@ rollout's exploiter refresh and generation are timed too), then runs the loss (T
 backward on that batch `--repeats` times each way, alternating, and keeps each way's fastest (CPU seconds of this
 process: other jobs on a shared machine do not count, but they do slow a pass down, so the fastest of a few is the
 least disturbed), and writes the batch's shape (distinct prompts, padded prompt and completion widths, real
-tokens), the seconds, the ratio and the largest differences.
+tokens), the seconds, the ratio and the largest gradient difference.
 """
 
 from __future__ import annotations
@@ -41,25 +41,15 @@ class LossSpeedCommand:
     seed: int = field(default=0, metadata={"help": "training seed"})
 
 
-def loss_pass(trainer: Any, inputs: dict[str, Any], share: bool) -> tuple[float, Any, dict[str, Any]]:
-    """(CPU seconds, per-token log-probabilities, LoRA gradients) of one loss forward and backward."""
-    # deferred: torch takes seconds to import; the command line is parsed without it
-    import torch
-
+def loss_pass(trainer: Any, inputs: dict[str, Any], share: bool) -> tuple[float, dict[str, Any]]:
+    """(CPU seconds, LoRA gradients) of one loss forward (TRL's `compute_loss`) and backward."""
     trainer.args.share_prompt_prefix = share
     model = trainer.model
     model.zero_grad()
     t0 = cpu_seconds()
-    loss = trainer.compute_loss(model, inputs)
-    loss.backward()
+    trainer.compute_loss(model, inputs).backward()
     seconds = cpu_seconds() - t0
-    ids, mask = (inputs[k] for k in ("completion_ids", "completion_mask"))
-    full = (inputs["prompt_ids"], inputs["prompt_mask"])
-    with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, torch.cat([full[0], ids], 1), torch.cat([full[1], mask], 1), ids.size(1))
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return seconds, logps * mask, grads
+    return seconds, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,16 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     trainer = build_trainer(args, model_args, groups=training_groups(args))
     trainer.model.train()
     t0 = cpu_seconds()
-    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    inputs = trainer.scored_batch()
     rollout_s = cpu_seconds() - t0
     seconds: dict[bool, list[float]] = {True: [], False: []}
-    results = {}
+    grads = {}
     for _ in range(ns.repeats):
         for share in (False, True):
-            s, logps, grads = loss_pass(trainer, inputs, share)
+            s, grads[share] = loss_pass(trainer, inputs, share)
             seconds[share].append(s)
-            results[share] = (logps, grads)
-    (plain_lp, plain_g), (shared_lp, shared_g) = results[False], results[True]
+    plain, shared = grads[False], grads[True]
     prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
     write_json_atomic(Path(ns.out), {
         "model": model_name(recipe), "start": start, "arm": ns.arm, "lora_r": model_args.lora_r,
@@ -108,9 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "loss_cpu_s": {"single_pass": min(seconds[False]), "shared_prefix": min(seconds[True])},
         "loss_cpu_s_all": {"single_pass": seconds[False], "shared_prefix": seconds[True]},
         "speedup": min(seconds[False]) / min(seconds[True]),
-        "max_abs_diff": {"logps": float((plain_lp - shared_lp).abs().max()),
-                         "grads": max(float((plain_g[n] - shared_g[n]).abs().max()) for n in plain_g),
-                         "grads_max_abs": max(float(g.abs().max()) for g in plain_g.values())},
+        "lora_grads": {"max_abs_diff": max(float((plain[n] - shared[n]).abs().max()) for n in plain),
+                       "max_abs": max(float(g.abs().max()) for g in plain.values())},
         "cores": os.cpu_count(), "torch_threads": args.torch_threads,
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "note": "CPU seconds of this process for TRL's compute_loss and its backward on one scored batch (the "
