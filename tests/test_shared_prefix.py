@@ -83,7 +83,7 @@ def test_a_model_without_full_attention_takes_the_single_pass(tmp_path, tiny_mod
 
 
 class _FirstGradients(TrainerCallback):
-    """The LoRA gradients of the first optimizer step (before clipping and the update)."""
+    """The LoRA gradients of the first optimizer step (clipped as the step clips them, before the update)."""
 
     def __init__(self) -> None:
         self.grads: dict[str, torch.Tensor] = {}
