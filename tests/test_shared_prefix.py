@@ -15,7 +15,16 @@ from sepo.grpo.trainer import SEPOTrainer
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _trainer(tmp_path, model_dir: str, **overrides) -> SEPOTrainer:
+class FixedAdvantagesTestDouble(SEPOTrainer):
+    """Real rollouts and TRL's real loss, with fabricated non-zero advantages (a random tiny model's groups often
+    score alike, which would leave every gradient 0 and the comparison empty)."""
+
+    def scored_advantages(self, inputs, output, mode):
+        mask = output["completion_mask"]
+        return torch.linspace(-1.0, 1.0, mask.numel()).view_as(mask).to(torch.float32)
+
+
+def _trainer(tmp_path, model_dir: str, trainer_class: type = SEPOTrainer, **overrides) -> SEPOTrainer:
     from peft import LoraConfig
 
     kw = dict(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none", max_steps=1,
@@ -24,7 +33,7 @@ def _trainer(tmp_path, model_dir: str, **overrides) -> SEPOTrainer:
               pool_mix={"training": "all"}, num_generations=4, per_device_train_batch_size=8, beta=0.0,
               max_turn_tokens=4, max_completion_length=64)
     kw.update(overrides)
-    return SEPOTrainer(model=model_dir, args=SEPOConfig(**kw),
+    return trainer_class(model=model_dir, args=SEPOConfig(**kw),
                        peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                               target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
 
@@ -96,7 +105,7 @@ class _FirstGradients(TrainerCallback):
 def test_a_training_step_has_the_single_pass_gradients(tmp_path, tiny_model_dir):
     grads = {}
     for share in (True, False):
-        trainer = _trainer(tmp_path / str(share), tiny_model_dir, share_prompt_prefix=share)
+        trainer = _trainer(tmp_path / str(share), tiny_model_dir, FixedAdvantagesTestDouble, share_prompt_prefix=share)
         first = _FirstGradients()
         trainer.add_callback(first)
         trainer.train()
