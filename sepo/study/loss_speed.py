@@ -2,7 +2,7 @@
 (the baseline) and the shared-prefix pass (`sepo.grpo.shared_prefix`, the config's `share_prompt_prefix`), in
 CPU seconds, with their ratio and how far apart their LoRA gradients are.
 
-`python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml --rows 16
+`python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml --rows 48
 --out benchmarks/lm_kuhn/loss_speed.json` builds the arm's trainer (`sepo.grpo.train.build_trainer`, the recipe's
 model without its warm start), plays and scores one batch of `--rows` rollouts (`--rows` / G groups; the
 rollout's exploiter refresh and generation are timed too), then runs the loss (TRL's `compute_loss`) and its
@@ -36,7 +36,8 @@ class LossSpeedCommand:
     config: str = field(metadata={"help": "the study recipe (configs/experiments/lm_kuhn/study.yaml)"})
     out: str = field(metadata={"help": "where the measurement goes (JSON)"})
     arm: str = field(default="exploitability_descent", metadata={"help": "the arm whose batch is measured"})
-    rows: int = field(default=16, metadata={"help": "rollouts in the batch (a multiple of the recipe's G)"})
+    rows: int = field(default=48, metadata={"help": "rollouts in the batch (a multiple of the recipe's G; the "
+                                                     "recipe's own batch is 48)"})
     repeats: int = field(default=2, metadata={"help": "loss passes each way (the fastest is kept)"})
     seed: int = field(default=0, metadata={"help": "training seed"})
 
