@@ -221,6 +221,8 @@ figures-lm-kuhn: install
 lm-kuhn-speed: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --steps 3 --out benchmarks/lm_kuhn/speed.json
+	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml \
+	  --arm exploitability_descent --rows 48 --repeats 1 --out benchmarks/lm_kuhn/loss_speed.json
 
 figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism \
 	figures-ipd-organism figures-lm-kuhn

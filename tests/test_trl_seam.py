@@ -60,10 +60,30 @@ def test_trainer_attributes_set_by_grpo_trainer_init():
 def test_seam_trainer_overrides_only_existing_names():
     from trl import GRPOTrainer
 
-    assert hasattr(GRPOTrainer, "_generate_and_score_completions")
+    overridden = {"_generate_and_score_completions", "_get_per_token_logps_and_entropies"}
+    assert all(hasattr(GRPOTrainer, n) for n in overridden)
     own = {n for n in vars(trl_seam.SeamTrainer) if not n.startswith("__")}
-    clashes = {n for n in own - {"_generate_and_score_completions"} if hasattr(GRPOTrainer, n)}
+    clashes = {n for n in own - overridden if hasattr(GRPOTrainer, n)}
     assert not clashes, f"TRL now defines {clashes}: the seam's names would override them"
+
+
+def test_per_token_logps_signature_and_the_fused_head_it_calls():
+    from trl import GRPOTrainer
+
+    method = GRPOTrainer._get_per_token_logps_and_entropies
+    assert _params(method)[:8] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size",
+                                   "compute_entropy", "compute_aux_loss"]
+    source = _source(method)
+    assert "model(**model_inputs, labels=labels, fused_lm_head=True)" in source  # what `fused_head` calls
+    assert "outputs.log_probs[:, -logits_to_keep:]" in source and "outputs.entropy[:, -logits_to_keep:]" in source
+    assert "with self.accelerator.autocast():" in source
+    init = _source(GRPOTrainer.__init__)  # the head computes the entropies the loss asks for
+    assert 'outputs=("log_probs", "entropy")' in init
+    loss = _source(GRPOTrainer._compute_loss)
+    assert "self._get_per_token_logps_and_entropies(" in loss and "compute_entropy=True" in loss
+    # SeamTrainer.scored_batch: a batch played and scored outside train(), whose loop sets the accumulation steps
+    assert _params(GRPOTrainer._prepare_inputs) == ["self", "generation_batch"]
+    assert "self.current_gradient_accumulation_steps" in loss
 
 
 def test_unwrap_model_for_generation_and_nanstd():

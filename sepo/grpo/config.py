@@ -160,6 +160,11 @@ class SEPOConfig(GRPOConfig):
         default=None, metadata={"help": "torch intra-op threads per process (unset: torch's default); 1 on a "
                                         "shared small machine, where OpenMP spin-waiting slows every thread"})
 
+    share_prompt_prefix: bool = field(
+        default=True, metadata={"help": "Loss forward: run each distinct prompt once for the rollouts that share it "
+                                        "(the G of a group), reusing its key/value cache; the log-probabilities and "
+                                        "gradients are TRL's single pass's up to round-off (sepo.grpo.shared_prefix)"})
+
     # --- exploitability: penalty forms, adaptive exploiter, loss normalisation across groups -------------
     exploit_reward: str = field(
         default="clipped",

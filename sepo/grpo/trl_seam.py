@@ -12,6 +12,12 @@ TRL:
     `GRPOTrainer._generate_and_score_completions(inputs)` and the keys of its output (`SCORED_KEYS`; the
         advantages are replaced after TRL computed its own: TRL offers no hook between its rewards and its
         advantages);
+    `GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+        batch_size, compute_entropy, compute_aux_loss, **multimodal)` (replaced for text-only batches by the
+        shared-prefix pass of `sepo.grpo.shared_prefix` when the config's `share_prompt_prefix` is set), and
+        the fused LM head it installs: `model(..., labels=, fused_lm_head=True)` -> `.log_probs`, `.entropy`;
+        `.accelerator.autocast()` around the model's calls; `._prepare_inputs(batch)` (a batch played and
+        scored outside `train()`, which reads `.current_gradient_accumulation_steps`);
     `GRPOTrainer._metrics[mode]` (the per-mode lists TRL averages at each log step), `._tokenizer`,
         `.vllm_generation`, `.eos_token_ids`, `.num_generations_eval`;
     `trl.models.utils.unwrap_model_for_generation`, `trl.trainer.utils.nanstd`;
@@ -35,8 +41,10 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import nanstd
 
+from sepo.grpo.shared_prefix import PrefixSharing
+
 __all__ = ["ROLLOUT_KEYS", "SCORED_KEYS", "SeamTrainer", "check_supported", "colocate_llm", "ensure_weight_sync",
-           "nanstd", "vllm_generate"]
+           "fused_head", "nanstd", "vllm_generate"]
 
 ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs")  # what TRL requires of rollout_func's result
 ENV_MASK = "env_mask"  # rollout_func's optional key: 1 on sampled tokens, 0 on environment tokens
@@ -55,6 +63,7 @@ class SeamTrainer(GRPOTrainer):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(rollout_func=self._rollout_func, **kwargs)
+        self._prefix_sharing = PrefixSharing()
 
     def _rollout_func(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
         return self.rollout(prompts)
@@ -69,6 +78,41 @@ class SeamTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
         output["advantages"] = self.scored_advantages(inputs, output, self.metric_mode())
         return output
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,
+                                           attention_mask: torch.Tensor, logits_to_keep: int,
+                                           batch_size: int | None = None, compute_entropy: bool = False,
+                                           compute_aux_loss: bool = False, **multimodal: Any) -> tuple:
+        """TRL's per-token log-probabilities (and entropies) of the completions, with every distinct prompt run
+        once per chunk of `batch_size` rows (`sepo.grpo.shared_prefix`) when `args.share_prompt_prefix` is set;
+        TRL's own single pass for a multimodal batch, an MoE aux loss, or a chunk whose rows share no prompt."""
+        plain = (not getattr(self.args, "share_prompt_prefix", False) or compute_aux_loss
+                 or any(value is not None for value in multimodal.values()))
+        if plain:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            with self.accelerator.autocast():
+                shared = self._prefix_sharing.logps(model, ids, mask, logits_to_keep, fused_head)
+            if shared is None:
+                lp, ent, _ = super()._get_per_token_logps_and_entropies(
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+            else:
+                lp, ent = shared
+            logps.append(lp[:, -logits_to_keep:])
+            if compute_entropy:
+                entropies.append(ent[:, -logits_to_keep:])
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    def scored_batch(self) -> dict[str, Any]:
+        """One training batch played and scored as a training step does it (TRL's `_prepare_inputs` on the train
+        dataloader's first batch), outside `train()`: what a measurement of the loss alone runs on."""
+        self.current_gradient_accumulation_steps = self.args.gradient_accumulation_steps  # set by train()'s loop
+        return self._prepare_inputs(next(iter(self.get_train_dataloader())))
 
     def metric_mode(self) -> str:
         """TRL's metric mode of the current batch: "train" while the model trains, else "eval"."""
@@ -101,6 +145,13 @@ class SeamTrainer(GRPOTrainer):
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
             yield model
+
+
+def fused_head(model: Any, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-probabilities, entropies) of `inputs["labels"]` (-100: not scored) through the fused LM head that
+    GRPOTrainer installs on its model (entropies None unless TRL asked its head for them)."""
+    outputs = model(**inputs, fused_lm_head=True)
+    return outputs.log_probs, outputs.entropy
 
 
 # --- TRL's VLLMGeneration ------------------------------------------------------------------------------
