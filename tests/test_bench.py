@@ -131,11 +131,9 @@ def test_gpu_check_smoke_mode_runs_every_part_and_merges(tmp_path):
     parts = _check_parts(check)
     for name in ("grpo_step", "rollout", "decode", "rollout_qwen3_5", "rollout_gemma4"):  # every generating part
         assert {"stored", "refused"} <= set(parts[name]["prefix_cache"])
-    assert parts["rollout"]["prefix_cache"]["stored"] > 0 and parts["rollout"]["prefix_cache"]["refused"] == 0
-    for name in ("grpo_step", "rollout_qwen3_5", "rollout_gemma4"):  # they re-encode, reported with a reason
+    for name in ("grpo_step", "rollout", "rollout_qwen3_5", "rollout_gemma4"):  # KV reuse on every architecture
         counts = parts[name]["prefix_cache"]
-        assert counts["stored"] == 0 and counts["refused"] == counts["refused_cache_type"] > 0
-        assert "re-encodes every round" in parts[name]["figures"]["note"]
+        assert counts["stored"] > 0 and counts["refused"] == 0, (name, counts)
 
     step = parts["grpo_step"]["figures"]
     # per step, never summed: 1 warm-up step, then 2 timed steps whose mean is the figure

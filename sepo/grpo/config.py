@@ -161,9 +161,11 @@ class SEPOConfig(GRPOConfig):
                                         "shared small machine, where OpenMP spin-waiting slows every thread"})
 
     share_prompt_prefix: bool = field(
-        default=True, metadata={"help": "Loss forward: run each distinct prompt once for the rollouts that share it "
-                                        "(the G of a group), reusing its key/value cache; the log-probabilities and "
-                                        "gradients are TRL's single pass's up to round-off (sepo.grpo.shared_prefix)"})
+        default=False, metadata={"help": "Loss forward: run each distinct prompt once for the rollouts that share it "
+                                         "(the G of a group), reusing its key/value cache; the log-probabilities and "
+                                         "gradients are TRL's single pass's up to round-off (sepo.grpo.shared_prefix). "
+                                         "Off by default: a run resumed after a kill then differs from an "
+                                         "uninterrupted one by round-off (1e-7), where the single pass is bit-exact"})
 
     # --- exploitability: penalty forms, adaptive exploiter, loss normalisation across groups -------------
     exploit_reward: str = field(
