@@ -220,7 +220,7 @@ figures-lm-kuhn: install
 # Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).
 lm-kuhn-speed: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
-	  --arm exploitability_descent --steps 3 --out benchmarks/lm_kuhn/speed.json
+	  --arm exploitability_descent --steps 3 --out benchmarks/lm_kuhn/speed_shared_prefix.json
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --rows 48 --repeats 1 --out benchmarks/lm_kuhn/loss_speed.json
 
