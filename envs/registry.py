@@ -1,0 +1,63 @@
+"""What a game declares once, as data beside its rules: its registration (`GameSpec`).
+
+OpenSpiel's model: a game registers once and states its facts as data, and analysis lives apart from rules.
+Each game module in `envs/` ends with `SPEC = GameSpec(...)`; `envs.GAMES` names the registered modules. The
+pipeline (`sepo`, `fmsp`) reads a game's default pools, its SFT demonstrator and rationale, its prompt styles and
+its exact analysis from here, so nothing outside `envs/` names a game.
+
+Kept light: no game module is imported until its spec is asked for (`envs.game_spec`), and strings name the
+strategy and exact-analysis modules, which import the game module themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envs.base import Game, View
+
+POOL_ROLES: tuple[str, ...] = ("training", "exploit", "collusive")
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """Who demonstrates a game for SFT: a mixture over its scripted strategies (name -> weight, summing to 1),
+    the opponents they play, and the episodes played against each opponent."""
+
+    mixture: Mapping[str, float]
+    opponents: tuple[str, ...]
+    episodes_per_opponent: int
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """One game's registration.
+
+    name: the game's registry name (as recipes and the CLI write it).
+    game: the rules (a `Game` subclass).
+    strategies: the module whose `STRATEGIES` maps a strategy's name to its class (`envs.strategies.<name>`).
+    pools: the default opponent pools by role (`POOL_ROLES`), as scripted strategy names.
+    demonstration: the SFT demonstrator.
+    rationale: the one-line reasoning for an action at a view, written into SFT transcripts.
+    prompt_styles: the prompt styles the game renders ("chat": the method's prompt; "compact": a small Markov
+        state, where the scored policy is a table).
+    exact: the module holding the game's exact analysis of a tabular policy (None: the game has none).
+    """
+
+    name: str
+    game: type[Game]
+    strategies: str
+    pools: Mapping[str, tuple[str, ...]]
+    demonstration: Demonstration
+    rationale: Callable[[View, str], str]
+    prompt_styles: tuple[str, ...] = ("chat",)
+    exact: str | None = None
+
+    def __post_init__(self) -> None:
+        if set(self.pools) != set(POOL_ROLES):
+            raise ValueError(f"{self.name}: pools must name the roles {', '.join(POOL_ROLES)}, got {sorted(self.pools)}")
+        total = sum(self.demonstration.mixture.values())
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"{self.name}: the demonstrator's mixture must sum to 1, got {total}")
