@@ -1,6 +1,6 @@
 """Kuhn's played policy: the model sampled through the rollout engine at every information set of one hand.
 
-The scored policy (`sepo.eval.kuhn.scored_policy`) is the teacher-forced probability of each canonical answer
+The scored policy (`sepo.eval.exact.scored_policy`) is the teacher-forced probability of each canonical answer
 (+ end-of-turn), normalised over the legal actions. What the model plays is what the rollout makes of its free
 text: the real decoding (`play_episodes` with the run's turn length and sampling), the game's parser and its
 aliases, and the constrained fallback for turns that do not parse. `played_policy` samples that at each of
@@ -15,7 +15,7 @@ free decision is at the information set:
   as second mover and ends the hand after the LLM acts first; `always_bet` puts it at "Xb" and, after the
   LLM's PASS, at "Xpb";
 - at "Xpb" the LLM's own earlier PASS is an opening (`play_episodes`' `openings`): the canonical text and
-  end-of-turn, as the scored prompt has it (`sepo.eval.kuhn.infoset_messages`).
+  end-of-turn, as the scored prompt has it (`envs.kuhn_tabular.infoset_messages`).
 
 Every episode thus holds exactly one decision the model samples. The counts also say how that decision was
 made: `canonical` (the turn's text is the canonical answer, or it with a leading space, as scoring counts it,

@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from envs.tabular import exact_games
 from sepo.checks import UsageError
 from sepo.files import write_json_atomic
 from sepo.generation import Prompt
-from sepo.study.organism_games import ORGANISM_GAMES, OrganismGame
+from sepo.study.organism_games import OrganismGame, organism_of
 from sepo.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 
 PROG = "python -m sepo.study.organism"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
-EXPLOIT_FIGURE = {"kuhn": "exploitability", "ipd": "e_star"}  # each game's exact exploit figure in a checkpoint
 PHASES = ("design", "pilot", "report", "all")
 
 
@@ -64,11 +64,13 @@ PHASES = ("design", "pilot", "report", "all")
 
 
 def organism_game(recipe: Mapping[str, Any]) -> OrganismGame:
-    """The recipe's game (`game:`, Kuhn when absent, as the first organism's recipe was written)."""
-    name = recipe.get("game", "kuhn")
-    if name not in ORGANISM_GAMES:
-        raise ValueError(f"game {name!r} has no organism; choose one of {', '.join(ORGANISM_GAMES)}")
-    return ORGANISM_GAMES[name]
+    """The recipe's game (`game:`, else the one game of its train keys, as the first organism's recipe was
+    written); it must declare an exact analysis (`envs.tabular`)."""
+    name = recipe.get("game") or recipe["train"]["games"][0]
+    try:
+        return organism_of(name)
+    except ValueError:
+        raise ValueError(f"game {name!r} has no organism; choose one of {', '.join(exact_games())}") from None
 
 
 def game_params(recipe: Mapping[str, Any]) -> dict[str, Any]:
@@ -363,7 +365,7 @@ def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, 
     _die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result = run_one(recipe, arm, seed, steps, Path(out), start)
-    final = result["checkpoints"][-1][EXPLOIT_FIGURE[organism_game(recipe).name]]
+    final = result["checkpoints"][-1][organism_game(recipe).exploit_key]
     return arm, seed, final
 
 
@@ -463,7 +465,7 @@ def choose_design(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | Non
     rule = spec.get("choose")
     if not rule:
         return None
-    runs, figure = finished(root, "design"), EXPLOIT_FIGURE[organism_game(recipe).name]
+    runs, figure = finished(root, "design"), organism_game(recipe).exploit_key
     means, kept = {}, {}
     for name in spec["variants"]:
         seeds = runs.get(name, {})
