@@ -1,4 +1,4 @@
-"""`sepo eval`: checkpoints against the opponent pools, side by side, with intervals and Kuhn exploitability.
+"""`sepo eval`: checkpoints against the opponent pools, side by side, with intervals and exact exploit figures.
 
 For every model and game, each opponent of each pool (training / exploit / collusive) is played
 `episodes_per_opponent` times (seats alternating, seeds fixed) through the batched lock-step rollout engine,
@@ -19,8 +19,8 @@ Base / SFT / SEPO tables), one PNG per game, episodes/ (the stored opponents), t
 `--save_transcripts`, checkpoints.json / checkpoints.png with `--checkpoints DIR`, and wandb (metrics, plots
 and a table of sample episodes) with `--report_to wandb`.
 
-    sepo eval --models Base=default SFT=runs/sft/merged --games ipd,kuhn [--config configs/eval/ipd.yaml]
-    sepo eval --checkpoints runs/sepo/ipd_default --games ipd      (every checkpoint-<step> of a run)
+    sepo eval --models Base=default SFT=runs/sft/merged --games GAME[,GAME] [--config configs/eval/GAME.yaml]
+    sepo eval --checkpoints runs/sepo/RUN --games GAME      (every checkpoint-<step> of a run)
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Every game that declares an exact analysis (`GameSpec.exact`, the protocol of `e
 `ExploiterOracle` (`oracle`, a `TabularOracle` over that analysis): `measure` reads the current policy as a table
 from the trainer's model (the legal actions scored at every decision state on the training prompts,
 `sepo.eval.exact.scored_policy`), and `fit` returns the exact best response to that table as the response a
-strategy plays, with the policy's exact figures (`exploitability`, the analysis's exploit figure: Kuhn's
-NashConv / 2, a repeated game's e*, and any extra figures it declares, such as Kuhn's game value). The cost of
+strategy plays, with the policy's exact figures (`exploitability`, the analysis's exploit figure: NashConv / 2
+for a zero-sum card game, e* for a repeated game, and any extra figures it declares, such as a game value). The cost of
 a refresh is one scoring pass over the states, bounded by the analysis's `check_size` (`envs.tabular.MAX_STATES`
 prompts).
 
@@ -53,7 +53,8 @@ class ExploiterOracle(Protocol):
 @dataclass(frozen=True)
 class TabularOracle:
     """The exact oracle of a game with a tabular analysis (`envs.tabular`): the best response to the scored table
-    (Kuhn: in both positions; a repeated game: the opponent's advantage-maximising reply at each history)."""
+    (a zero-sum game: in both positions; a repeated game: the opponent's advantage-maximising reply at each
+    history)."""
 
     game: str
 
