@@ -7,6 +7,10 @@ The rollout engine owns chat rendering and token bookkeeping, so backends take a
 (token ids, plus the chat messages for endpoints that only speak chat) and return token ids with their
 sampling log-probabilities. Each method is one batched call: the rollout makes exactly one call per round
 (plus at most one constrained-fallback call and one scoring call), the same number on every rank.
+
+Every completion ends with the chat template's end-of-turn token, which the rollout's renderer and the backend
+must agree on: the caller that holds a renderer passes its `end_of_turn_id` to the backend it builds, and a
+backend loaded by name learns it from the same function (`template_end_of_turn`), without the renderer.
 """
 
 from __future__ import annotations
@@ -15,6 +19,30 @@ from collections.abc import Hashable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+_MARK = "Zq"  # an assistant message's content, located in the rendered probe conversation
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer cannot render chats (no template) or its template does not fit the game loop."""
+
+
+def template_end_of_turn(tokenizer: Any, chat_template: str | None = None, enable_thinking: bool = False) -> int:
+    """The first special token `chat_template` (default: the tokenizer's) writes after an assistant message's
+    content, else the tokenizer's eos token: the token every completion ends with."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}],
+        chat_template=chat_template or getattr(tokenizer, "chat_template", None), add_generation_prompt=False,
+        tokenize=False, return_dict=False, enable_thinking=enable_thinking)
+    tail = text[text.rindex(_MARK) + len(_MARK) :]
+    special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    for t in tokenizer.encode(tail, add_special_tokens=False):
+        if t in special:
+            return int(t)
+    if tokenizer.eos_token_id is None:
+        raise ChatTemplateError("cannot find the end-of-turn token: the template closes turns without a special "
+                                "token and the tokenizer has no eos_token")
+    return int(tokenizer.eos_token_id)
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def p_defect(model: Any, tokenizer: Any, prompts: list[Prompt]) -> list[float]:
     """Exact scored probability of DEFECT at each probe prompt."""
     from sepo.backends.hf import HFBackend
 
-    scores = HFBackend.from_trainer_model(model, tokenizer).score_choices(prompts, [ACTIONS] * len(prompts))
+    scores = HFBackend(model, tokenizer).score_choices(prompts, [ACTIONS] * len(prompts))
     return [row[ACTIONS.index("DEFECT")] for row in scores]
 
 

@@ -21,7 +21,7 @@ from accelerate.utils import gather
 from transformers import TrainerCallback
 
 from envs import make_game
-from sepo.backends.hf import HFBackend
+from sepo.backends import trainer_backend, trainer_engine
 from sepo.checks import PUSH_REFUSED
 from sepo.generation import GenerationBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
@@ -41,7 +41,6 @@ from sepo.grpo.rollouts import (
 )
 from sepo.grpo.scoring import Batch, round_reward_matrix, sepo_advantages
 from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
-from sepo.grpo.trl_vllm import TRLVLLMBackend
 from sepo.objective import resolve_lambdas
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec
@@ -97,12 +96,12 @@ class SEPOTrainer(SeamTrainer):
     # --- rollouts -----------------------------------------------------------------------------------
     @contextmanager
     def generation_backend(self):
-        """The rollout engine for this step: vLLM (colocate engine or server) when use_vllm, else HF generate."""
-        if self.use_vllm:
-            yield TRLVLLMBackend(self.vllm_engine(), self.text_tokenizer(), self.renderer.end_of_turn_id)
-            return
-        with self.generation_model() as model:
-            yield HFBackend.from_trainer_model(model, self.text_tokenizer())  # it switches eval/no_grad per call
+        """The rollout engine for this step, by name (`sepo.backends.trainer_engine`): TRL's vLLM engine
+        (colocate or server) when use_vllm, else HF generate over the live policy (it switches eval/no_grad per
+        call)."""
+        kind = trainer_engine(self.use_vllm)
+        with self.engine_parts(kind) as engine:
+            yield trainer_backend(kind, self.text_tokenizer(), self.renderer.end_of_turn_id, **engine)
 
     def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> EpisodeSpec:
         """The episode one rollout plays (`sepo.grpo.rollouts.episode_spec`); with `probe_specs` and `play`, the
