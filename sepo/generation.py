@@ -15,7 +15,8 @@ backend loaded by name learns it from the same function (`template_end_of_turn`)
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import time
+from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -130,3 +131,34 @@ class GenerationBackend(Protocol):
         """Exact probabilities of each choice as the continuation of prompt i (teacher-forced
         log-likelihood of the choice tokens plus end-of-turn, normalised over the choices)."""
         ...
+
+
+@dataclass
+class TimedBackend:
+    """A GenerationBackend around `inner` that adds up the seconds spent inside its calls and counts them (the
+    trainer's per-step generation time); sessions are `inner`'s."""
+
+    inner: GenerationBackend
+    seconds: float = 0.0
+    calls: int = 0
+
+    def _timed(self, fn: Callable[..., Any], *a: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*a)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: Any = None) -> list[Generation]:
+        return self._timed(session_generate, self.inner, prompts, sampling, session)
+
+    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
+                        session: Any = None) -> list[Generation]:
+        return self._timed(session_generate_choice, self.inner, prompts, choices, sampling, session)
+
+    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
+        return self._timed(self.inner.score_choices, prompts, choices)
+
+    def prefix_session(self) -> AbstractContextManager[Any]:
+        return prefix_session(self.inner)

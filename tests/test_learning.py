@@ -64,8 +64,8 @@ MARGIN_DOWN = 0.22
 class NegatedAdvantagesTrainer(SEPOTrainer):
     """Test-only negative control: SEPOTrainer with every per-token advantage's sign flipped."""
 
-    def _sepo_advantages(self, inputs, output, mode):
-        return -super()._sepo_advantages(inputs, output, mode)
+    def scored_advantages(self, inputs, output, mode):
+        return -super().scored_advantages(inputs, output, mode)
 
 
 def learning_config(tmp_path, learning_rate: float) -> SEPOConfig:

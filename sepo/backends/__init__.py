@@ -23,7 +23,7 @@ from sepo.generation import GenerationBackend
 @dataclass(frozen=True)
 class Engine:
     """Where a backend class lives, and how it is built: `from_model(name, **kwargs)` loads a model by name,
-    `from_trainer(tokenizer, end_of_turn_id, **engine)` wraps a trainer's engine."""
+    `from_trainer(end_of_turn_id, tokenizer=, **engine)` wraps a trainer's engine."""
 
     module: str
     cls: str
@@ -62,9 +62,10 @@ def trainer_engine(use_vllm: bool) -> str:
     return "trl_vllm" if use_vllm else "hf"
 
 
-def trainer_backend(kind: str, tokenizer: Any, end_of_turn_id: int, **engine: Any) -> GenerationBackend:
-    """Backend `kind` over a trainer's engine (`engine`: what the trainer's seam hands over for it, e.g. the
-    unwrapped policy `model` for `hf`), stopping at the trainer's renderer's `end_of_turn_id`."""
+def trainer_backend(kind: str, end_of_turn_id: int, **engine: Any) -> GenerationBackend:
+    """Backend `kind` over a trainer's engine (`engine`: what the trainer's seam hands over for it: its text
+    `tokenizer`, and e.g. the unwrapped policy `model` for `hf`), stopping at the trainer's renderer's
+    `end_of_turn_id`."""
     if kind not in TRAINER_BACKENDS:
         raise ValueError(f"unknown trainer backend {kind!r}; choose one of: {', '.join(TRAINER_BACKENDS)}")
-    return backend_class(kind).from_trainer(tokenizer, end_of_turn_id, **engine)
+    return backend_class(kind).from_trainer(end_of_turn_id, **engine)

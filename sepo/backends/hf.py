@@ -133,7 +133,7 @@ class HFBackend:
         return cls(model.to(device).eval(), tokenizer)
 
     @classmethod
-    def from_trainer(cls, tokenizer: Any, end_of_turn_id: int, model: Any) -> HFBackend:
+    def from_trainer(cls, end_of_turn_id: int, tokenizer: Any, model: Any) -> HFBackend:
         """The trainer's engine (`sepo.backends.trainer_backend`): its live policy `model`, unwrapped for
         generation; weights are shared, nothing is copied."""
         return cls(model, tokenizer, end_of_turn_id)

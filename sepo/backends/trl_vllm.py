@@ -32,7 +32,7 @@ class TRLVLLMBackend:
         self.local = VLLMBackend(llm, end_of_turn_ids=[self.eot]) if llm is not None else None
 
     @classmethod
-    def from_trainer(cls, tokenizer: Any, end_of_turn_id: int, collective: Collective, llm: Any
+    def from_trainer(cls, end_of_turn_id: int, tokenizer: Any, collective: Collective, llm: Any
                      ) -> TRLVLLMBackend:
         """The trainer's engine (`sepo.backends.trainer_backend`): TRL's, as the seam hands it in."""
         return cls(collective, llm, tokenizer, end_of_turn_id)

@@ -56,8 +56,9 @@ TOOL_MASK = "tool_mask"  # in the scored batch when rollout_func returned an env
 class SeamTrainer(GRPOTrainer):
     """GRPOTrainer reached through two hooks a subclass implements, and a few accessors:
 
-    `rollout(prompts)`: TRL's rollout_func for this rank's prompts (repeated G times by TRL's sampler),
-        returning at least `ROLLOUT_KEYS` (token ids, sampling logprobs) and optionally `env_mask`;
+    `rollout(prompts, mode)`: TRL's rollout_func for this rank's prompts (repeated G times by TRL's sampler),
+        returning (columns, metrics): columns with at least `ROLLOUT_KEYS` (token ids, sampling logprobs) and
+        optionally `env_mask`, and the rollout's metrics, which the seam logs under `mode`;
     `scored_advantages(inputs, output, mode)`: the (B, T) advantages of a batch TRL has scored (`inputs`: the
         rows with the rollout's extra columns; `output`: TRL's tensors), in place of TRL's own.
     """
@@ -67,9 +68,12 @@ class SeamTrainer(GRPOTrainer):
         self._prefix_sharing = PrefixSharing()
 
     def _rollout_func(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
-        return self.rollout(prompts)
+        mode = self.metric_mode()
+        columns, metrics = self.rollout(prompts, mode)
+        self.record_metrics(mode, metrics)
+        return columns
 
-    def rollout(self, prompts: list) -> dict[str, list]:
+    def rollout(self, prompts: list, mode: str) -> tuple[dict[str, list], dict[str, float]]:
         raise NotImplementedError
 
     def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -149,13 +153,14 @@ class SeamTrainer(GRPOTrainer):
 
     @contextmanager
     def engine_parts(self, kind: str) -> Iterator[dict[str, Any]]:
-        """What backend `kind` (`sepo.backends.trainer_engine`) wraps of this trainer while a rollout lasts: TRL's
-        vLLM engine (`trl_vllm`: `vllm_engine_parts`) or the policy unwrapped for generation (`hf`: `model`)."""
+        """What backend `kind` (`sepo.backends.trainer_engine`) wraps of this trainer while a rollout lasts: the
+        text tokenizer, and TRL's vLLM engine (`trl_vllm`: `vllm_engine_parts`) or the policy unwrapped for
+        generation (`hf`: `model`)."""
         if kind == "trl_vllm":
-            yield vllm_engine_parts(self.vllm_generation)
+            yield {"tokenizer": self._tokenizer, **vllm_engine_parts(self.vllm_generation)}
             return
         with self.generation_model() as model:
-            yield {"model": model}
+            yield {"tokenizer": self._tokenizer, "model": model}
 
 
 def fused_head(model: Any, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
