@@ -3,8 +3,8 @@
 One step, from dataset row to loss. TRL drives it and calls back into SEPO twice, through the seam
 (`sepo.grpo.trl_seam`, the one place TRL's private names are used):
 
-    1. `rollout(prompts)`: TRL's rollout_func, for this rank's rows (`sepo.grpo.groups` names each row's game, pool,
-       opponent, seed and seat in its prompt). The engine is opened by name (`sepo.backends.trainer_backend`: HF
+    1. `rollout(prompts, mode)`: TRL's rollout_func, for this rank's rows (`sepo.grpo.groups` names each row's game,
+       pool, opponent, seed and seat in its prompt). The engine is opened by name (`sepo.backends.trainer_backend`: HF
        generate over the live policy, or TRL's vLLM engine), timed (`sepo.generation.TimedBackend`), every episode
        and probe episode is played in lock-step rounds (`sepo.grpo.rollouts.play` -> `sepo.rollout.engine`), and
        each rollout's per-round rewards are credited once into TRL's columns (`sepo.grpo.rollouts.rollout_columns`
