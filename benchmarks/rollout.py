@@ -42,6 +42,7 @@ from sepo.backends.prefix_cache import PrefixCache, _lcp
 from sepo.files import write_json_atomic
 from sepo.generation import SamplingSpec
 from sepo.recipes import RecipeParser
+from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 from sepo.subcommands import report_usage_errors
 from sepo.tiny_models import ARCHS, build_tiny_model
@@ -110,16 +111,17 @@ def run(
         reference_episodes = min(episodes, 4) if gpu else episodes
     torch.manual_seed(0)
     backend = backend or _backend(model, gpu, arch, vocab_size)
+    renderer = ChatRenderer(backend.tokenizer)
     sampling = SamplingSpec(temperature=0.8, top_p=0.95, max_new_tokens=max_new_tokens, seed=0)
     specs = _specs(episodes, rounds)
-    play_episodes(specs[:2], backend, backend.renderer, sampling)  # warm-up (kernels, caches)
+    play_episodes(specs[:2], backend, renderer, sampling)  # warm-up (kernels, caches)
     if gpu:
         torch.cuda.reset_peak_memory_stats()
 
     def timed(specs_: list[EpisodeSpec], reuse: bool) -> tuple[list, float]:
         _sync(gpu)
         start = time.perf_counter()
-        out = play_episodes(specs_, backend, backend.renderer, sampling, reuse_prefix=reuse)
+        out = play_episodes(specs_, backend, renderer, sampling, reuse_prefix=reuse)
         _sync(gpu)
         return out, time.perf_counter() - start
 

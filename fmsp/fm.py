@@ -138,10 +138,12 @@ class LocalTransformersFM:
     def __post_init__(self) -> None:
         # deferred: sepo.backends.hf imports torch and transformers
         from sepo.backends.hf import HFBackend
+        from sepo.rollout.chat import ChatRenderer
 
         self.device, self.dtype = resolve_device_dtype(self.device, self.dtype)
         self.name = self.model
         self._backend = HFBackend.from_model(self.model, dtype=self.dtype, device=self.device)
+        self._renderer = ChatRenderer(self._backend.tokenizer)
 
     def get_state(self) -> dict[str, Any]:
         return {"usage": asdict(self.usage)}
@@ -156,7 +158,7 @@ class LocalTransformersFM:
         spec = SamplingSpec(temperature=temperature if temperature > 0 else 1.0, top_p=1.0, top_k=0,
                             max_new_tokens=params.get("max_tokens", self.max_tokens), greedy=temperature <= 0,
                             seed=call_seed)  # fmt: skip
-        ids = self._backend.renderer.prompt_ids(messages)
+        ids = self._renderer.prompt_ids(messages)
         (generation,) = self._backend.generate([Prompt(ids=ids, messages=messages)], spec)
         usage = Usage(prompt_tokens=len(ids), completion_tokens=len(generation.token_ids), calls=1)
         self.usage += usage

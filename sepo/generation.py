@@ -7,14 +7,43 @@ The rollout engine owns chat rendering and token bookkeeping, so backends take a
 (token ids, plus the chat messages for endpoints that only speak chat) and return token ids with their
 sampling log-probabilities. Each method is one batched call: the rollout makes exactly one call per round
 (plus at most one constrained-fallback call and one scoring call), the same number on every rank.
+
+Every completion ends with the chat template's end-of-turn token, which the rollout's renderer and the backend
+must agree on: the caller that holds a renderer passes its `end_of_turn_id` to the backend it builds, and a
+backend loaded by name learns it from the same function (`template_end_of_turn`), without the renderer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import time
+from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+_MARK = "Zq"  # an assistant message's content, located in the rendered probe conversation
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer cannot render chats (no template) or its template does not fit the game loop."""
+
+
+def template_end_of_turn(tokenizer: Any, chat_template: str | None = None, enable_thinking: bool = False) -> int:
+    """The first special token `chat_template` (default: the tokenizer's) writes after an assistant message's
+    content, else the tokenizer's eos token: the token every completion ends with."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}],
+        chat_template=chat_template or getattr(tokenizer, "chat_template", None), add_generation_prompt=False,
+        tokenize=False, return_dict=False, enable_thinking=enable_thinking)
+    tail = text[text.rindex(_MARK) + len(_MARK) :]
+    special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    for t in tokenizer.encode(tail, add_special_tokens=False):
+        if t in special:
+            return int(t)
+    if tokenizer.eos_token_id is None:
+        raise ChatTemplateError("cannot find the end-of-turn token: the template closes turns without a special "
+                                "token and the tokenizer has no eos_token")
+    return int(tokenizer.eos_token_id)
 
 
 @dataclass(frozen=True)
@@ -102,3 +131,34 @@ class GenerationBackend(Protocol):
         """Exact probabilities of each choice as the continuation of prompt i (teacher-forced
         log-likelihood of the choice tokens plus end-of-turn, normalised over the choices)."""
         ...
+
+
+@dataclass
+class TimedBackend:
+    """A GenerationBackend around `inner` that adds up the seconds spent inside its calls and counts them (the
+    trainer's per-step generation time); sessions are `inner`'s."""
+
+    inner: GenerationBackend
+    seconds: float = 0.0
+    calls: int = 0
+
+    def _timed(self, fn: Callable[..., Any], *a: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*a)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: Any = None) -> list[Generation]:
+        return self._timed(session_generate, self.inner, prompts, sampling, session)
+
+    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
+                        session: Any = None) -> list[Generation]:
+        return self._timed(session_generate_choice, self.inner, prompts, choices, sampling, session)
+
+    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
+        return self._timed(self.inner.score_choices, prompts, choices)
+
+    def prefix_session(self) -> AbstractContextManager[Any]:
+        return prefix_session(self.inner)

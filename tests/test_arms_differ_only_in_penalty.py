@@ -110,7 +110,7 @@ def training_part_and_reward_only_gradients(tmp_path, loss_scale: str) -> tuple[
     sub = _rows(output, train_rows)
     loss_mask = sub["completion_mask"] * sub["tool_mask"]
     sub["num_items_in_batch"] = loss_mask.sum()
-    sub["advantages"] = ro._sepo_advantages([inputs[i] for i in train_rows], sub, "train")
+    sub["advantages"] = ro.score([inputs[i] for i in train_rows], sub, "train").advantages
     g_reward_only = _grad(ro, sub)
     share = float(loss_mask.sum() / (output["completion_mask"] * output["tool_mask"]).sum())
     return g_per_pool, g_reward_only, share

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from sepo.backends import make_backend
 from sepo.backends.hf import HFBackend
 from sepo.generation import GenerationBackend, Prompt, SamplingSpec
+from sepo.rollout.chat import ChatRenderer
 from sepo.tiny_models import ARCHS
+
+
+@functools.cache
+def renderer_of(backend: HFBackend) -> ChatRenderer:
+    """The chat renderer of a backend's tokenizer (one per backend, as a rollout holds one)."""
+    return ChatRenderer(backend.tokenizer)
+
 
 MESSAGES = [
     [{"role": "user", "content": "Round 1. What is your action?"}],
@@ -29,7 +39,7 @@ def backend(request, tiny_model_dirs) -> HFBackend:
 
 
 def _prompts(backend: HFBackend) -> list[Prompt]:
-    return [Prompt(ids=backend.renderer.prompt_ids(m), messages=m) for m in MESSAGES]
+    return [Prompt(ids=renderer_of(backend).prompt_ids(m), messages=m) for m in MESSAGES]
 
 
 def _teacher_forced(backend: HFBackend, prompt: list[int], tokens: list[int]) -> torch.Tensor:
@@ -107,7 +117,7 @@ def test_score_choices_is_a_distribution_and_greedy_choice_is_deterministic(back
 def test_trainer_model_mode_restored_and_no_grad(tiny_model_dirs):
     base = HFBackend.from_model(tiny_model_dirs["llama"])
     model = base.model.train()
-    backend = HFBackend.from_trainer_model(model, base.tokenizer)
+    backend = HFBackend(model, base.tokenizer)
     gen = backend.generate(_prompts(backend)[:1], SamplingSpec(max_new_tokens=4, seed=0))[0]
     assert model.training and len(gen.token_ids) > 0
     assert all(p.grad is None for p in model.parameters())
@@ -225,7 +235,7 @@ def test_prefix_cache_planning_reads_each_prompt_a_bounded_number_of_times(tiny_
     backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
     spec = SamplingSpec(greedy=True, max_new_tokens=2)
     words = backend.tokenizer.encode(" cooperate defect round score", add_special_tokens=False)
-    first = [Prompt(ids=backend.renderer.prompt_ids([{"role": "user", "content": "go " * (i + 1)}]))
+    first = [Prompt(ids=renderer_of(backend).prompt_ids([{"role": "user", "content": "go " * (i + 1)}]))
              for i in range(48)]  # 48 distinct prompt lengths
     with backend.prefix_session() as cache:
         gens = backend.generate(first, spec, session=cache)

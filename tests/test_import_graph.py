@@ -133,3 +133,12 @@ def test_no_import_cycles_between_units():
     all_edges = edges()
     found = cycles(graph_of(all_edges))
     assert not found, "import cycles between units:\n" + "\n".join(describe(c, all_edges) for c in found)
+
+
+def test_the_engines_import_neither_the_renderer_nor_the_trainer():
+    """`sepo.backends` sits below the rollout engine and the trainer: each backend is handed what it needs (the
+    end-of-turn id, TRL's engine through the seam), so none imports `sepo.rollout`, `sepo.grpo` or the stages."""
+    above = {"sepo.rollout", "sepo.grpo", "sepo.eval", "sepo.study", "sepo.sft"}
+    wrong = [e for e in edges() if e[0] == "sepo.backends" and e[1] in above]
+    assert not wrong, "sepo.backends imports from above it:\n" + "\n".join(
+        f"  {a} -> {b}  ({where}:{line})" for a, b, where, line in wrong)

@@ -64,8 +64,8 @@ MARGIN_DOWN = 0.22
 class NegatedAdvantagesTrainer(SEPOTrainer):
     """Test-only negative control: SEPOTrainer with every per-token advantage's sign flipped."""
 
-    def _sepo_advantages(self, inputs, output, mode):
-        return -super()._sepo_advantages(inputs, output, mode)
+    def scored_advantages(self, inputs, output, mode):
+        return -super().scored_advantages(inputs, output, mode)
 
 
 def learning_config(tmp_path, learning_rate: float) -> SEPOConfig:
@@ -110,7 +110,7 @@ def p_defect(model: Any, tokenizer: Any, prompts: list[Prompt]) -> list[float]:
     """Exact scored probability of DEFECT at each probe prompt."""
     from sepo.backends.hf import HFBackend
 
-    scores = HFBackend.from_trainer_model(model, tokenizer).score_choices(prompts, [ACTIONS] * len(prompts))
+    scores = HFBackend(model, tokenizer).score_choices(prompts, [ACTIONS] * len(prompts))
     return [row[ACTIONS.index("DEFECT")] for row in scores]
 
 

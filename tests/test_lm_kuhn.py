@@ -135,16 +135,18 @@ def test_the_played_episodes_reach_each_information_set_at_its_scored_prompt(tin
     from sepo.backends.hf import HFBackend
     from sepo.eval.kuhn_played import OPPONENTS, infoset_episode
     from sepo.generation import SamplingSpec
+    from sepo.rollout.chat import ChatRenderer
     from sepo.rollout.engine import play_episodes
 
     backend = HFBackend.from_model(str(tiny_model), device="cpu")
+    renderer = ChatRenderer(backend.tokenizer)
     setups = [infoset_episode(info, PARAMS) for info in INFO_STATES]
     assert [o for _, o in setups] == [()] * 9 + [("PASS",)] * 3
-    results = play_episodes([s for s, _ in setups], backend, backend.renderer,
+    results = play_episodes([s for s, _ in setups], backend, renderer,
                             SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=4, seed=1), opponents=OPPONENTS,
                             openings=[o for _, o in setups])
     for info, (_, opening), (record, traj) in zip(INFO_STATES, setups, results):
         assert len(record.turns) == len(opening) + 1, info  # the opening, then the one sampled decision
         assert [t.action for t in record.turns[: len(opening)]] == list(opening)
-        expected = backend.renderer.prompt_ids(infoset_messages(info, PARAMS))
+        expected = renderer.prompt_ids(infoset_messages(info, PARAMS))
         assert (traj.prompt_ids + traj.completion_ids)[: len(expected)] == expected, info

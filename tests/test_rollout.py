@@ -3,6 +3,7 @@ determinism, and one IPD run with the embedded SmolLM2 model."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 
@@ -12,9 +13,17 @@ import envs
 from envs import Strategy, UnknownNameError
 from sepo.backends.hf import HFBackend
 from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 from sepo.rollout.fallback import FALLBACK_CUE
 from sepo.tiny_models import ARCHS
+
+
+@functools.cache
+def renderer_of(backend: HFBackend) -> ChatRenderer:
+    """The chat renderer of a backend's tokenizer (one per backend, as a rollout holds one)."""
+    return ChatRenderer(backend.tokenizer)
+
 
 SAMPLING = SamplingSpec(temperature=1.0, top_p=0.95, max_new_tokens=8, seed=0)
 SCRIPTED = SamplingSpec(max_new_tokens=32, seed=0)  # long enough for the scripted answers
@@ -135,7 +144,7 @@ def _check_episode(rec, traj, backend: HFBackend, exact_text: bool) -> None:
     assert all(lp <= 0.0 for lp in traj.logprobs)
     json.dumps(rec.to_dict())
     if exact_text:  # the trajectory is the conversation exactly as the template renders it
-        rendered = backend.renderer.render(rec.messages)
+        rendered = renderer_of(backend).render(rec.messages)
         eot_text = tok.convert_ids_to_tokens(eot)
         assert (
             tok.decode(traj.prompt_ids + traj.completion_ids)
@@ -147,7 +156,7 @@ def _check_episode(rec, traj, backend: HFBackend, exact_text: bool) -> None:
 def test_every_game_end_to_end_with_tiny_model(game, backends):
     opponent = next(iter(envs.strategy_registry(game)))
     specs = _specs(game, opponent, 2)  # default game parameters
-    results = play_episodes(specs, backends["llama"], backends["llama"].renderer, SAMPLING)
+    results = play_episodes(specs, backends["llama"], renderer_of(backends["llama"]), SAMPLING)
     for rec, traj in results:
         _check_episode(rec, traj, backends["llama"], exact_text=True)
         assert rec.n_fallbacks >= 1  # random weights: the fallback path is the common one
@@ -162,7 +171,7 @@ def test_parse_success_and_fallback_paths_token_exact(arch, backends):
         real, lambda i: "They retaliate.\nDEFECT" if i % 2 == 0 else "maybe later"
     )
     results = play_episodes(
-        _specs("ipd", "tit_for_tat", 4, {"num_rounds": 3}), scripted, real.renderer, SCRIPTED
+        _specs("ipd", "tit_for_tat", 4, {"num_rounds": 3}), scripted, renderer_of(real), SCRIPTED
     )
     for k, (rec, traj) in enumerate(results):
         _check_episode(rec, traj, real, exact_text=True)
@@ -182,18 +191,18 @@ def test_lock_step_call_counts(backends):
     counts = []
     for n in (2, 5):
         counter = CallCounter(real)
-        play_episodes(_specs("ipd", "tit_for_tat", n, {"num_rounds": 4}), counter, real.renderer, SAMPLING)
+        play_episodes(_specs("ipd", "tit_for_tat", n, {"num_rounds": 4}), counter, renderer_of(real), SAMPLING)
         assert counter.count("generate") == 4  # one call per round, whatever the batch size
         assert [b for m, b in counter.calls if m == "generate"] == [n] * 4
         counts.append(counter.count("generate_choice"))
     assert counts == [4, 4]  # random model: some turn needs the fallback every round
 
     scripted = CallCounter(ScriptedBackendTestDouble(real, lambda i: "COOPERATE"))
-    play_episodes(_specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, real.renderer, SCRIPTED)
+    play_episodes(_specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, renderer_of(real), SCRIPTED)
     assert scripted.count("generate") == 4 and scripted.count("generate_choice") == 0  # data-dependent
     scripted.calls.clear()
     play_episodes(
-        _specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, real.renderer, SCRIPTED, collective=True
+        _specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, renderer_of(real), SCRIPTED, collective=True
     )
     assert scripted.count("generate") == 4 and scripted.count("generate_choice") == 4  # fixed, empty calls
     assert ("generate_choice", 0) in scripted.calls
@@ -202,21 +211,21 @@ def test_lock_step_call_counts(backends):
     assert kuhn.max_decisions_per_seat == 2 * kuhn.num_rounds
     counter = CallCounter(ScriptedBackendTestDouble(real, lambda i: "PASS"))
     results = play_episodes(
-        _specs("kuhn", "nash", 3, {"num_hands": 3}), counter, real.renderer, SCRIPTED, collective=True
+        _specs("kuhn", "nash", 3, {"num_hands": 3}), counter, renderer_of(real), SCRIPTED, collective=True
     )
     assert counter.count("generate") == counter.count("generate_choice") == kuhn.max_decisions_per_seat
     assert all(len(rec.rounds) == kuhn.num_rounds for rec, _ in results)
     with pytest.raises(RuntimeError, match="more than collective=2"):
         play_episodes(
-            _specs("ipd", "tit_for_tat", 1, {"num_rounds": 4}), real, real.renderer, SAMPLING, collective=2
+            _specs("ipd", "tit_for_tat", 1, {"num_rounds": 4}), real, renderer_of(real), SAMPLING, collective=2
         )
 
 
 def test_determinism_and_group_opponent_stream(backends):
     real = backends["gemma4"]
     specs = _specs("kuhn", "random_legal", 2, {"num_hands": 2})
-    a = play_episodes(specs, real, real.renderer, SAMPLING)
-    b = play_episodes(specs, real, real.renderer, SAMPLING)
+    a = play_episodes(specs, real, renderer_of(real), SAMPLING)
+    b = play_episodes(specs, real, renderer_of(real), SAMPLING)
     assert [t.__dict__ for _, t in a] == [t.__dict__ for _, t in b]
     assert [r.to_dict() for r, _ in a] == [r.to_dict() for r, _ in b]
 
@@ -224,7 +233,7 @@ def test_determinism_and_group_opponent_stream(backends):
     group = [EpisodeSpec("ipd", {"num_rounds": 6}, "training", "mixed", seed=7, seat=0)] * 4 + [
         EpisodeSpec("ipd", {"num_rounds": 6}, "training", "mixed", seed=8, seat=0)
     ]
-    results = play_episodes(group, scripted, backends["llama"].renderer, SCRIPTED)
+    results = play_episodes(group, scripted, renderer_of(backends["llama"]), SCRIPTED)
     streams = [[r.record["actions"][1] for r in rec.rounds] for rec, _ in results]
     assert streams[0] == streams[1] == streams[2] == streams[3] != streams[4]
     assert {"COOPERATE", "DEFECT"} == set(streams[0] + streams[4])  # a random opponent, same draws per seed
@@ -232,7 +241,7 @@ def test_determinism_and_group_opponent_stream(backends):
     deals = play_episodes(
         [EpisodeSpec("kuhn", {"num_hands": 3}, "training", "nash", seed=3, seat=1)] * 2,
         scripted,
-        backends["llama"].renderer,
+        renderer_of(backends["llama"]),
         SCRIPTED,
     )
     assert [r.record["cards"] for r in deals[0][0].rounds] == [r.record["cards"] for r in deals[1][0].rounds]
@@ -242,7 +251,7 @@ def test_fallback_off_and_truncation(backends):
     real = backends["llama"]
     counter = CallCounter(real)
     results = play_episodes(
-        _specs("ipd", "tit_for_tat", 2, {"num_rounds": 3}), counter, real.renderer, SAMPLING, fallback=False
+        _specs("ipd", "tit_for_tat", 2, {"num_rounds": 3}), counter, renderer_of(real), SAMPLING, fallback=False
     )
     assert counter.count("generate_choice") == 0
     for rec, traj in results:
@@ -255,7 +264,7 @@ def test_fallback_off_and_truncation(backends):
     results = play_episodes(
         _specs("ipd", "tit_for_tat", 2, {"num_rounds": 3}),
         scripted,
-        real.renderer,
+        renderer_of(real),
         SCRIPTED,
         max_turn_tokens=3,
     )
@@ -269,7 +278,7 @@ def test_custom_opponents_and_bad_names(backends):
     results = play_episodes(
         _specs("ipd", "pool_member", 2, {"num_rounds": 3}),
         real,
-        real.renderer,
+        renderer_of(real),
         SAMPLING,
         opponents={"pool_member": AlwaysCooperateMember},
         trajectories=False,
@@ -278,10 +287,10 @@ def test_custom_opponents_and_bad_names(backends):
         assert traj is None
         assert Counter(r.record["actions"][1 - rec.agent_seat] for r in rec.rounds) == {"COOPERATE": 3}
     with pytest.raises(UnknownNameError, match="tit_for_tat"):
-        play_episodes(_specs("ipd", "nobody", 1), real, real.renderer, SAMPLING)
+        play_episodes(_specs("ipd", "nobody", 1), real, renderer_of(real), SAMPLING)
     with pytest.raises(ValueError, match="seat"):
         play_episodes(
-            [EpisodeSpec("ipd", {}, "training", "tit_for_tat", seed=0, seat=2)], real, real.renderer, SAMPLING
+            [EpisodeSpec("ipd", {}, "training", "tit_for_tat", seed=0, seat=2)], real, renderer_of(real), SAMPLING
         )
 
 
@@ -291,7 +300,7 @@ def test_ipd_with_embedded_smollm2():
     specs = [
         EpisodeSpec("ipd", {"num_rounds": 2}, "training", "tit_for_tat", seed=s, seat=s) for s in range(2)
     ]
-    results = play_episodes(specs, backend, backend.renderer, SamplingSpec(max_new_tokens=16, seed=0))
+    results = play_episodes(specs, backend, renderer_of(backend), SamplingSpec(max_new_tokens=16, seed=0))
     for rec, traj in results:
         _check_episode(rec, traj, backend, exact_text=True)
         assert all(t.text.strip() for t in rec.turns)  # an instruction-tuned model writes something each turn
@@ -319,10 +328,10 @@ def test_prefix_kv_reuse_changes_nothing_but_the_work(game, sampling, backends):
     for arch, backend in backends.items():
         fed, hook = _count_fed_tokens(backend.model)
         try:
-            plain = play_episodes(specs, backend, backend.renderer, sampling, reuse_prefix=False)
+            plain = play_episodes(specs, backend, renderer_of(backend), sampling, reuse_prefix=False)
             fed_plain, fed[0] = fed[0], 0
             with backend.prefix_session() as cache:
-                reused = play_episodes(specs, backend, backend.renderer, sampling, session=cache)
+                reused = play_episodes(specs, backend, renderer_of(backend), sampling, session=cache)
         finally:
             hook.remove()
         for (rec_a, traj_a), (rec_b, traj_b) in zip(plain, reused):
@@ -380,7 +389,7 @@ def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_onc
     monkeypatch.setattr(SandboxedPolicy, "submit", counting_submit)
     monkeypatch.setattr(SandboxedPolicy, "result", counting_result)
     real, made = backends["llama"], []
-    sandboxed = play_episodes(_specs("ipd", "fmsp_generous", 4), real, real.renderer, SAMPLING, trajectories=False,
+    sandboxed = play_episodes(_specs("ipd", "fmsp_generous", 4), real, renderer_of(real), SAMPLING, trajectories=False,
                               opponents={"fmsp_generous": lambda: made.append(pools.make("fmsp_generous")) or made[-1]})  # fmt: skip
 
     class InProcess(Strategy):
@@ -393,7 +402,7 @@ def test_sandboxed_pool_member_plays_like_in_process_and_a_round_is_asked_at_onc
         def act(self, view):
             return self.inner.act(view)
 
-    reference = play_episodes(_specs("ipd", "fmsp_generous", 4), real, real.renderer, SAMPLING, trajectories=False,
+    reference = play_episodes(_specs("ipd", "fmsp_generous", 4), real, renderer_of(real), SAMPLING, trajectories=False,
                               opponents={"fmsp_generous": InProcess})  # fmt: skip
     assert [[r.record for r in rec.rounds] for rec, _ in sandboxed] == [[r.record for r in rec.rounds] for rec, _ in reference]
     assert most[0] == 4  # the four episodes' opponents were asked before any answer was read

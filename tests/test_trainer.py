@@ -84,10 +84,10 @@ class _Capture(FabricatedRolloutTestDouble):
         self.captured = getattr(self, "captured", []) + [(inputs, out)]
         return out
 
-    def _round_reward_matrix(self, inputs, device):
-        rewards = super()._round_reward_matrix(inputs, device)
-        self.reward_matrices = getattr(self, "reward_matrices", []) + [rewards]
-        return rewards
+    def score(self, inputs, output, mode):
+        scored = super().score(inputs, output, mode)
+        self.reward_matrices = getattr(self, "reward_matrices", []) + [scored.rewards]
+        return scored
 
 
 def _train_double(tmp_path, tiny_model_dir, **overrides) -> _Capture:
@@ -425,13 +425,14 @@ class ServerVLLMGenerationTestDouble:
 def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
     from transformers import AutoTokenizer
 
+    from sepo.backends import trainer_backend
     from sepo.generation import Prompt, SamplingSpec
-    from sepo.grpo.trl_vllm import TRLVLLMBackend
+    from sepo.grpo.trl_seam import vllm_engine_parts
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     vg = ServerVLLMGenerationTestDouble(tok, eot)
-    backend = TRLVLLMBackend(vg, tok, eot)
+    backend = trainer_backend("trl_vllm", eot, tokenizer=tok, **vllm_engine_parts(vg))  # as the trainer builds it
     prompts = [Prompt(ids=[1, 2, i]) for i in range(3)]
     choices = [["PASS", "BET"], ["CALL", "FOLD"], ["PASS", "BET"]]
     gens = backend.generate_choice(prompts, choices, SamplingSpec())

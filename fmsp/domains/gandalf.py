@@ -229,13 +229,15 @@ class TransformersChatTarget:
                  dtype: str | None = None) -> None:  # fmt: skip
         # deferred: sepo.backends.hf imports torch and transformers
         from sepo.backends.hf import HFBackend
+        from sepo.rollout.chat import ChatRenderer
 
         device, dtype = resolve_device_dtype(device, dtype)
         self.backend = HFBackend.from_model(model, dtype=dtype, device=device)
+        self.renderer = ChatRenderer(self.backend.tokenizer)
         self.max_new_tokens = max_new_tokens
 
     def _prompts(self, conversations: list[Conversation]) -> list[Any]:
-        return [Prompt(ids=self.backend.renderer.prompt_ids(c), messages=c) for c in conversations]
+        return [Prompt(ids=self.renderer.prompt_ids(c), messages=c) for c in conversations]
 
     def chat(self, conversations: list[Conversation]) -> list[str]:
         spec = SamplingSpec(greedy=True, max_new_tokens=self.max_new_tokens)

@@ -25,9 +25,8 @@ from transformers import (
 from sepo.backends.cache_layers import PromptEndSnapshot, build_cache, layer_kinds
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.backends.prefix_cache import COUNTS, PrefixCache, feed_ahead
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, Prompt, SamplingSpec, template_end_of_turn
 from sepo.models import adapter_base_model, resolve_model
-from sepo.rollout.chat import ChatRenderer
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -82,13 +81,15 @@ class HFBackend:
     `PrefixCache` that `prefix_session()` opens; the rollout engine opens one per `play_episodes`) whose
     prompts all extend the session's previous `generate` call's rows feeds only the new tokens, and caches are
     preallocated per call (see `sepo.backends.prefix_cache`); a call without one is a plain `generate`.
+
+    `end_of_turn_id`: the token completions stop at, as the caller's chat renderer knows it; None: the
+    tokenizer's template's (`sepo.generation.template_end_of_turn`, the renderer's own answer by default).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, chat_template: str | None = None):
+    def __init__(self, model: Any, tokenizer: Any, end_of_turn_id: int | None = None):
         self.model = model
         self.tokenizer = tokenizer
-        self.renderer = ChatRenderer(tokenizer, chat_template=chat_template)
-        self.end_of_turn_id = self.renderer.end_of_turn_id
+        self.end_of_turn_id = int(end_of_turn_id) if end_of_turn_id is not None else template_end_of_turn(tokenizer)
         self.stop_ids = sorted({self.end_of_turn_id, *self._config_eos_ids()})
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
@@ -132,9 +133,10 @@ class HFBackend:
         return cls(model.to(device).eval(), tokenizer)
 
     @classmethod
-    def from_trainer_model(cls, unwrapped_model: Any, tokenizer: Any) -> HFBackend:
-        """Wrap the trainer's live (unwrapped) policy; weights are shared, nothing is copied."""
-        return cls(unwrapped_model, tokenizer)
+    def from_trainer(cls, end_of_turn_id: int, tokenizer: Any, model: Any) -> HFBackend:
+        """The trainer's engine (`sepo.backends.trainer_backend`): its live policy `model`, unwrapped for
+        generation; weights are shared, nothing is copied."""
+        return cls(model, tokenizer, end_of_turn_id)
 
     def _config_eos_ids(self) -> list[int]:
         eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)

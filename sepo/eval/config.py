@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import envs
+from sepo.backends import BACKENDS
 from sepo.checks import (
     COUNT,
     NON_NEGATIVE_INT,
@@ -23,7 +24,6 @@ from sepo.checks import (
 from sepo.generation import SamplingSpec
 from sepo.pools import POOL_NAMES
 
-BACKENDS = ("hf", "vllm", "openai")
 EVAL_RANGES = {
     "episodes_per_opponent": COUNT, "batch_episodes": COUNT, "max_turn_tokens": COUNT,
     "kuhn_rationale_samples": COUNT, "bootstrap_resamples": Range(100, 1_000_000, integer=True),

@@ -6,7 +6,6 @@
     rollouts.py    one rank's rollout batch: episodes, probes, credited round rewards, TRL's columns
     scoring.py     the per-token advantages of a scored batch, with their metrics
     trl_seam.py    every private or experimental TRL / vLLM name SEPO uses, in one place (pinned by a test)
-    trl_vllm.py    the generation backend on TRL's own vLLM engine (colocate or server)
     rewards.py     the SEPO reward of one episode, credited by pool
     advantages.py  per-round group normalisation to per-token (B, T) advantages
     callbacks.py   best-checkpoint bookkeeping

@@ -118,8 +118,8 @@ def evaluate_checkpoint(cfg: Any, args: TrainingArguments, step: int, model: Any
     best/ when it has the best evaluated J so far."""
     out = Path(args.output_dir)
     checkpoint = out / f"checkpoint-{step}"
-    backend = HFBackend.from_trainer_model(model, tokenizer)
     renderer = ChatRenderer(tokenizer, enable_thinking=cfg.enable_thinking)
+    backend = HFBackend(model, tokenizer, renderer.end_of_turn_id)
     label, start = f"step-{step}", time.perf_counter()
     print(f"[sepo train] checkpoint-{step}: evaluating against the pools of {', '.join(cfg.games)} "
           f"({cfg.episodes_per_opponent} episodes per opponent, held-out seeds)", flush=True)  # fmt: skip

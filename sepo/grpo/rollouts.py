@@ -9,20 +9,11 @@ per-round advantages (`sepo.grpo.scoring`) read them from the rollout's extra co
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sepo.generation import (
-    Generation,
-    GenerationBackend,
-    Prompt,
-    SamplingSpec,
-    prefix_session,
-    session_generate,
-    session_generate_choice,
-)
+from sepo.generation import GenerationBackend, SamplingSpec
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.rewards import SEPOReward
 from sepo.objective import PROBE_CREDITS
@@ -136,31 +127,3 @@ def rollout_columns(results: Played, reward: SEPOReward, eos_ids: set[int], end_
                            ("probes", probes), ("round_rewards", rewards), ("probe_penalty", penalty)):
             out[key].append(value)
     return out
-
-
-class TimedBackend:
-    """Wraps a GenerationBackend and accumulates the seconds spent inside its calls (and counts them)."""
-
-    def __init__(self, inner: GenerationBackend) -> None:
-        self.inner, self.seconds, self.calls = inner, 0.0, 0
-
-    def _timed(self, fn, *a):
-        t0 = time.perf_counter()
-        try:
-            return fn(*a)
-        finally:
-            self.seconds += time.perf_counter() - t0
-            self.calls += 1
-
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: Any = None) -> list[Generation]:
-        return self._timed(session_generate, self.inner, prompts, sampling, session)
-
-    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
-                        session: Any = None) -> list[Generation]:
-        return self._timed(session_generate_choice, self.inner, prompts, choices, sampling, session)
-
-    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
-        return self._timed(self.inner.score_choices, prompts, choices)
-
-    def prefix_session(self):
-        return prefix_session(self.inner)

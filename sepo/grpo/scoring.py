@@ -1,4 +1,5 @@
-"""The per-token SEPO advantages of one generation batch, from the rollouts' credited per-round rewards.
+"""The per-token SEPO advantages of one generation batch, from the rollouts' credited per-round rewards: the
+step's one scoring call is `score_batch`.
 
 Inputs are TRL's scored batch: `inputs` (this rank's rows with the rollout's extra columns, `round_rewards`
 and `probe_penalty` among them: computed once, in the rollout) and TRL's output tensors (`completion_mask`,
@@ -31,6 +32,24 @@ class Batch:
     max_rounds: int
     device: torch.device
     gather: Gather
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A scored batch's SEPO result: this rank's (B, T) per-token advantages, the global (N, K) per-round rewards
+    they were normalised from, and the metrics of both."""
+
+    advantages: torch.Tensor
+    rewards: torch.Tensor
+    metrics: dict[str, float]
+
+
+def score_batch(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict[str, Any], batch: Batch) -> Scored:
+    """The step's scoring: the global per-round rewards (`round_reward_matrix`), then this rank's per-token
+    advantages from them (`sepo_advantages`)."""
+    rewards, reward_metrics = round_reward_matrix(args, inputs, batch)
+    advantages, metrics = sepo_advantages(args, inputs, output, rewards, batch)
+    return Scored(advantages=advantages, rewards=rewards, metrics={**reward_metrics, **metrics})
 
 
 def round_reward_matrix(args: SEPOConfig, inputs: list[dict[str, Any]], batch: Batch

@@ -23,7 +23,7 @@ from envs.sandbox.rng import persist_run_rng_key
 from sepo.checks import UsageError
 from sepo.files import RUN_CONFIG, resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
-from sepo.grpo.groups import TrainingGroups, group_specs, run_pools, training_groups
+from sepo.grpo.groups import group_specs, run_pools, training_groups
 from sepo.grpo.trainer import SEPOTrainer
 from sepo.lora import SEPOModelConfig
 from sepo.model_card import ModelCardCallback, final_card
@@ -78,10 +78,15 @@ def save_resolved_config(args: SEPOConfig, model_args: ModelConfig) -> Path:
 
 
 def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any] = (),
-                  groups: TrainingGroups | None = None, callbacks: Sequence[TrainerCallback] = ()):
-    """The SEPOTrainer for a parsed recipe (model loaded by TRL from model_name_or_path); `rollout_hooks`
-    see every rollout batch (see `SEPOTrainer`); `groups` are the run's pools and dataset (default: built by
-    the trainer from `args`); `callbacks` are added to the model card's and the printed step progress."""
+                  callbacks: Sequence[TrainerCallback] = ()) -> SEPOTrainer:
+    """The one way a SEPOTrainer is built for a parsed recipe (what `train` runs, and a measurement of one step):
+    the machine set up (`prepare_machine`), the run's secret rng key recorded in output_dir (rank 0) or reused on
+    resume, the run's pools loaded once, and the model loaded by TRL from model_name_or_path. `rollout_hooks`
+    see every rollout batch (see `SEPOTrainer`); `callbacks` are added to the model card's and the printed step
+    progress."""
+    prepare_machine(args)
+    # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
+    persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and "dtype" not in model_init_kwargs:
         model_init_kwargs["dtype"] = model_args.dtype
@@ -91,8 +96,8 @@ def build_trainer(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequ
     path = resolve_model(model_args.model_name_or_path, key="model_name_or_path")
     # A text tokenizer (not the multimodal processor of Gemma 4 / Qwen 3.5) keeps TRL on its text-only path.
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    return SEPOTrainer(model=path, args=args, groups=groups, processing_class=tokenizer,
-                       peft_config=get_peft_config(model_args),
+    return SEPOTrainer(model=path, args=args, groups=training_groups(args),  # the run's one load of its pools
+                       processing_class=tokenizer, peft_config=get_peft_config(model_args),
                        callbacks=[ModelCardCallback(model_args.model_name_or_path), StepProgress("sepo-grpo"),
                                   *callbacks],
                        rollout_hooks=rollout_hooks)
@@ -109,11 +114,7 @@ def train(args: SEPOConfig, model_args: ModelConfig, rollout_hooks: Sequence[Any
     """Run a parsed recipe to the end (resuming when `resume_from_checkpoint` says so), save the model and its
     card; returns the trainer. What `sepo train`, each arm of `sepo study` and each organism run run
     (`callbacks`: the organisms' exact evaluation)."""
-    prepare_machine(args)
-    # the secret key of sandboxed pool members' rngs: recorded in output_dir once (rank 0), reused on resume
-    persist_run_rng_key(args.output_dir, args.rng_key, create=os.environ.get("RANK", "0") == "0")
-    trainer = build_trainer(args, model_args, groups=training_groups(args),  # the run's one load of its pools
-                            rollout_hooks=rollout_hooks, callbacks=callbacks)
+    trainer = build_trainer(args, model_args, rollout_hooks=rollout_hooks, callbacks=callbacks)
     if trainer.accelerator.is_main_process:
         save_resolved_config(args, model_args)
     train_to_max_steps(trainer, resolve_resume(args.resume_from_checkpoint, args.output_dir))

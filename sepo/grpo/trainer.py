@@ -1,11 +1,23 @@
 """SEPOTrainer: TRL's GRPOTrainer with multi-round game rollouts and per-round SEPO advantages.
 
-TRL keeps the loss, optimiser, reference model, vLLM weight sync, accelerate/DeepSpeed/FSDP and logging.
-The class only wires SEPO's pieces into TRL: a `rollout_func` that plays every episode of the rank's batch in
-lock-step rounds (`sepo.grpo.rollouts`, which also credits each rollout's per-round rewards once), the SEPO
-reward function (`sepo.grpo.rewards`, the mean of those rewards), and after TRL has scored the batch a (B, T)
-per-token advantage tensor from per-round group normalisation (`sepo.grpo.scoring`) in place of TRL's own.
-What it trains on comes built from `sepo.grpo.groups`.
+One step, from dataset row to loss. TRL drives it and calls back into SEPO twice, through the seam
+(`sepo.grpo.trl_seam`, the one place TRL's private names are used):
+
+    1. `rollout(prompts, mode)`: TRL's rollout_func, for this rank's rows (`sepo.grpo.groups` names each row's game,
+       pool, opponent, seed and seat in its prompt). The engine is opened by name (`sepo.backends.trainer_backend`: HF
+       generate over the live policy, or TRL's vLLM engine), timed (`sepo.generation.TimedBackend`), every episode
+       and probe episode is played in lock-step rounds (`sepo.grpo.rollouts.play` -> `sepo.rollout.engine`), and
+       each rollout's per-round rewards are credited once into TRL's columns (`sepo.grpo.rollouts.rollout_columns`
+       -> `sepo.grpo.rewards`). Returns the columns and the step's rollout metrics (the seam logs them).
+    2. TRL scores the batch: the SEPO reward (`sepo.grpo.rewards.SEPOReward`, the mean of the credited round
+       rewards, with the batch's episode metrics), the old and reference log-probabilities.
+    3. `scored_advantages(inputs, output, mode)`: one scoring call (`sepo.grpo.scoring.score_batch`), the (B, T)
+       per-token advantages from per-round group normalisation in place of TRL's own.
+    4. TRL's loss and optimiser step on those advantages (the seam's shared-prefix pass computes the
+       log-probabilities when `share_prompt_prefix` is set).
+
+TRL keeps the loss, optimiser, reference model, vLLM weight sync, accelerate/DeepSpeed/FSDP and logging. What the
+trainer trains on comes built from `sepo.grpo.groups`.
 """
 
 from __future__ import annotations
@@ -21,9 +33,9 @@ from accelerate.utils import gather
 from transformers import TrainerCallback
 
 from envs import make_game
-from sepo.backends.hf import HFBackend
+from sepo.backends import trainer_backend, trainer_engine
 from sepo.checks import PUSH_REFUSED
-from sepo.generation import GenerationBackend
+from sepo.generation import GenerationBackend, TimedBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
@@ -31,7 +43,6 @@ from sepo.grpo.rewards import SEPOReward
 from sepo.grpo.rollouts import (
     Played,
     RolloutContext,
-    TimedBackend,
     episode_spec,
     exported_factories,
     play,
@@ -39,9 +50,8 @@ from sepo.grpo.rollouts import (
     rollout_columns,
     rollout_sampling,
 )
-from sepo.grpo.scoring import Batch, round_reward_matrix, sepo_advantages
+from sepo.grpo.scoring import Batch, Scored, score_batch
 from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
-from sepo.grpo.trl_vllm import TRLVLLMBackend
 from sepo.objective import resolve_lambdas
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec
@@ -81,6 +91,10 @@ class SEPOTrainer(SeamTrainer):
                          train_dataset=groups.dataset, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks)
         self.renderer = ChatRenderer(self.text_tokenizer(), enable_thinking=args.enable_thinking)
+        # fixed for the run: the engine's name, TRL's end-of-completion ids, the group size of each metric mode
+        self.engine = trainer_engine(args.use_vllm)
+        self.stop_ids = self.stop_token_ids()
+        self.group_sizes = {mode: self.group_size(mode) for mode in ("train", "eval")}
         if args.use_vllm:
             check_supported(self.vllm_engine())
             ensure_weight_sync(self.vllm_engine())
@@ -94,96 +108,82 @@ class SEPOTrainer(SeamTrainer):
         evaluation episodes); `sepo export --push_to_hub` uploads the exported model and its card only."""
         raise RuntimeError(PUSH_REFUSED)
 
-    # --- rollouts -----------------------------------------------------------------------------------
+    # --- 1. rollouts ---------------------------------------------------------------------------------
+    def rollout(self, prompts: list, mode: str) -> tuple[dict[str, list], dict[str, float]]:
+        """TRL's rollout_func: episodes of this rank's batch -> (prompt/completion ids, logprobs, env_mask, extras,
+        as `sepo.grpo.rollouts.rollout_columns` builds them with the credited round rewards; the rollout's
+        metrics under `mode`).
+
+        `prompts` are this rank's dataset prompts, already repeated G times by TRL's sampler; each names the
+        group its rollout belongs to (`group_prompt`). Rollout hooks see every batch as it was played."""
+        rows = [parse_group_prompt(p) for p in prompts]
+        metrics: dict[str, float] = {}
+        t0 = time.perf_counter()
+        with self.generation_backend() as backend:
+            if self.adaptive is not None and self.adaptive.due(self.state.global_step, self.args.adaptive_every):
+                metrics.update(self._refresh_adaptive(backend))
+            timed = TimedBackend(backend)
+            results = self.play(rows, timed)
+        rollout_s = time.perf_counter() - t0
+        metrics.update({f"sepo/prefix_cache/{name}": float(n)  # HF: KV reuse across rounds, per step
+                        for name, n in getattr(backend, "prefix_counts", {}).items()})
+        for hook in self.rollout_hooks:
+            hook(self, results)
+        metrics.update({"sepo/time/generation_s": timed.seconds, "sepo/time/rollout_s": rollout_s,
+                        "sepo/time/rollout_overhead_s": rollout_s - timed.seconds,
+                        "sepo/generation_calls": float(timed.calls)})
+        columns = rollout_columns(results, self.sepo_reward, self.stop_ids, self.renderer.end_of_turn_id,
+                                  self.args.mask_forced_tokens)
+        return columns, metrics
+
     @contextmanager
     def generation_backend(self):
-        """The rollout engine for this step: vLLM (colocate engine or server) when use_vllm, else HF generate."""
-        if self.use_vllm:
-            yield TRLVLLMBackend(self.vllm_engine(), self.text_tokenizer(), self.renderer.end_of_turn_id)
-            return
-        with self.generation_model() as model:
-            yield HFBackend.from_trainer_model(model, self.text_tokenizer())  # it switches eval/no_grad per call
+        """The rollout engine for this step, by its name (`self.engine`, from `sepo.backends.trainer_engine`): TRL's
+        vLLM engine (colocate or server) when use_vllm, else HF generate over the live policy (it switches
+        eval/no_grad per call), over what the seam hands over of it."""
+        with self.engine_parts(self.engine) as engine:
+            yield trainer_backend(self.engine, self.renderer.end_of_turn_id, **engine)
+
+    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> Played:
+        """This rank's rollout batch played with `backend` (`sepo.grpo.rollouts.play`); with `_spec` and
+        `probe_specs`, the methods a rollout test double overrides or reuses."""
+        return play(self.rollout_context, rows, backend)
 
     def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> EpisodeSpec:
-        """The episode one rollout plays (`sepo.grpo.rollouts.episode_spec`); with `probe_specs` and `play`, the
-        methods a rollout test double overrides or reuses."""
+        """The episode one rollout plays (`sepo.grpo.rollouts.episode_spec`)."""
         return episode_spec(self.args, game, pool, opponent, seed, seat)
 
     def probe_specs(self, row: dict[str, Any], index: int) -> list[EpisodeSpec]:
         """The probe episodes of one training rollout (`sepo.grpo.rollouts.probe_specs`)."""
         return probe_specs(self.args, self.rollout_context.pools, row, index)
 
-    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> Played:
-        """This rank's rollout batch played with `backend` (`sepo.grpo.rollouts.play`)."""
-        return play(self.rollout_context, rows, backend)
-
-    def rollout(self, prompts: list) -> dict[str, list]:
-        """TRL's rollout_func: episodes of this rank's batch -> prompt/completion ids, logprobs, env_mask, extras
-        (`sepo.grpo.rollouts.rollout_columns`, the credited round rewards among them).
-
-        `prompts` are this rank's dataset prompts, already repeated G times by TRL's sampler; each names the
-        group its rollout belongs to (`group_prompt`). Rollout hooks see every batch as it was played."""
-        mode = self.metric_mode()
-        rows = [parse_group_prompt(p) for p in prompts]
-        t0 = time.perf_counter()
-        with self.generation_backend() as backend:
-            if self.adaptive is not None and self.adaptive.due(self.state.global_step, self.args.adaptive_every):
-                self._refresh_adaptive(backend, mode)
-            timed = TimedBackend(backend)
-            results = self.play(rows, timed)
-        rollout_s = time.perf_counter() - t0
-        metrics = {f"sepo/prefix_cache/{name}": float(n)  # HF: KV reuse across rounds, per step
-                   for name, n in getattr(backend, "prefix_counts", {}).items()}
-        for hook in self.rollout_hooks:
-            hook(self, results)
-        metrics.update({"sepo/time/generation_s": timed.seconds, "sepo/time/rollout_s": rollout_s,
-                        "sepo/time/rollout_overhead_s": rollout_s - timed.seconds,
-                        "sepo/generation_calls": float(timed.calls)})
-        self.record_metrics(mode, metrics)
-        return rollout_columns(results, self.sepo_reward, self.stop_token_ids(), self.renderer.end_of_turn_id,
-                               self.args.mask_forced_tokens)
-
-    def _refresh_adaptive(self, backend: GenerationBackend, mode: str) -> None:
+    def _refresh_adaptive(self, backend: GenerationBackend) -> dict[str, float]:
         """Recompute the adaptive exploiter's best response from the policy's scored action probabilities on the
-        training prompts (`sepo.grpo.adaptive`), and log the policy's exact figures."""
+        training prompts (`sepo.grpo.adaptive`); returns the policy's exact figures as metrics."""
         t0 = time.perf_counter()
         params = self.args.game_params.get(self.adaptive.game)
         policy = self.adaptive.oracle.measure(backend, self.renderer, params, self.args.seat)
         figures = self.adaptive.refresh(policy, self.state.global_step, params)
         seconds = time.perf_counter() - t0
-        self.record_metrics(mode, {f"sepo/adaptive/{key}": value
-                                   for key, value in {**figures, "refresh_s": seconds}.items()})
         logger.info("step %d: adaptive exploiter refreshed in %.3f s; policy exploitability %.4f",
                     self.state.global_step, seconds, figures["exploitability"])
+        return {f"sepo/adaptive/{key}": value for key, value in {**figures, "refresh_s": seconds}.items()}
 
-    # --- advantages ---------------------------------------------------------------------------------
+    # --- 3. advantages -------------------------------------------------------------------------------
     def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
-        """The seam's hook after TRL scored a batch: the SEPO advantages, timed."""
+        """The seam's hook after TRL scored a batch: this rank's SEPO advantages (`score`), their metrics and
+        time logged under `mode`."""
         t0 = time.perf_counter()
-        advantages = self._sepo_advantages(inputs, output, mode)
-        self.record_metrics(mode, {"sepo/time/advantages_s": time.perf_counter() - t0})
-        return advantages
-
-    def _round_reward_matrix(self, inputs: list[dict[str, Any]], device: torch.device) -> torch.Tensor:
-        """Global (N, K) per-round rewards of a scored batch (`sepo.grpo.scoring.round_reward_matrix`)."""
-        mode = self.metric_mode()
-        rewards, metrics = round_reward_matrix(self.args, inputs, self._batch(device, mode))
-        self.record_metrics(mode, metrics)
-        return rewards
-
-    def _sepo_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
-        """This rank's per-token advantages of a scored batch (`sepo.grpo.scoring.sepo_advantages`), its
-        metrics logged under `mode`."""
-        batch = self._batch(self.accelerator.device, mode)
-        rewards = self._round_reward_matrix(inputs, batch.device)
-        token_adv, metrics = sepo_advantages(self.args, inputs, output, rewards, batch)
-        self.record_metrics(mode, metrics)
-        if metrics["sepo/no_learning_signal"] and mode == "train":
+        scored = self.score(inputs, output, mode)
+        self.record_metrics(mode, {**scored.metrics, "sepo/time/advantages_s": time.perf_counter() - t0})
+        if scored.metrics["sepo/no_learning_signal"] and mode == "train":
             logger.warning("step %d: every group's rewards are equal (zero spread), so every advantage is 0 and "
                            "this step has no learning signal", self.state.global_step + 1)
-        return token_adv
+        return scored.advantages
 
-    def _batch(self, device: torch.device, mode: str) -> Batch:
-        """Where this step's generation batch sits (the group size of `mode`, rank, rounds, gather)."""
-        return Batch(num_generations=self.group_size(mode), process_index=self.accelerator.process_index,
-                     max_rounds=self.max_rounds, device=device, gather=gather)
+    def score(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> Scored:
+        """The step's one scoring call (`sepo.grpo.scoring.score_batch`) on this rank's scored batch, with the
+        group size of `mode`."""
+        batch = Batch(num_generations=self.group_sizes[mode], process_index=self.accelerator.process_index,
+                      max_rounds=self.max_rounds, device=self.accelerator.device, gather=gather)
+        return score_batch(self.args, inputs, output, batch)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ from trl.trainer.utils import nanstd
 from sepo.grpo.shared_prefix import PrefixSharing
 
 __all__ = ["ROLLOUT_KEYS", "SCORED_KEYS", "SeamTrainer", "check_supported", "colocate_llm", "ensure_weight_sync",
-           "fused_head", "nanstd", "vllm_generate"]
+           "fused_head", "nanstd", "vllm_engine_parts", "vllm_generate"]
 
 ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs")  # what TRL requires of rollout_func's result
 ENV_MASK = "env_mask"  # rollout_func's optional key: 1 on sampled tokens, 0 on environment tokens
@@ -55,8 +56,9 @@ TOOL_MASK = "tool_mask"  # in the scored batch when rollout_func returned an env
 class SeamTrainer(GRPOTrainer):
     """GRPOTrainer reached through two hooks a subclass implements, and a few accessors:
 
-    `rollout(prompts)`: TRL's rollout_func for this rank's prompts (repeated G times by TRL's sampler),
-        returning at least `ROLLOUT_KEYS` (token ids, sampling logprobs) and optionally `env_mask`;
+    `rollout(prompts, mode)`: TRL's rollout_func for this rank's prompts (repeated G times by TRL's sampler),
+        returning (columns, metrics): columns with at least `ROLLOUT_KEYS` (token ids, sampling logprobs) and
+        optionally `env_mask`, and the rollout's metrics, which the seam logs under `mode`;
     `scored_advantages(inputs, output, mode)`: the (B, T) advantages of a batch TRL has scored (`inputs`: the
         rows with the rollout's extra columns; `output`: TRL's tensors), in place of TRL's own.
     """
@@ -66,9 +68,12 @@ class SeamTrainer(GRPOTrainer):
         self._prefix_sharing = PrefixSharing()
 
     def _rollout_func(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
-        return self.rollout(prompts)
+        mode = self.metric_mode()
+        columns, metrics = self.rollout(prompts, mode)
+        self.record_metrics(mode, metrics)
+        return columns
 
-    def rollout(self, prompts: list) -> dict[str, list]:
+    def rollout(self, prompts: list, mode: str) -> tuple[dict[str, list], dict[str, float]]:
         raise NotImplementedError
 
     def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -146,6 +151,17 @@ class SeamTrainer(GRPOTrainer):
                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
             yield model
 
+    @contextmanager
+    def engine_parts(self, kind: str) -> Iterator[dict[str, Any]]:
+        """What backend `kind` (`sepo.backends.trainer_engine`) wraps of this trainer while a rollout lasts: the
+        text tokenizer, and TRL's vLLM engine (`trl_vllm`: `vllm_engine_parts`) or the policy unwrapped for
+        generation (`hf`: `model`)."""
+        if kind == "trl_vllm":
+            yield {"tokenizer": self._tokenizer, **vllm_engine_parts(self.vllm_generation)}
+            return
+        with self.generation_model() as model:
+            yield {"tokenizer": self._tokenizer, "model": model}
+
 
 def fused_head(model: Any, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-probabilities, entropies) of `inputs["labels"]` (-100: not scored) through the fused LM head that
@@ -161,6 +177,12 @@ def check_supported(vllm_generation: Any) -> None:
         raise ValueError("vllm_enable_sleep_mode is not supported by SEPO rollouts; set it to false")
     if vllm_generation.mode == "colocate" and getattr(vllm_generation, "tensor_parallel_size", 1) > 1:
         raise ValueError("SEPO rollouts in colocate mode need vllm_tensor_parallel_size=1 (use server mode for TP)")
+
+
+def vllm_engine_parts(vllm_generation: Any) -> dict[str, Any]:
+    """What `sepo.backends.trl_vllm.TRLVLLMBackend` drives of TRL's `VLLMGeneration`: the colocate `llm` (None in
+    server mode) and `collective`, one `generate` call with extra generation kwargs (`vllm_generate`)."""
+    return {"llm": colocate_llm(vllm_generation), "collective": partial(vllm_generate, vllm_generation)}
 
 
 def colocate_llm(vllm_generation: Any) -> Any:

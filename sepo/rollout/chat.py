@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.parsing import strip_thinking as _strip_closed_thinking
+from sepo.generation import ChatTemplateError, template_end_of_turn
 from sepo.rollout.fallback import cue_ids
 from sepo.rollout.tokens import PieceTokenizer
 
@@ -44,10 +45,6 @@ _CLEANUP_PROBE = "a . b , c ? d ! e n't f 'm g"  # text that tokenizer clean-up 
 
 def no_lap(phase: str) -> None:
     """The default `lap`: no timing."""
-
-
-class ChatTemplateError(ValueError):
-    """The tokenizer cannot render chats (no template) or its template does not fit the game loop."""
 
 
 @dataclass(frozen=True)
@@ -374,18 +371,6 @@ class ChatRenderer:
         return _MARK + "s" in text
 
     def _find_end_of_turn(self) -> int:
-        """The first special token the template writes after an assistant message's content."""
-        text = self.render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}])
-        tail = text[text.rindex(_MARK) + len(_MARK) :]
-        special = set(self.tokenizer.all_special_ids) | set(
-            getattr(self.tokenizer, "added_tokens_decoder", {})
-        )
-        for t in self.tokenizer.encode(tail, add_special_tokens=False):
-            if t in special:
-                return int(t)
-        if self.tokenizer.eos_token_id is None:
-            raise ChatTemplateError(
-                "cannot find the end-of-turn token: the template closes turns without a special token "
-                "and the tokenizer has no eos_token"
-            )
-        return int(self.tokenizer.eos_token_id)
+        """The first special token the template writes after an assistant message's content
+        (`sepo.generation.template_end_of_turn`, which a backend loaded by name asks too)."""
+        return template_end_of_turn(self.tokenizer, self.chat_template, self.enable_thinking)

@@ -36,7 +36,7 @@ from sepo.generation import (
     session_generate,
     session_generate_choice,
 )
-from sepo.rollout.chat import ChatRenderer, Lap, no_lap
+from sepo.rollout.chat import ChatRenderer, Lap
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 
 OpponentFactory = Callable[[], Strategy]
@@ -380,13 +380,13 @@ def play_episodes(
         the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
     session: an open `prefix_session()` of `backend` to generate in instead of one opened for this call
         (e.g. to read its counts afterwards); every call of the rollout is passed the one session.
-    timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
+    timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`; None: a timer nobody reads).
     openings: per spec, the LLM seat's first actions, played as given instead of generated (each the action's
         text and end-of-turn, environment tokens in the trajectory): they put the model at a later decision
         point of a real episode (e.g. a card game's information set after the seat's own PASS) to sample its
         policy there.
     """
-    lap = timer.lap if timer is not None else no_lap
+    lap = (timer or PhaseTimer()).lap  # a throwaway timer when none is asked for: one path, nothing read
     episodes = [_start(key, spec, opponents, opening) for key, (spec, opening)
                 in enumerate(zip(specs, openings or [()] * len(specs), strict=True))]
     if isinstance(collective, bool):

@@ -62,19 +62,16 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("the recipe builds its model (no model.name_or_path): this measures a pretrained one")
     # deferred: torch, transformers and the trainer take seconds to import; the command line is parsed first
     from sepo.grpo.config import SEPOConfig
-    from sepo.grpo.groups import training_groups
     from sepo.grpo.train import build_trainer
     from sepo.lora import SEPOModelConfig
-    from sepo.recipes import prepare_machine
 
     keys = {**run_keys(recipe, ns.arm, ns.seed, 1, str(Path(recipe["output_dir"]) / "loss_speed"), start),
             "per_device_train_batch_size": ns.rows}
     parser = RecipeParser([SEPOConfig, SEPOModelConfig], prog=PROG)
     parser.apply(keys, source=f"arm {ns.arm!r}")
     args, model_args = parser.parse([])
-    prepare_machine(args)
     load_before = os.getloadavg()
-    trainer = build_trainer(args, model_args, groups=training_groups(args))
+    trainer = build_trainer(args, model_args)  # machine set-up and rng key included, as a run's
     trainer.model.train()
     t0 = cpu_seconds()
     inputs = trainer.scored_batch()

@@ -295,8 +295,8 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     checkpoints = [c for c in kept if c["step"] <= resume_step]
 
     def evaluate(model: Any, tokenizer: Any, step: int) -> None:
-        backend = HFBackend.from_trainer_model(model, tokenizer)
         renderer = ChatRenderer(tokenizer)
+        backend = HFBackend(model, tokenizer, renderer.end_of_turn_id)
         states = game.states(params)
         prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for _, m, _ in states]
         masses = [sum(row) for row in backend.choice_masses(prompts, [acts for _, _, acts in states])]

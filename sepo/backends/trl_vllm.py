@@ -1,42 +1,50 @@
 """`GenerationBackend` on top of TRL's own vLLM engine (the trainer's `VLLMGeneration`), so SEPO rollouts use the
-engine TRL keeps weight-synced. TRL's engine is reached only through `sepo.grpo.trl_seam`.
+engine TRL keeps weight-synced. TRL's engine is handed in by the trainer's seam (`sepo.grpo.trl_seam.engine_parts`):
+the colocate `vllm.LLM` (None in server mode) and `collective`, one `VLLMGeneration.generate` call with extra
+generation kwargs; nothing here names TRL.
 
 colocate: the rank's `vllm.LLM` is driven directly through `sepo.backends.vllm.VLLMBackend` (per-prompt
     SamplingParams, structured `choice` per prompt, exact choice scoring).
-server: every call goes through `VLLMGeneration.generate`, a collective (gather -> rank-0 HTTP ->
-    broadcast): ranks pad their batches to the same size, and constrained calls are made once per distinct
-    choice list across all ranks, in the same order everywhere, with `structured_outputs` in the call's
-    generation kwargs (`trl_seam.vllm_generate`).
+server: every call goes through `collective`, a collective (gather -> rank-0 HTTP -> broadcast): ranks pad their
+    batches to the same size, and constrained calls are made once per distinct choice list across all ranks, in
+    the same order everywhere, with `structured_outputs` in the call's generation kwargs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from accelerate.utils import gather_object
 
 from sepo.backends.vllm import VLLMBackend, check_batch, choice_max_tokens
 from sepo.generation import Generation, Prompt, SamplingSpec
-from sepo.grpo.trl_seam import check_supported, colocate_llm, vllm_generate
+
+Collective = Callable[[list[list[int]], dict[str, Any]], tuple[list[list[int]], list[list[list[float]]]]]
+"""(token-id prompts, generation kwargs for this call) -> (completion ids, logprobs per token), on every rank."""
 
 
 class TRLVLLMBackend:
-    """Adapter from TRL's `VLLMGeneration` (colocate or server) to `sepo.generation.GenerationBackend`."""
+    """Adapter from TRL's `VLLMGeneration` (colocate `llm`, or server `collective`) to `GenerationBackend`."""
 
-    def __init__(self, vllm_generation: Any, tokenizer: Any, end_of_turn_id: int) -> None:
-        check_supported(vllm_generation)
-        self.vg, self.tokenizer, self.eot = vllm_generation, tokenizer, int(end_of_turn_id)
-        llm = colocate_llm(vllm_generation)
+    def __init__(self, collective: Collective, llm: Any, tokenizer: Any, end_of_turn_id: int) -> None:
+        self.collective, self.tokenizer, self.eot = collective, tokenizer, int(end_of_turn_id)
         self.local = VLLMBackend(llm, end_of_turn_ids=[self.eot]) if llm is not None else None
+
+    @classmethod
+    def from_trainer(cls, end_of_turn_id: int, tokenizer: Any, collective: Collective, llm: Any
+                     ) -> TRLVLLMBackend:
+        """The trainer's engine (`sepo.backends.trainer_backend`): TRL's, as the seam hands it in."""
+        return cls(collective, llm, tokenizer, end_of_turn_id)
 
     # --- server mode: collective calls -------------------------------------------------------------
     def _collective(self, ids: list[list[int]], generation_kwargs: dict[str, Any]) -> list[Generation]:
-        """One `VLLMGeneration.generate` call with this rank's prompts padded to the largest rank's count."""
+        """One collective call with this rank's prompts padded to the largest rank's count."""
         counts = gather_object([len(ids)])
         if max(counts) == 0:  # every rank agrees: nothing to generate, no request
             return []
         padded = ids + [[self.eot]] * (max(counts) - len(ids))
-        completions, logprobs = vllm_generate(self.vg, padded, generation_kwargs)
+        completions, logprobs = self.collective(padded, generation_kwargs)
         gens = []
         for toks, lps in list(zip(completions, logprobs))[: len(ids)]:
             toks = list(toks)
