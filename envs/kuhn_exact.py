@@ -14,6 +14,7 @@ from itertools import permutations
 
 from envs.base import check_seat
 from envs.kuhn import CARDS, INFO_STATES, LETTER, RANK, actions_at, hand_over
+from envs.tabular import Response
 
 Policy = Mapping[str, Mapping[str, float]]
 
@@ -148,8 +149,29 @@ def exploitability(policy: Policy) -> float:
 
     The game is zero-sum, so NashConv is the sum of the two best-response values.
     """
+    return both_responses(policy).value
+
+
+def both_responses(policy: Policy) -> Response:
+    """The pure best response in both positions to `policy` (one table over all 12 information sets) and its
+    value, the exploitability (NashConv / 2)."""
     table = validate_policy(policy)
-    return (_best_response(table, 0)[0] + _best_response(table, 1)[0]) / 2.0
+    (value0, moves0), (value1, moves1) = _best_response(table, 0), _best_response(table, 1)
+    return Response(moves=moves0 | moves1, value=(value0 + value1) / 2.0)
+
+
+def expected_hand(policy: Policy, opponent: Policy) -> tuple[float, float]:
+    """(expected payoff, fold probability) of `policy` per hand against `opponent`, positions equally likely (the
+    random first-mover rule, and the alternating rule over an even number of hands)."""
+    payoff = 0.5 * (game_value(policy, opponent) - game_value(opponent, policy))
+    folds_first = fold_probabilities(policy, opponent)[0]
+    folds_second = fold_probabilities(opponent, policy)[1]
+    return payoff, 0.5 * (folds_first + folds_second)
+
+
+# the Nash family's card-conditioned rates at alpha = 1/3 (marks on the Kuhn plot of `sepo eval`):
+# first player bets J 1/3, Q 0, K 1; calls with J 0, Q 2/3 (alpha + 1/3); second player calls Q 1/3.
+NASH_RATES = {"bet_J": 1 / 3, "bet_Q": 0.0, "bet_K": 1.0, "call_J": 0.0, "call_Q": 1 / 3, "call_K": 1.0}
 
 
 def nash_policy(alpha: float = 1.0 / 3.0) -> dict[str, dict[str, float]]:
@@ -176,3 +198,4 @@ def nash_policy(alpha: float = 1.0 / 3.0) -> dict[str, dict[str, float]]:
         "Jp": bet(third), "Qp": bet(0.0), "Kp": bet(1.0),
         "Jb": call(0.0), "Qb": call(third), "Kb": call(1.0),
     }  # fmt: skip
+
