@@ -24,25 +24,27 @@ def settings_path(benchmark: str) -> Path:
     return CONFIGS / f"{benchmark}.yaml"
 
 
+def build(kind: type[T], data: Any, where: str) -> T:
+    """`data` (a mapping) as a `kind` (a dataclass): every key must be one of its fields, every field without a
+    default present; `where` (a file, or a file and section) starts the error."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping of settings, got {type(data).__name__}")
+    fields = dataclasses.fields(kind)  # type: ignore[arg-type]
+    known = [f.name for f in fields]
+    if unknown := [k for k in data if k not in known]:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(known)})")
+    required = [f.name for f in fields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # fmt: skip
+    if missing := [k for k in required if k not in data]:
+        raise UsageError(f"{where}: missing key {missing[0]!r}")
+    return kind(**data)
+
+
 def load_settings(kind: type[T], path: str | Path) -> T:
     """The settings in the YAML mapping at `path`, as a `kind` (a dataclass): every key must be one of its fields."""
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    known = [f.name for f in dataclasses.fields(kind)]  # type: ignore[arg-type]
-    if unknown := [k for k in data if k not in known]:
-        raise UsageError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(known)})")
-    try:
-        return kind(**data)
-    except TypeError as err:  # a required key left out
-        raise UsageError(f"{path}: {err}") from None
+    return build(kind, yaml.safe_load(Path(path).read_text(encoding="utf-8")), str(path))
 
 
 def game_settings(kind: type[T], benchmark: str) -> T:
     """`benchmark`'s settings from its file under configs/benchmarks/."""
     return load_settings(kind, settings_path(benchmark))
-
-
-def as_dict(settings: Any) -> dict[str, Any]:
-    """The settings as a plain dict (for a record)."""
-    return dataclasses.asdict(settings)
