@@ -7,7 +7,11 @@
     overhead.py  SEPO's own share of a SEPO-GRPO step, every part timed on its own
     engine.py    the rollout engine's own cost per episode-decision (instant replay backend), and the
                  straightforward reference rollout it must reproduce
-    games.py     the envs engines vs Axelrod (IPD) and OpenSpiel (Kuhn exploitability)
+    games.py     the envs engines vs the reference libraries they are checked against (Axelrod matches,
+                 OpenSpiel exploitability)
     car_tag.py   one FMSP Car Tag pairing, vectorised vs the scalar reference
     gpu/check.py the prepared one-command check for a lent H200 (`make gpu-wheels` first)
+
+No module here names a game: which games a benchmark plays, with which parameters and opponents, are settings
+in configs/benchmarks/<module>.yaml (read by benchmarks/settings.py), or every registered game.
 """

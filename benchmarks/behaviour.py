@@ -12,7 +12,8 @@ them equal.
 
 The cases cover the paths a reshape of the trainer touches: per-pool credit with an FMSP-exported pool member
 played in the sandbox (`pool_dir`) and the per-checkpoint evaluation; shared credit (probe episodes, the group
-penalty) with the training-token loss scale; Kuhn with the adaptive exploiter (scored policy, refresh).
+penalty) with the training-token loss scale; the adaptive exploiter (scored policy, refresh). The cases, and so
+their games, are data: configs/benchmarks/behaviour.yaml.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from benchmarks.settings import load_settings, settings_path
+from sepo.checks import UsageError
 from sepo.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
@@ -41,38 +44,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 PROG = "python -m benchmarks.behaviour"
 
-DEFECTOR = "class Defector:\n    def act(self, view):\n        return 'DEFECT'\n"
-RNG_KEY = "0" * 64  # sandboxed members' rng key: fixed, so the record is reproducible
 
-COMMON: dict[str, Any] = {
-    "use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"],
-    "num_generations": 2, "gradient_accumulation_steps": 1, "max_turn_tokens": 6, "max_completion_length": 192,
-    "learning_rate": 5.0e-2, "use_cpu": True, "bf16": False, "max_steps": 2, "save_strategy": "steps",
-    "save_steps": 1, "logging_steps": 1, "report_to": "none", "seed": 0, "torch_threads": 1,
-    "disable_tqdm": True, "rng_key": RNG_KEY, "checkpoint_eval_episodes": 1,
-}
 
-CASES: dict[str, dict[str, Any]] = {
-    # per_pool credit, a sandboxed pool_dir member in the exploit pool, per-checkpoint evaluation and best/
-    "per_pool_pool_dir": {
-        "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}}, "credit": "per_pool",
-        "pool_mix": {"training": ["tit_for_tat"], "exploit": ["always_defect", "fmsp_defector"]},
-        "per_device_train_batch_size": 6, "keep_best_by_safety": True, "pool_dir": "POOL_DIR",
-    },
-    # shared credit: probe episodes against every exploiter and collusive partner, the group-mean penalty,
-    # the training-token loss scale
-    "shared_loss_scale": {
-        "games": ["ipd"], "game_params": {"ipd": {"num_rounds": 2}}, "credit": "shared",
-        "pool_mix": {"training": ["tit_for_tat", "grim_trigger"]}, "per_device_train_batch_size": 4,
-        "loss_scale": "training_tokens", "keep_best_by_safety": False,
-    },
-    # Kuhn with the adaptive exploiter in its exploit pool (scored policy at the 12 information sets)
-    "kuhn_adaptive": {
-        "games": ["kuhn"], "credit": "per_pool", "adaptive_exploiter": True, "adaptive_every": 1,
-        "pool_mix": {"training": 1, "exploit": ["best_response_to_current"]}, "per_device_train_batch_size": 4,
-        "keep_best_by_safety": False, "max_turn_tokens": 4,
-    },
-}
+@dataclass(frozen=True)
+class BehaviourSettings:
+    """The record's cases (configs/benchmarks/behaviour.yaml): which games they train on is data, not code."""
+
+    common: dict[str, Any]  # recipe keys every case shares
+    cases: dict[str, dict[str, Any]]  # case name -> its recipe keys (over `common`)
+    pool_member: dict[str, Any]  # the sandboxed member of a case whose pool_dir is POOL_DIR (its code in `code`)
+    eval_keys: dict[str, Any]  # `sepo eval` keys beyond the fixed ones
+
 
 TIME_MARKERS = ("time", "per_second")  # wall-clock figures (and keys ending `_s`): keys recorded, values not
 
@@ -121,18 +103,20 @@ def weights_checksum(directory: Path) -> dict[str, Any]:
     return {"files": [p.name for p in files], "sha256": digest.hexdigest(), "sum": round(total, 6)}
 
 
-def write_pool_dir(root: Path) -> Path:
-    """An FMSP-style pool directory with one exploit member for IPD (always defects), played in the sandbox."""
+def write_pool_dir(root: Path, spec: dict[str, Any]) -> Path:
+    """An FMSP-style pool directory holding the one member `spec` describes (name, game, pool, class_name,
+    description, code), played in the sandbox."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "defector.py").write_text(DEFECTOR)
-    member = {"name": "fmsp_defector", "game": "ipd", "pool": "exploit", "file": "defector.py",
-              "class_name": "Defector", "description": "always defects", "source": {"method": "behaviour"},
-              "sha256": hashlib.sha256(DEFECTOR.encode()).hexdigest(), "view": "dict"}
+    code, file = spec["code"], f"{spec['class_name'].lower()}.py"
+    (root / file).write_text(code)
+    member = {"name": spec["name"], "game": spec["game"], "pool": spec["pool"], "file": file,
+              "class_name": spec["class_name"], "description": spec["description"], "source": {"method": "behaviour"},
+              "sha256": hashlib.sha256(code.encode()).hexdigest(), "view": "dict"}
     (root / "manifest.json").write_text(json.dumps({"format": "sepo-pool-manifest/1", "members": [member]}))
     return root
 
 
-def _train(model: Path, root: Path, keys: dict[str, Any]) -> Path:
+def _train(model: Path, root: Path, keys: dict[str, Any], settings: BehaviourSettings) -> Path:
     """2 steps of `sepo train` with the case's recipe; returns its output_dir."""
     # deferred: sepo.grpo.train imports trl, transformers' Trainer and torch (seconds); `--help` and a bad
     # command line are answered without them
@@ -140,9 +124,9 @@ def _train(model: Path, root: Path, keys: dict[str, Any]) -> Path:
 
     out = root / "run"
     root.mkdir(parents=True, exist_ok=True)
-    recipe = {**COMMON, **keys, "model_name_or_path": str(model), "output_dir": str(out)}
+    recipe = {**settings.common, **keys, "model_name_or_path": str(model), "output_dir": str(out)}
     if recipe.get("pool_dir") == "POOL_DIR":
-        recipe["pool_dir"] = str(write_pool_dir(root / "pool"))
+        recipe["pool_dir"] = str(write_pool_dir(root / "pool", settings.pool_member))
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     if main(["--config", str(root / "recipe.yaml")]) != 0:
         raise RuntimeError(f"sepo train failed on {root / 'recipe.yaml'}")
@@ -158,16 +142,17 @@ def _logs(out: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
     return keys, _rounded(steps)
 
 
-def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], pool_dir: str | None) -> Any:
+def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], pool_dir: str | None,
+          extra: dict[str, Any]) -> Any:
     """`sepo eval` of the trained adapter on the case's games: every pool, one episode per opponent."""
     # deferred: after the os.environ defaults below the imports: numpy's BLAS (loaded by sepo.eval) reads
     # OMP_NUM_THREADS when it loads
     from sepo.eval.evaluate import main as eval_main
 
     argv = ["--models", f"Trained={out}", "--games", ",".join(games), "--game_params", json.dumps(game_params),
-            "--episodes_per_opponent", "1", "--max_turn_tokens", "6", "--kuhn_rationale_samples", "1",
+            "--episodes_per_opponent", "1", "--max_turn_tokens", "6",
             "--bootstrap_resamples", "200", "--seed", "7", "--torch_threads", "1", "--progress", "false",
-            "--output_dir", str(root / "eval")]
+            "--output_dir", str(root / "eval"), *(f"--{k}={v}" for k, v in extra.items())]
     if pool_dir:
         argv += ["--pool_dir", pool_dir]
     if eval_main(argv) != 0:
@@ -175,11 +160,11 @@ def _eval(out: Path, root: Path, games: list[str], game_params: dict[str, Any], 
     return json.loads((root / "eval" / "results.json").read_text())["results"]
 
 
-def run_case(name: str, keys: dict[str, Any], model: Path, tmp: Path) -> dict[str, Any]:
+def run_case(name: str, settings: BehaviourSettings, model: Path, tmp: Path) -> dict[str, Any]:
     """Train, then evaluate, one case; its record (paths replaced by `<run>`)."""
-    root = tmp / name
+    root, keys = tmp / name, settings.cases[name]
     start = time.perf_counter()
-    out = _train(model, root, keys)
+    out = _train(model, root, keys, settings)
     logged_keys, steps = _logs(out)
     checkpoints = out / "checkpoints.json"
     pool_dir = str(root / "pool") if keys.get("pool_dir") else None
@@ -188,7 +173,8 @@ def run_case(name: str, keys: dict[str, Any], model: Path, tmp: Path) -> dict[st
         "logged_values": steps,
         "final_weights": weights_checksum(out),
         "checkpoint_eval": _rounded(json.loads(checkpoints.read_text())) if checkpoints.is_file() else None,
-        "sepo_eval": _rounded(_eval(out, root, keys["games"], keys.get("game_params", {}), pool_dir)),
+        "sepo_eval": _rounded(_eval(out, root, keys["games"], keys.get("game_params", {}), pool_dir,
+                                    settings.eval_keys)),
     }
     print(f"[behaviour] {name}: {time.perf_counter() - start:.0f} s", flush=True)
     return _without_paths(record, str(root))
@@ -199,7 +185,8 @@ class BehaviourConfig:
     """The keys of `python -m benchmarks.behaviour` (command line or `--config` recipe)."""
 
     out: str = field(metadata={"help": "where the JSON record is written"})
-    cases: str = field(default=",".join(CASES), metadata={"help": "comma-separated subset of: " + ", ".join(CASES)})
+    cases: str = field(default="", metadata={"help": "comma-separated subset of the settings' cases (default: all)"})
+    settings: str = field(default=str(settings_path("behaviour")), metadata={"help": "the cases (YAML)"})
 
 
 def parser() -> RecipeParser:
@@ -213,6 +200,10 @@ def parser() -> RecipeParser:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
+    settings = load_settings(BehaviourSettings, args.settings)
+    names = [n for n in args.cases.split(",") if n] or list(settings.cases)
+    if unknown := [n for n in names if n not in settings.cases]:
+        raise UsageError(f"--cases: unknown case {unknown[0]!r} (cases in {args.settings}: {', '.join(settings.cases)})")
     # deferred: torch and sepo.tiny_models (torch, transformers) take seconds; imported once the command line
     # is parsed, so `--help` and a bad flag are answered at once
     import torch
@@ -223,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="sepo-behaviour-") as tmp:
         model = save_tiny_model(Path(tmp) / "tiny", "llama", seed=0)
-        for name in args.cases.split(","):
-            record[name] = run_case(name, CASES[name], model, Path(tmp))
+        for name in names:
+            record[name] = run_case(name, settings, model, Path(tmp))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"[behaviour] wrote {args.out}")

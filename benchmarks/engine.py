@@ -11,10 +11,11 @@ run starts with empty token caches (`cold`), the second (new seeds) is the stead
 `PhaseTimer` phase; wall seconds are recorded too (inflated when other jobs share the machine).
 
 Baseline in the same run: `reference_play`, the straightforward rollout (one episode at a time, every turn
-rendered with the chat template over the whole conversation and tokenised whole), on IPD. The tests check
-that `play_episodes` produces exactly its ids, masks and records.
+rendered with the chat template over the whole conversation and tokenised whole), on the baseline game. The
+tests check that `play_episodes` produces exactly its ids, masks and records. The canned answers of each game,
+the baseline game and the goals are settings: configs/benchmarks/engine.yaml.
 
-    python -m benchmarks.engine [--episodes 256] [--games ipd,kuhn] [--reference-episodes 64]
+    python -m benchmarks.engine [--episodes 256] [--games a,b] [--reference_episodes 64]
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import envs
+from benchmarks.settings import game_settings, settings_path
 from envs import make_game, make_strategy, strategy_registry
+from sepo.checks import UsageError
 from sepo.generation import Generation, Prompt, SamplingSpec
 from sepo.models import resolve_model
 from sepo.rollout.chat import ChatRenderer
@@ -48,20 +52,31 @@ if TYPE_CHECKING:
 
 PROG = "python -m benchmarks.engine"
 
-GOAL_US = 50.0  # per IPD episode-decision, warm, on the CI machine
-# The goals as ratios within one run (this machine's absolute speed moves with its load):
-GOAL_REFERENCE_SPEEDUP = 40.0  # IPD: the straightforward reference's cost over ours, at least
-GOAL_VS_IPD = 4.0  # every game's warm cost per decision over IPD's, at most
 PHASES = ("tokenisation", "rendering", "game", "parsing", "bookkeeping")
 
-# Answers a trained policy might give; the Kuhn ones do not parse at call/fold decisions (fallback path).
-GAME_ANSWERS: dict[str, tuple[str, ...]] = {
-    "ipd": ("They cooperated last round, so I cooperate.\nCOOPERATE", "They defected; I retaliate.\nDEFECT"),
-    "auction": ("My value is high, I bid a little.\n2", "A low bid keeps my surplus.\n1"),
-    "negotiation": ("An even split is fair.\n5", "I ask for a bit more.\n6"),
-    "negotiation_multi": ("I keep the items I value.\n[1, 1, 0]", "I leave everything to them.\n[0, 0, 0]"),
-    "kuhn": ("A weak card: I check.\nPASS", "A strong card: I bet.\nBET"),
-}
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Each game's canned answers, the baseline game and the goals (configs/benchmarks/engine.yaml)."""
+
+    baseline: str  # the game the reference plays and every game's cost is a ratio to
+    goal_us: float  # per baseline-game episode-decision, warm, on the CI machine
+    goal_reference_speedup: float  # the straightforward reference's cost over ours, at least
+    goal_vs_baseline: float  # every game's warm cost per decision over the baseline game's, at most
+    answers: dict[str, list[str]]  # game -> answers a trained policy might give
+
+
+def engine_settings() -> EngineSettings:
+    """The engine benchmark's settings."""
+    return game_settings(EngineSettings, "engine")
+
+
+def game_answers(game: str) -> tuple[str, ...]:
+    """The canned answers of `game` (a one-line error when its settings have none)."""
+    answers = engine_settings().answers
+    if game not in answers:
+        raise UsageError(f"{settings_path('engine')}: no answers for game {game!r} (answers for: {', '.join(answers)})")
+    return tuple(answers[game])
 
 
 class InstantReplayBackend:
@@ -213,9 +228,13 @@ def _timed_rollout(specs: list[EpisodeSpec], backend: Any, renderer: ChatRendere
     }
 
 
-def run(episodes: int = 256, games: Sequence[str] = tuple(GAME_ANSWERS), reference_episodes: int = 64,
+def run(episodes: int = 256, games: Sequence[str] | None = None, reference_episodes: int = 64,
         renderer: ChatRenderer | None = None) -> dict[str, Any]:
-    """Engine cost of every game in `games` (cold and warm) and the straightforward reference on IPD."""
+    """Engine cost of every game in `games` (cold and warm; default: every registered game) and the
+    straightforward reference on the settings' baseline game."""
+    settings = engine_settings()
+    base = settings.baseline
+    games = list(envs.GAMES) if games is None else games
     if renderer is None:
         # deferred: transformers takes seconds to import; test_engine_exact imports this module's reference
         # player without it, and a caller that passes a renderer never needs it
@@ -227,33 +246,34 @@ def run(episodes: int = 256, games: Sequence[str] = tuple(GAME_ANSWERS), referen
     from sepo.recipes import freeze_loaded_objects
 
     freeze_loaded_objects()  # as `sepo train` and `sepo eval` do before their rollouts
-    out: dict[str, Any] = {"episodes": episodes, "tokenizer": "SmolLM2-135M-Instruct", "goal_us": GOAL_US,
-                           "goal_reference_speedup": GOAL_REFERENCE_SPEEDUP, "goal_vs_ipd": GOAL_VS_IPD, "games": {}}
+    out: dict[str, Any] = {"episodes": episodes, "tokenizer": "SmolLM2-135M-Instruct", "goal_us": settings.goal_us,
+                           "goal_reference_speedup": settings.goal_reference_speedup,
+                           f"goal_vs_{base}": settings.goal_vs_baseline, "games": {}}
     for game in games:
         fresh = ChatRenderer(renderer.tokenizer)  # empty token caches for the cold run
-        backend = InstantReplayBackend(fresh, GAME_ANSWERS[game])
+        backend = InstantReplayBackend(fresh, game_answers(game))
         cold = _timed_rollout(specs_for(game, episodes), backend, fresh)
         warm = _timed_rollout(specs_for(game, episodes, seed0=episodes), backend, fresh)
         out["games"][game] = {"cold": cold, "warm": warm}
-    if "ipd" in out["games"]:
-        ipd = out["games"]["ipd"]["warm"]["us_per_decision"]
-        out["vs_ipd"] = {game: round(g["warm"]["us_per_decision"] / ipd, 2) for game, g in out["games"].items()}
-    if "ipd" in games and reference_episodes:
+    if base in out["games"]:
+        base_us = out["games"][base]["warm"]["us_per_decision"]
+        out[f"vs_{base}"] = {game: round(g["warm"]["us_per_decision"] / base_us, 2) for game, g in out["games"].items()}
+    if base in games and reference_episodes:
         fresh = ChatRenderer(renderer.tokenizer)
-        backend = InstantReplayBackend(fresh, GAME_ANSWERS["ipd"])
-        specs = specs_for("ipd", reference_episodes)
+        backend = InstantReplayBackend(fresh, game_answers(base))
+        specs = specs_for(base, reference_episodes)
         start = time.process_time()
         decisions = sum(len(reference_play(s, backend, fresh, SamplingSpec(max_new_tokens=32, seed=0))[0].turns)
                         for s in specs)
         reference_us = 1e6 * (time.process_time() - start) / decisions
-        ours = out["games"]["ipd"]["warm"]["us_per_decision"]
-        out["reference"] = {"game": "ipd", "episodes": reference_episodes, "us_per_decision": reference_us,
+        ours = out["games"][base]["warm"]["us_per_decision"]
+        out["reference"] = {"game": base, "episodes": reference_episodes, "us_per_decision": reference_us,
                             "speedup": reference_us / ours}
     return out
 
 
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
-    """The suite's engine part (CPU work whatever `gpu` says): 256 episodes of every game; quick: 16."""
+    """The suite's engine part (CPU work whatever `gpu` says): 256 episodes of every registered game; quick: 16."""
     return run(episodes=16, reference_episodes=4) if quick else run()
 
 
@@ -262,8 +282,9 @@ class EngineConfig:
     """The keys of `python -m benchmarks.engine` (command line or `--config` recipe)."""
 
     episodes: int = field(default=256, metadata={"help": "episodes of every game"})
-    games: str = field(default=",".join(GAME_ANSWERS), metadata={"help": "comma-separated games"})
-    reference_episodes: int = field(default=64, metadata={"help": "IPD episodes of the straightforward reference"})
+    games: str = field(default="", metadata={"help": "comma-separated games (default: every registered game)"})
+    reference_episodes: int = field(default=64,
+                                    metadata={"help": "baseline-game episodes of the straightforward reference"})
 
 
 def parser() -> RecipeParser:
@@ -277,17 +298,19 @@ def parser() -> RecipeParser:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
-    result = run(args.episodes, [g for g in args.games.split(",") if g], args.reference_episodes)
+    result = run(args.episodes, [g for g in args.games.split(",") if g] or None, args.reference_episodes)
+    settings = engine_settings()
+    base, title = settings.baseline, envs.game_spec(settings.baseline).title
     for game, r in result["games"].items():
         warm = r["warm"]
         print(f"{game:18s} {warm['us_per_decision']:7.1f} us/decision warm ({r['cold']['us_per_decision']:.1f} cold) "
               f"{warm['split_us']}")
     if "reference" in result:
         ref = result["reference"]
-        print(f"reference (ipd)    {ref['us_per_decision']:7.1f} us/decision: ours {ref['speedup']:.0f}x faster "
-              f"(goal >= {GOAL_REFERENCE_SPEEDUP:g}x)")
-    if "vs_ipd" in result:
-        print(f"warm cost over IPD's (goal <= {GOAL_VS_IPD:g}x): {result['vs_ipd']}")
+        print(f"{f'reference ({base})':18s} {ref['us_per_decision']:7.1f} us/decision: ours {ref['speedup']:.0f}x faster "
+              f"(goal >= {settings.goal_reference_speedup:g}x)")
+    if f"vs_{base}" in result:
+        print(f"warm cost over {title}'s (goal <= {settings.goal_vs_baseline:g}x): {result[f'vs_{base}']}")
     print(json.dumps(result))
     return 0
 

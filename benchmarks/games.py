@@ -1,10 +1,12 @@
 """Benchmark the envs engines against the reference libraries they are checked against.
 
-(a) IPD: every ordered pair of our deterministic Axelrod-twin strategies plays a 200-turn match with
-    `envs.play_episode` and with `axelrod.Match.play`; per-match time of each and the speedup.
-(b) Kuhn: exact exploitability of random tabular policies with `envs.kuhn_exact.exploitability` and with
-    OpenSpiel's `exploitability` on the equivalent `TabularPolicy`; per-call time and the speedup.
-Both parts also check that the two implementations agree (totals exactly, exploitability to 1e-9).
+(a) Matches: every ordered pair of a repeated game's deterministic strategies that have Axelrod twins plays a
+    match with `envs.play_episode` and with `axelrod.Match.play`; per-match time of each and the speedup.
+(b) Exploitability: exact exploitability of random tabular policies with the game's exact analysis
+    (`envs.tabular`) and with OpenSpiel's `exploitability` on the equivalent `TabularPolicy`; per-call time and
+    the speedup.
+Both parts also check that the two implementations agree (totals exactly, exploitability to 1e-9). Which games,
+their twins and the key mapping are settings: configs/benchmarks/games.yaml.
 
     python -m benchmarks.games --repeats 5
 """
@@ -20,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from envs import make_game, make_strategy, play_episode
-from envs.kuhn import INFO_STATES, actions_at
-from envs.kuhn_exact import exploitability
+from benchmarks.settings import build, game_settings, settings_path
+from envs import game_spec, make_game, make_strategy, play_episode
+from envs.tabular import DecisionState, analysis
 from sepo.checks import UsageError
 from sepo.subcommands import report_usage_errors
 
@@ -31,22 +33,45 @@ if TYPE_CHECKING:
 
 PROG = "python -m benchmarks.games"
 
-# Our deterministic IPD strategies and their Axelrod 4.13.1 twins (checked move for move in tests/test_ipd.py).
-AXELROD_TWINS = {
-    "tit_for_tat": "TitForTat",
-    "grim_trigger": "Grudger",
-    "always_defect": "Defector",
-    "always_cooperate": "Cooperator",
-    "tit_for_two_tats": "TitFor2Tats",
-    "win_stay_lose_shift": "WinStayLoseShift",
-    "suspicious_tit_for_tat": "SuspiciousTitForTat",
-    "prober": "Prober",
-    "alternator": "Alternator",
-}
-TURNS = 200
-KUHN_POLICIES = 20
-_KUHN_CARD_INDEX = {"J": "0", "Q": "1", "K": "2"}  # OpenSpiel kuhn_poker info states: "0", "1pb", ...
-_KUHN_ACTION_INDEX = {"PASS": 0, "FOLD": 0, "BET": 1, "CALL": 1}  # OpenSpiel: 0 = Pass(/fold), 1 = Bet(/call)
+
+@dataclass(frozen=True)
+class MatchSettings:
+    """The match comparison: a repeated 2x2 game (its payoffs R, S, T, P) and its strategies' Axelrod twins."""
+
+    game: str
+    rounds_param: str  # the game parameter that sets the match length
+    turns: int
+    twins: dict[str, str]  # our strategy -> its Axelrod class
+
+
+@dataclass(frozen=True)
+class ExploitabilitySettings:
+    """The exploitability comparison: a game with an exact analysis and its OpenSpiel equivalent."""
+
+    game: str
+    openspiel_game: str
+    policies: int
+    first_char: dict[str, str]  # a state key's first character -> OpenSpiel's (the rest is the same)
+    actions: dict[str, int]  # action text -> OpenSpiel action id
+
+
+@dataclass(frozen=True)
+class GamesSettings:
+    """configs/benchmarks/games.yaml."""
+
+    match: dict[str, Any]
+    exploitability: dict[str, Any]
+
+    def matches(self) -> MatchSettings:
+        return build(MatchSettings, self.match, f"{settings_path('games')}: match")
+
+    def exploits(self) -> ExploitabilitySettings:
+        return build(ExploitabilitySettings, self.exploitability, f"{settings_path('games')}: exploitability")
+
+
+def games_settings() -> GamesSettings:
+    """The benchmark's settings."""
+    return game_settings(GamesSettings, "games")
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -59,39 +84,40 @@ def _best_time(fn: Callable[[], object], repeats: int) -> float:
     return best
 
 
-def bench_ipd(repeats: int) -> dict[str, Any]:
-    """Per-match milliseconds of 200-turn matches, ours vs Axelrod, over all ordered twin pairs."""
+def bench_matches(repeats: int, settings: MatchSettings) -> dict[str, Any]:
+    """Per-match milliseconds of the settings' matches, ours vs Axelrod, over all ordered twin pairs."""
     start = time.perf_counter()
     # deferred: axelrod is the [dev] extra's reference, and its import time is itself a measured figure
     import axelrod
 
     import_s = time.perf_counter() - start
-    game = make_game("ipd", num_rounds=TURNS)
+    name, twins, turns = settings.game, settings.twins, settings.turns
+    game = make_game(name, **{settings.rounds_param: turns})
     ax_game = axelrod.Game(r=game.R, s=game.S, t=game.T, p=game.P)
-    pairs = list(itertools.product(AXELROD_TWINS, repeat=2))
+    pairs = list(itertools.product(twins, repeat=2))
 
     def ours() -> list[tuple[float, float]]:
         return [
-            play_episode(game, [make_strategy("ipd", a), make_strategy("ipd", b)], random.Random(0)).totals
+            play_episode(game, [make_strategy(name, a), make_strategy(name, b)], random.Random(0)).totals
             for a, b in pairs
         ]
 
     def theirs() -> list[tuple[float, float]]:
         totals = []
         for a, b in pairs:
-            players = (getattr(axelrod, AXELROD_TWINS[a])(), getattr(axelrod, AXELROD_TWINS[b])())
-            match = axelrod.Match(players, turns=TURNS, game=ax_game)
+            players = (getattr(axelrod, twins[a])(), getattr(axelrod, twins[b])())
+            match = axelrod.Match(players, turns=turns, game=ax_game)
             match.play()
             totals.append(match.final_score())
         return totals
 
     if ours() != [tuple(map(float, t)) for t in theirs()]:
-        raise AssertionError("IPD totals differ from axelrod's")
+        raise AssertionError(f"{name} totals differ from axelrod's")
     ours_ms = _best_time(ours, repeats) / len(pairs) * 1e3
     axelrod_ms = _best_time(theirs, repeats) / len(pairs) * 1e3
     return {
         "pairs": len(pairs),
-        "turns": TURNS,
+        "turns": turns,
         "ours_ms_per_match": ours_ms,
         "axelrod_ms_per_match": axelrod_ms,
         "speedup": axelrod_ms / ours_ms,
@@ -99,45 +125,49 @@ def bench_ipd(repeats: int) -> dict[str, Any]:
     }
 
 
-def random_kuhn_policy(rng: random.Random) -> dict[str, dict[str, float]]:
-    """A random tabular policy over all 12 info states (probabilities uniform on the simplex)."""
+def random_policy(states: list[DecisionState], rng: random.Random) -> dict[str, dict[str, float]]:
+    """A random tabular policy over every decision state (probabilities uniform on the simplex)."""
     policy = {}
-    for info in INFO_STATES:
-        weights = [rng.expovariate(1.0) for _ in actions_at(info[1:])]
-        policy[info] = {a: w / sum(weights) for a, w in zip(actions_at(info[1:]), weights)}
+    for state in states:
+        weights = [rng.expovariate(1.0) for _ in state.legal]
+        policy[state.key] = {a: w / sum(weights) for a, w in zip(state.legal, weights)}
     return policy
 
 
-def to_openspiel(policy: dict[str, dict[str, float]], game: Any) -> Any:
-    """The equivalent OpenSpiel `TabularPolicy` of a policy over our info-state strings."""
+def to_openspiel(policy: dict[str, dict[str, float]], game: Any, settings: ExploitabilitySettings) -> Any:
+    """The equivalent OpenSpiel `TabularPolicy` of a policy over our state keys."""
     # deferred: open_spiel is the [dev] extra's reference; only the comparison against it needs it
     from open_spiel.python.policy import TabularPolicy
 
     tabular = TabularPolicy(game)
-    for info, row in policy.items():
-        probs = tabular.policy_for_key(_KUHN_CARD_INDEX[info[0]] + info[1:])
+    for key, row in policy.items():
+        probs = tabular.policy_for_key(settings.first_char[key[0]] + key[1:])
         for action, p in row.items():
-            probs[_KUHN_ACTION_INDEX[action]] = p
+            probs[settings.actions[action]] = p
     return tabular
 
 
-def bench_kuhn(repeats: int) -> dict[str, Any]:
+def bench_exploitability(repeats: int, settings: ExploitabilitySettings) -> dict[str, Any]:
     """Per-call milliseconds of exact exploitability, ours vs OpenSpiel, on random tabular policies."""
-    # deferred: open_spiel is the [dev] extra's reference; the IPD part and our own exact exploitability run
+    # deferred: open_spiel is the [dev] extra's reference; the match part and our own exact exploitability run
     # without it
     import pyspiel
     from open_spiel.python.algorithms.exploitability import exploitability as openspiel_exploitability
 
-    game = pyspiel.load_game("kuhn_poker")
+    exact = analysis(settings.game)
+    if exact is None:
+        raise UsageError(f"{settings_path('games')}: game {settings.game!r} has no exact analysis")
+    game = pyspiel.load_game(settings.openspiel_game)
     rng = random.Random(0)
-    policies = [random_kuhn_policy(rng) for _ in range(KUHN_POLICIES)]
-    tabular = [to_openspiel(p, game) for p in policies]
-    ours = [exploitability(p) for p in policies]
+    states = exact.states(None)
+    policies = [random_policy(states, rng) for _ in range(settings.policies)]
+    tabular = [to_openspiel(p, game, settings) for p in policies]
+    ours = [exact.exploitability(p, None) for p in policies]
     theirs = [openspiel_exploitability(game, t) for t in tabular]
     worst = max(abs(a - b) for a, b in zip(ours, theirs))
     if worst > 1e-9:
-        raise AssertionError(f"Kuhn exploitability differs from OpenSpiel's by {worst:.3g}")
-    ours_ms = _best_time(lambda: [exploitability(p) for p in policies], repeats) / len(policies) * 1e3
+        raise AssertionError(f"{settings.game} exploitability differs from OpenSpiel's by {worst:.3g}")
+    ours_ms = _best_time(lambda: [exact.exploitability(p, None) for p in policies], repeats) / len(policies) * 1e3
     openspiel_ms = (
         _best_time(lambda: [openspiel_exploitability(game, t) for t in tabular], repeats)
         / len(policies)
@@ -156,7 +186,10 @@ def run(repeats: int = 5) -> dict[str, Any]:
     """All figures of this benchmark (best of `repeats` timings), as a JSON-able dict."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    return {"benchmark": "envs", "repeats": repeats, "ipd": bench_ipd(repeats), "kuhn": bench_kuhn(repeats)}
+    settings = games_settings()
+    matches, exploits = settings.matches(), settings.exploits()
+    return {"benchmark": "envs", "repeats": repeats, matches.game: bench_matches(repeats, matches),
+            exploits.game: bench_exploitability(repeats, exploits)}
 
 
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
@@ -164,22 +197,41 @@ def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     return run(repeats=1 if quick else 5)
 
 
+def _parts(results: dict[str, Any]) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+    """(match game, its figures, exploitability game, its figures) of a record (found by their figures' keys)."""
+    parts = {k: v for k, v in results.items() if isinstance(v, dict)}
+    match = next(k for k, v in parts.items() if "axelrod_ms_per_match" in v)
+    exploit = next(k for k, v in parts.items() if "openspiel_ms_per_call" in v)
+    return match, parts[match], exploit, parts[exploit]
+
+
+def suite_rows(results: dict[str, Any], title: Callable[[str], str]) -> list[tuple[str, str, str, str, str]]:
+    """The performance suite's rows of a record (benchmark, ours, named baseline, ratio, goal); `title` writes a
+    game's name."""
+    m_game, m, e_game, e = _parts(results)
+    return [(f"{title(m_game)} {m['turns']}-turn match", f"{m['ours_ms_per_match']:.3f} ms",
+             f"{m['axelrod_ms_per_match']:.3f} ms Axelrod", f"{m['speedup']:.1f}x", "-"),
+            (f"{title(e_game)} exact exploitability", f"{e['ours_ms_per_call']:.3f} ms",
+             f"{e['openspiel_ms_per_call']:.3f} ms OpenSpiel", f"{e['speedup']:.1f}x", "-")]  # fmt: skip
+
+
 def format_table(results: dict[str, Any]) -> str:
     """A compact text table of `run`'s figures."""
-    ipd, kuhn = results["ipd"], results["kuhn"]
+    m_game, m, e_game, e = _parts(results)
+    m_title, e_title = game_spec(m_game).title, game_spec(e_game).title
     rows = [
         ("task", "ours (ms)", "reference (ms)", "speedup"),
         (
-            f"IPD {ipd['turns']}-turn match ({ipd['pairs']} pairs) vs axelrod",
-            f"{ipd['ours_ms_per_match']:.3f}",
-            f"{ipd['axelrod_ms_per_match']:.3f}",
-            f"{ipd['speedup']:.1f}x",
+            f"{m_title} {m['turns']}-turn match ({m['pairs']} pairs) vs axelrod",
+            f"{m['ours_ms_per_match']:.3f}",
+            f"{m['axelrod_ms_per_match']:.3f}",
+            f"{m['speedup']:.1f}x",
         ),
         (
-            f"Kuhn exploitability ({kuhn['policies']} policies) vs OpenSpiel",
-            f"{kuhn['ours_ms_per_call']:.3f}",
-            f"{kuhn['openspiel_ms_per_call']:.3f}",
-            f"{kuhn['speedup']:.1f}x",
+            f"{e_title} exploitability ({e['policies']} policies) vs OpenSpiel",
+            f"{e['ours_ms_per_call']:.3f}",
+            f"{e['openspiel_ms_per_call']:.3f}",
+            f"{e['speedup']:.1f}x",
         ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -187,8 +239,8 @@ def format_table(results: dict[str, Any]) -> str:
              for r in rows]  # fmt: skip
     lines.insert(1, "-" * len(lines[0]))
     lines.append(
-        f"(best of {results['repeats']}; axelrod import {ipd['axelrod_import_s']:.1f} s; "
-        f"Kuhn max |diff| {kuhn['max_abs_diff']:.1e})"
+        f"(best of {results['repeats']}; axelrod import {m['axelrod_import_s']:.1f} s; "
+        f"{e_title} max |diff| {e['max_abs_diff']:.1e})"
     )
     return "\n".join(lines)
 
@@ -207,8 +259,8 @@ class GamesConfig:
 
 def parser() -> RecipeParser:
     """The command line of the games benchmark."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); test_ipd imports this module's
-    # Axelrod twins without a command line
+    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); the tests import this module's
+    # settings without a command line
     from sepo.recipes import RecipeParser
 
     return RecipeParser((GamesConfig,), prog=PROG, description=__doc__.splitlines()[0])

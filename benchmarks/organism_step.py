@@ -1,13 +1,13 @@
-"""Seconds per SEPO-GRPO step of the Kuhn organism with and without gradient checkpointing, in one run.
+"""Seconds per SEPO-GRPO step of a model organism with and without gradient checkpointing, in one run.
 
 TRL turns gradient checkpointing on by default; the organism's runs now train without it unless the recipe
-names it (`sepo.study.organism.run_keys`). This times the same run both ways: one arm of the Kuhn organism
-recipe, from the organism's initial weights (a step costs the same whatever the weights), `--steps` steps
-through `sepo.study.organism.run_one` (the exact evaluation at step 0 and at the end included, as in the
-study's s/step), the two settings alternated `--repeats` times so that a change in the machine's load falls on
-both. The study's own s/step figures are in benchmarks/kuhn_organism/curves.md.
+names it (`sepo.study.organism.run_keys`). This times the same run both ways: one arm of the organism recipe
+that configs/benchmarks/organism_step.yaml names, from the organism's initial weights (a step costs the same
+whatever the weights), `--steps` steps through `sepo.study.organism.run_one` (the exact evaluation at step 0 and
+at the end included, as in the study's s/step), the two settings alternated `--repeats` times so that a change
+in the machine's load falls on both. The study's own s/step figures are in the curves.md beside its record.
 
-    python -m benchmarks.organism_step [--arm exploitability_descent] [--steps 20] [--repeats 2]
+    python -m benchmarks.organism_step [--arm exploitability_descent] [--steps 20] [--repeats 2] [--settings FILE]
 """
 
 from __future__ import annotations
@@ -22,18 +22,28 @@ from typing import Any
 
 import torch
 
+from benchmarks.settings import load_settings, settings_path
 from sepo.provenance import load_average
 from sepo.recipes import RecipeParser
 from sepo.study.organism import build_model, load_recipe, run_one
 from sepo.subcommands import report_usage_errors
 
 PROG = "python -m benchmarks.organism_step"
-RECIPE = Path(__file__).resolve().parent.parent / "configs" / "experiments" / "kuhn_organism" / "study.yaml"
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(arm: str = "exploitability_descent", steps: int = 20, repeats: int = 2, seed: int = 1001) -> dict[str, Any]:
-    """s/step of `arm` with gradient checkpointing off (the organism's setting now) and on (TRL's default)."""
-    recipe = load_recipe(RECIPE)
+@dataclass(frozen=True)
+class OrganismStepSettings:
+    """Which organism is timed (configs/benchmarks/organism_step.yaml)."""
+
+    recipe: str  # the organism's study recipe, relative to the repository root
+
+
+def run(recipe_path: Path, arm: str = "exploitability_descent", steps: int = 20, repeats: int = 2,
+        seed: int = 1001) -> dict[str, Any]:
+    """s/step of `arm` of the organism recipe at `recipe_path` with gradient checkpointing off (the organism's
+    setting now) and on (TRL's default)."""
+    recipe = load_recipe(recipe_path)
     seconds: dict[str, list[float]] = {"off": [], "on": []}
     load = [load_average()]
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,16 +64,18 @@ def run(arm: str = "exploitability_descent", steps: int = 20, repeats: int = 2, 
 class OrganismStepConfig:
     """The keys of `python -m benchmarks.organism_step`."""
 
-    arm: str = field(default="exploitability_descent", metadata={"help": "an arm of the Kuhn organism recipe"})
+    arm: str = field(default="exploitability_descent", metadata={"help": "an arm of the organism recipe"})
     steps: int = field(default=20, metadata={"help": "GRPO steps per timed run"})
     repeats: int = field(default=2, metadata={"help": "timed runs of each setting, alternated"})
+    settings: str = field(default=str(settings_path("organism_step")), metadata={"help": "the organism (YAML)"})
 
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = RecipeParser((OrganismStepConfig,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
         sys.argv[1:] if argv is None else argv)
+    settings = load_settings(OrganismStepSettings, args.settings)
     torch.set_num_threads(1)  # as the study's workers (OMP_NUM_THREADS=1)
-    result = run(args.arm, args.steps, args.repeats)
+    result = run(ROOT / settings.recipe, args.arm, args.steps, args.repeats)
     best = result["best_seconds_per_step"]
     print(f"{args.arm}: {best['off']:.3f} s/step without gradient checkpointing, {best['on']:.3f} s/step with it "
           f"({result['speedup']}x); load {result['load_average_1min'][0]:.1f} -> {result['load_average_1min'][1]:.1f}")

@@ -19,11 +19,30 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from benchmarks.settings import game_settings
+from envs import game_spec
 from sepo.tiny_models import build_tiny_model
+
+
+@dataclass(frozen=True)
+class OverheadSettings:
+    """The game the steps are timed on (configs/benchmarks/overhead.yaml)."""
+
+    game: str
+    game_params: dict[str, dict[str, Any]]  # "quick" / "full" -> the game's parameters
+    quick_pool_mix: dict[str, Any]  # pool -> its members (or "all"): one opponent per pool
+
+
+def opponent_groups(game: str, mix: dict[str, Any] | None) -> int:
+    """How many opponents a step's pool mix draws from (None: every member of the game's default pools)."""
+    pools = game_spec(game).pools
+    mix = mix or dict.fromkeys(pools, "all")
+    return sum(len(pools[pool]) if members == "all" else len(members) for pool, members in mix.items())
 
 
 class Stopwatch:
@@ -112,13 +131,15 @@ def _overhead_trainer(quick: bool, gpu: bool, out_dir: str, watch: Stopwatch) ->
     else:
         model, tok = build_tiny_model("llama")
     tok.padding_side = "left"
-    groups = 3 if quick else 7  # quick: one opponent per pool; full: the whole IPD pool mix
-    mix = {"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"} if quick else None
+    settings = game_settings(OverheadSettings, "overhead")
+    mix = settings.quick_pool_mix if quick else None  # full: the game's whole default pool mix
+    groups = opponent_groups(settings.game, mix)
     args = SEPOConfig(
         output_dir=out_dir, use_cpu=not gpu, bf16=gpu, gradient_checkpointing=gpu, report_to="none",
         max_steps=3 if quick else 4,  # one warm-up step, then 2 (quick) or 3 measured steps
         logging_steps=1, save_strategy="no", keep_best_by_safety=False, disable_tqdm=True, seed=0,
-        games=["ipd"], game_params={"ipd": {"num_rounds": 3 if quick else 8}}, pool_mix=mix,
+        games=[settings.game], game_params={settings.game: settings.game_params["quick" if quick else "full"]},
+        pool_mix=mix,
         num_generations=4, per_device_train_batch_size=groups * 4, gradient_accumulation_steps=1,
         max_turn_tokens=8 if quick else 32, max_completion_length=4096, learning_rate=1e-5,
     )

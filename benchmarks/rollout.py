@@ -1,10 +1,10 @@
 """Benchmark batched lock-step rollouts against one-episode-at-a-time generation.
 
 The method's reference implementation generated one sample at a time with HF `generate`, re-encoding the
-conversation every round. Here the same rollout code plays the same IPD episodes (same specs, same sampling
-settings) three ways: as one lock-step batch reusing each round's key/value cache in the next round (ours),
-as one batch re-encoding every round (batching alone), and episode by episode re-encoding every round (the
-reference). The headline ratio is reference / ours; the other two ratios split it into its two causes.
+conversation every round. Here the same rollout code plays the same episodes of the game that
+configs/benchmarks/rollout.yaml names (same specs, same sampling settings) three ways: as one lock-step batch
+reusing each round's key/value cache in the next round (ours), as one batch re-encoding every round (batching
+alone), and episode by episode re-encoding every round (the reference). The headline ratio is reference / ours; the other two ratios split it into its two causes.
 
     python -m benchmarks.rollout [--episodes 64] [--model tiny|default]
     python -m benchmarks.rollout --gpu [--arch llama|qwen3_5|gemma4]   # 4B-shaped, bf16, cuda
@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.settings import game_settings
+from envs import game_spec
 from sepo.backends.cache_layers import build_cache
 from sepo.backends.hf import HFBackend
 from sepo.backends.prefix_cache import PrefixCache, _lcp
@@ -49,7 +51,14 @@ from sepo.tiny_models import ARCHS, build_tiny_model
 
 PROG = "python -m benchmarks.rollout"
 
-OPPONENTS = ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger")
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """The game the rollouts play (configs/benchmarks/rollout.yaml)."""
+
+    game: str
+    rounds_param: str  # the game parameter `rounds` sets
 
 
 def _backend(model: str, gpu: bool, arch: str, vocab_size: int | None = None) -> HFBackend:
@@ -64,10 +73,12 @@ def _backend(model: str, gpu: bool, arch: str, vocab_size: int | None = None) ->
 
 
 def _specs(episodes: int, rounds: int) -> list[EpisodeSpec]:
+    """`episodes` episodes of the settings' game, against its default training pool in turn, alternating seats."""
+    settings = game_settings(RolloutSettings, "rollout")
+    opponents = game_spec(settings.game).pools["training"]
     return [
-        EpisodeSpec(
-            "ipd", {"num_rounds": rounds}, "training", OPPONENTS[i % len(OPPONENTS)], seed=i, seat=i % 2
-        )
+        EpisodeSpec(settings.game, {settings.rounds_param: rounds}, "training", opponents[i % len(opponents)],
+                    seed=i, seat=i % 2)
         for i in range(episodes)
     ]
 
@@ -96,7 +107,7 @@ def run(
     arms: tuple[str, ...] = ARMS,
     backend: HFBackend | None = None,
 ) -> dict[str, Any]:
-    """Time batched vs one-at-a-time rollouts of `episodes` IPD episodes; returns the measurements.
+    """Time batched vs one-at-a-time rollouts of `episodes` episodes; returns the measurements.
 
     reference_episodes: time the one-at-a-time reference on this many episodes only and extrapolate
         linearly to `episodes` (default: all of them on CPU, 4 with --gpu).
@@ -203,7 +214,7 @@ def _last_round(batch: int, rounds: int, turn_tokens: int, seed: int = 0, system
     """A stored lock-step call at the last of `rounds` rounds and the prompts of the call after it: every
     episode shares a system prompt of `system_tokens`, then environment messages of `env_tokens` and model turns
     of 1 to `turn_tokens` tokens, drawn per episode and round (the trained case: turn lengths vary; about 1,400
-    tokens at the 8th round, as IPD's conversations on SmolLM2's tokenizer). Returns `store`'s
+    tokens at the 8th round, as the rollout game's conversations on SmolLM2's tokenizer). Returns `store`'s
     arguments (a key/value cache of one small layer: planning does not depend on the model) and the prompts."""
     rng = random.Random(seed)
     system = [rng.randrange(1000) for _ in range(system_tokens)]
@@ -282,7 +293,7 @@ def bench_planning(quick: bool, gpu: bool) -> dict[str, Any]:
 
 
 def bench(quick: bool, gpu: bool) -> dict[str, Any]:
-    """The suite's rollout part: 64 IPD episodes (quick: 8 short ones)."""
+    """The suite's rollout part: 64 episodes (quick: 8 short ones)."""
     if quick:
         return run(episodes=8, rounds=2, max_new_tokens=8, gpu=gpu, reference_episodes=4 if gpu else None)
     return run(episodes=64, gpu=gpu)
@@ -292,10 +303,10 @@ def bench(quick: bool, gpu: bool) -> dict[str, Any]:
 class RolloutConfig:
     """The keys of `python -m benchmarks.rollout` (command line or `--config` recipe)."""
 
-    episodes: int = field(default=64, metadata={"help": "IPD episodes of the batched arms"})
+    episodes: int = field(default=64, metadata={"help": "episodes of the batched arms"})
     model: str = field(default="tiny", metadata={"help": "a tiny random-weight model or the embedded SmolLM2",
                                                   "choices": ("tiny", "default")})
-    rounds: int = field(default=8, metadata={"help": "IPD rounds per episode"})
+    rounds: int = field(default=8, metadata={"help": "rounds per episode"})
     max_new_tokens: int = field(default=32, metadata={"help": "the token budget of a turn"})
     gpu: bool = field(default=False, metadata={"help": "4B-shaped random bf16 model on cuda"})
     arch: str = field(default="llama", metadata={"help": "the tiny model's architecture", "choices": ARCHS})

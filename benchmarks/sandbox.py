@@ -2,8 +2,8 @@
 against the same games with the same policies in-process (the named baseline, measured in the same run).
 
 Figures: one Car Tag pairing (100 games x 1000 steps, every step played: a circling pursuer never catches a
-fleeing evader) - goal <= 1.5 s; an IPD match of 8-round episodes between two scripted strategies - goal <= 5 ms
-per episode; and the parts of the cost: starting one policy process (bubblewrap, setpriv, Python, numpy,
+fleeing evader) - goal <= 1.5 s; a match of the game configs/benchmarks/sandbox.yaml names (its default
+parameters) between two of its scripted strategies, played as an FMSP domain - goal <= 5 ms per episode; and the parts of the cost: starting one policy process (bubblewrap, setpriv, Python, numpy,
 seccomp) and one pipelined step of both Car Tag policies.
 """
 
@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from benchmarks.settings import game_settings
 from envs import make_game, make_strategy, play_episode
 from envs.base import act_all
 from envs.sandbox import SandboxedPolicy
@@ -51,20 +53,29 @@ def _car_tag(games: int, steps: int) -> dict[str, Any]:
             "overhead_per_step_ms": 1000 * (sandboxed - in_process) / played, "ratio": sandboxed / in_process}  # fmt: skip
 
 
-def _ipd(episodes: int) -> dict[str, Any]:
-    domain = make_domain("ipd", n_episodes=episodes)
-    a, b = (scripted_policy_code("ipd", name, side) for name, side in
-            (("generous_tit_for_tat", "exploiter"), ("tit_for_tat", "cooperator")))  # fmt: skip
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The game match the sandbox plays (configs/benchmarks/sandbox.yaml)."""
+
+    game: str
+    players: list[dict[str, str]]  # two scripted policies: {strategy: a strategy of the game, side: its FMSP side}
+
+
+def _game_match(settings: SandboxSettings, episodes: int) -> dict[str, Any]:
+    """`episodes` episodes between the settings' two scripted strategies, sandboxed and in-process."""
+    game_name = settings.game
+    domain = make_domain(game_name, n_episodes=episodes)
+    a, b = (scripted_policy_code(game_name, p["strategy"], p["side"]) for p in settings.players)
     start = time.perf_counter()
     outcome = Sandbox().play(domain, a, b)
     sandboxed = time.perf_counter() - start
-    game = make_game("ipd")
+    game = make_game(game_name)
     start = time.perf_counter()
     for i in range(episodes):
-        play_episode(game, [make_strategy("ipd", a.name), make_strategy("ipd", b.name)], random.Random(i))
+        play_episode(game, [make_strategy(game_name, a.name), make_strategy(game_name, b.name)], random.Random(i))
     in_process = time.perf_counter() - start
     if not outcome.ok:
-        raise RuntimeError(f"the sandboxed IPD match failed: {outcome.failure_a or outcome.failure_b}")
+        raise RuntimeError(f"the sandboxed {game_name} match failed: {outcome.failure_a or outcome.failure_b}")
     return {"episodes": episodes, "rounds": game.num_rounds, "sandboxed_ms_per_episode": 1000 * sandboxed / episodes,
             "in_process_ms_per_episode": 1000 * in_process / episodes, "ratio": sandboxed / in_process}  # fmt: skip
 
@@ -97,5 +108,7 @@ def bench(quick: bool, gpu: bool) -> dict[str, Any]:
     """The sandbox's cost next to the same games in-process (see the module docstring)."""
     games, steps = (20, 200) if quick else (100, 1000)
     load = os.getloadavg()  # the machine's load when the part starts and ends: these are wall-clock figures
-    figures = {"car_tag": _car_tag(games, steps), "ipd": _ipd(20 if quick else 200), "parts": _parts(100 if quick else 1000)}
+    settings = game_settings(SandboxSettings, "sandbox")
+    figures = {"car_tag": _car_tag(games, steps), settings.game: _game_match(settings, 20 if quick else 200),
+               "parts": _parts(100 if quick else 1000)}
     return {**figures, "load_average_1min": [load[0], os.getloadavg()[0]]}

@@ -72,7 +72,8 @@ def run_variant(runs: Path, name: str, overrides: list[str]) -> dict[str, Any]:
         _run(["eval", "--config", str(RECIPES / "eval.yaml"), "--models", f"SFT={folder / 'sft' / 'merged'}",
               "--output_dir", str(folder / "fmt"), "--episodes_per_opponent", "5", "--seed", str(DEV_SEED)],
              folder / "eval.log")  # fmt: skip
-    result = json.loads(results.read_text())["results"]["SFT"]["ipd"]
+    (game,) = yaml.safe_load((RECIPES / "eval.yaml").read_text())["games"]  # the quick start evaluates one game
+    result = json.loads(results.read_text())["results"]["SFT"][game]
     failure = result["metrics"]["parse_failure_rate"]
     return {"variant": name, "overrides": overrides, "sft_s": json.loads(timing.read_text())["sft_s"],
             "strict_rate": 1 - failure["value"], "ci": [1 - failure["ci"][1], 1 - failure["ci"][0]],

@@ -2,19 +2,21 @@
 
 Parts (each a function returning a dict of figures):
   rollout   batched lock-step rollouts vs one-episode-at-a-time generation (benchmarks/rollout.py;
-            64 IPD episodes on a tiny model, or a 4B-shaped bf16 random-weight model with --gpu) - goal >= 10x;
+            64 episodes on a tiny model, or a 4B-shaped bf16 random-weight model with --gpu) - goal >= 10x;
   planning  the KV prefix cache's planning of a call at batch 32 to 256, turn lengths varying, keyed rows
             against the planner that searched every row (benchmarks/rollout.py --planning);
   overhead  SEPO's own share of a SEPO-GRPO step (games, opponents, parsing, chat rendering, rewards,
             advantages) next to generation and the model's forward/backward/optimizer - goal <= 5%;
   engine    the rollout engine's own microseconds per episode-decision with an instant replay backend and
             SmolLM2's tokenizer, 256 episodes of every game, split by phase (benchmarks/engine.py), against
-            the straightforward reference - goal <= 50 us for IPD;
-  envs      IPD engine vs Axelrod 4.13.1, exact Kuhn exploitability vs OpenSpiel (benchmarks/games.py);
+            the straightforward reference - goal <= 50 us for the baseline game;
+  envs      each game's engine against the reference library it is checked against: matches vs Axelrod
+            4.13.1, exact exploitability vs OpenSpiel (benchmarks/games.py);
   car_tag   one FMSP Car Tag pairing: 100 games x 1000 steps, vectorised vs the one-game-at-a-time scalar
             reference (extrapolated) - goal <= 1 s;
-  sandbox   the same Car Tag pairing and an IPD match with both policies in sandboxed processes vs in-process
-            (benchmarks/sandbox.py) - goals <= 1.5 s and <= 5 ms per IPD episode.
+  sandbox   the same Car Tag pairing and a game match with both policies in sandboxed processes vs in-process
+            (benchmarks/sandbox.py) - goals <= 1.5 s and <= 5 ms per episode.
+The games each part plays are settings (configs/benchmarks/<part's module>.yaml) or every registered game.
 Every run appends one JSON line (date, machine, git sha, figures) to `--out` (default
 benchmarks/results.jsonl) and regenerates RESULTS.md next to it.
 """
@@ -32,7 +34,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+import envs
 from benchmarks import car_tag, engine, games, overhead, rollout, sandbox
+from benchmarks.settings import game_settings
 from sepo.files import write_jsonl_atomic, write_text_atomic
 from sepo.provenance import git_sha, machine_info
 from sepo.recipes import RecipeParser
@@ -62,11 +66,17 @@ RUNNERS: dict[str, Callable[[bool, bool], dict[str, Any]]] = {
 # table, results file, RESULTS.md
 
 
+def _title(game: str) -> str:
+    """A game's name as tables write it (its registration's title)."""
+    return envs.game_spec(game).title
+
+
 def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(benchmark, ours, named baseline, ratio, goal) rows of the figures that were measured."""
     out = []
     if r := figures.get("rollout"):
-        out.append((f"rollouts: {r['episodes']} IPD episodes, {r['model']} on {r['device']}",
+        played = _title(game_settings(rollout.RolloutSettings, "rollout").game)
+        out.append((f"rollouts: {r['episodes']} {played} episodes, {r['model']} on {r['device']}",
                     f"{r['batched_s']:.2f} s batched lock-step", f"{r['one_at_a_time_s']:.2f} s one at a time (HF "
                     "generate per episode)", f"{r['speedup']:.1f}x",
                     "speedup >= 10x" if r["device"] == "cpu" else "speedup >= 30x"))
@@ -100,35 +110,37 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                         f"{arm['roofline_tokens_per_s']:.0f} tokens/s memory roofline ({r['bandwidth_tb_s']:g} TB/s)",
                         f"{100 * arm['roofline_fraction']:.0f}%", ">= 30%" if arm["batch"] > 1 else "-"))
     if r := figures.get("engine"):
+        # the baseline game: the one whose cost the others are a ratio to (lines since the ratio goals), else the
+        # settings' baseline (the one the absolute goal was for)
+        base = next((k[3:] for k in r if k.startswith("vs_")), None)
+        ratios = base is not None
+        base = base or engine.engine_settings().baseline
         for game, g in r["games"].items():
             split = ", ".join(f"{p} {v:.1f}" for p, v in g["warm"]["split_us"].items())
             ours = f"{g['warm']['us_per_decision']:.1f} us/decision ({g['cold']['us_per_decision']:.0f} cold)"
-            if "vs_ipd" in r and game != "ipd":  # the goal as a ratio in the same run (lines since the ratio goals)
+            if ratios and game != base:  # the goal as a ratio in the same run
                 out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})", ours,
-                            f"{r['games']['ipd']['warm']['us_per_decision']:.1f} us IPD", f"{r['vs_ipd'][game]:.1f}x",
-                            f"<= {r['goal_vs_ipd']:g}x IPD"))
+                            f"{r['games'][base]['warm']['us_per_decision']:.1f} us {_title(base)}",
+                            f"{r[f'vs_{base}'][game]:.1f}x", f"<= {r[f'goal_vs_{base}']:g}x {_title(base)}"))
             else:
                 out.append((f"engine cost, {game} ({r['episodes']} episodes; us: {split})", ours, "-", "-",
-                            f"<= {r['goal_us']:g} us" if game == "ipd" and "vs_ipd" not in r else "-"))
+                            f"<= {r['goal_us']:g} us" if game == base and not ratios else "-"))
         if ref := r.get("reference"):
             goal = f">= {r['goal_reference_speedup']:g}x" if "goal_reference_speedup" in r else "-"
             out.append((f"  engine vs straightforward reference ({ref['game']}, {ref['episodes']} episodes)",
                         f"{r['games'][ref['game']]['warm']['us_per_decision']:.1f} us/decision",
                         f"{ref['us_per_decision']:.0f} us/decision reference", f"{ref['speedup']:.0f}x", goal))
     if r := figures.get("envs"):
-        ipd, kuhn = r["ipd"], r["kuhn"]
-        out.append((f"IPD {ipd['turns']}-turn match", f"{ipd['ours_ms_per_match']:.3f} ms",
-                    f"{ipd['axelrod_ms_per_match']:.3f} ms Axelrod", f"{ipd['speedup']:.1f}x", "-"))
-        out.append(("Kuhn exact exploitability", f"{kuhn['ours_ms_per_call']:.3f} ms",
-                    f"{kuhn['openspiel_ms_per_call']:.3f} ms OpenSpiel", f"{kuhn['speedup']:.1f}x", "-"))
+        out.extend(games.suite_rows(r, _title))
     if r := figures.get("car_tag"):
         out.append((f"Car Tag pairing {r['games']} x {r['max_steps']} steps", f"{r['pairing_s']:.3f} s",
                     f"{r['scalar_reference_s']:.2f} s scalar reference", f"{r['speedup']:.1f}x", "<= 1 s"))
     if r := figures.get("sandbox"):
-        c, i, p = r["car_tag"], r["ipd"], r["parts"]
+        game = next(k for k in r if k in envs.GAMES)  # the game match's figures sit under the game's name
+        c, i, p = r["car_tag"], r[game], r["parts"]
         out.append((f"Car Tag pairing {c['games']} x {c['steps']} steps, both policies sandboxed", f"{c['sandboxed_s']:.3f} s",
                     f"{c['in_process_s']:.3f} s in-process", f"{c['ratio']:.1f}x", "<= 1.5 s"))
-        out.append((f"IPD episode ({i['rounds']} rounds), both sandboxed, over {i['episodes']} episodes",
+        out.append((f"{_title(game)} episode ({i['rounds']} rounds), both sandboxed, over {i['episodes']} episodes",
                     f"{i['sandboxed_ms_per_episode']:.2f} ms", f"{i['in_process_ms_per_episode']:.3f} ms in-process",
                     f"{i['ratio']:.0f}x", "<= 5 ms"))
         out.append(("  sandbox start-up, one policy process / one pipelined step of two", f"{p['start_s']:.3f} s",

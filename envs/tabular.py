@@ -127,21 +127,11 @@ class TabularGame(Protocol):
         policy's seat."""
 
 
-# Which module holds each game's exact analysis, until the registrations are wired (`GameSpec.exact`, read with
-# `envs.game_spec`): then this table goes and `exact_module` reads the registration alone.
-_EXACT_MODULES: dict[str, str] = {"kuhn": "envs.kuhn_tabular", "ipd": "envs.ipd_exact",
-                                  "negotiation": "envs.negotiation_exact"}
-
-
 def exact_module(game: str) -> str | None:
     """The module holding `game`'s exact analysis, as its registration declares it (None: the game has none)."""
     import envs
 
-    spec = getattr(envs, "game_spec", None)
-    if spec is not None:
-        return spec(game).exact
-    envs._check_game(game)
-    return _EXACT_MODULES.get(game)
+    return envs.game_spec(game).exact
 
 
 def analysis(game: str) -> TabularGame | None:

@@ -9,7 +9,7 @@ from dataclasses import asdict
 import pytest
 
 import envs
-from benchmarks.engine import GAME_ANSWERS, InstantReplayBackend, reference_play, specs_for
+from benchmarks.engine import InstantReplayBackend, game_answers, reference_play, specs_for
 from sepo.generation import SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import play_episodes
@@ -34,7 +34,7 @@ def _renderer(name: str) -> ChatRenderer:
 
 
 def _answers(game: str) -> list[str]:
-    answers = list(GAME_ANSWERS[game])
+    answers = list(game_answers(game))
     last = answers[0].splitlines()[-1]
     return answers + [a.format(last=last) for a in EXTRA]
 

@@ -10,14 +10,14 @@ import random
 import pytest
 
 from benchmarks import games as bench_games
-from benchmarks.games import AXELROD_TWINS
 from envs import IllegalActionError, make_game, make_strategy, play_episode, strategy_registry
 from envs.ipd import COOPERATE, DEFECT, IteratedPrisonersDilemma
 
 C, D = COOPERATE, DEFECT
 
 # Our deterministic strategies and their Axelrod 4.13.1 twins (alternating_defect has no exact twin): one table,
-# shared with the benchmark that times the same pairs.
+# the settings of the benchmark that times the same pairs (configs/benchmarks/games.yaml).
+AXELROD_TWINS = bench_games.games_settings().matches().twins
 
 
 def play(a: str, b: str, seed: int = 0, **game_params) -> tuple[list[tuple[str, str]], tuple[float, float]]:

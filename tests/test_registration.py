@@ -46,6 +46,23 @@ REGISTRATION_CONSUMERS = (
     "fmsp/export.py",
     "fmsp/config.py",
     "benchmarks/syscalls.py",
+    # the benchmarks (their games: configs/benchmarks/*.yaml or the registry)
+    "benchmarks/__init__.py",
+    "benchmarks/__main__.py",
+    "benchmarks/behaviour.py",
+    "benchmarks/car_tag.py",
+    "benchmarks/engine.py",
+    "benchmarks/exact_eval.py",
+    "benchmarks/games.py",
+    "benchmarks/organism_step.py",
+    "benchmarks/overhead.py",
+    "benchmarks/rollout.py",
+    "benchmarks/sandbox.py",
+    "benchmarks/sandbox_bounds.py",
+    "benchmarks/settings.py",
+    "benchmarks/sft_format.py",
+    "benchmarks/startup.py",
+    "benchmarks/suite.py",
 )
 
 # words of identifiers, strings and comments alike: `lm_kuhn`, `KuhnPoker`, "SEPO-IPD-v0" and "Kuhn's" all hold

@@ -1,14 +1,17 @@
-"""Where `sepo eval --config configs/eval/kuhn.yaml --models Base=default --episodes_per_opponent 1` spends its
-time, and the exact phase's action scoring against the implementation it replaced.
+"""Where `sepo eval` of one game's exact evaluation spends its time, and the exact phase's action scoring against
+the implementation it replaced.
 
-The command has three phases: the rollouts (6 opponents x 1 episode of 6 hands, one lock-step batch), the
-exact phase's reasoning samples (12 information sets x 4 samples) and the scoring of every legal action after
-each sample. The scoring is timed twice on the same prompts and choices: `score_actions` as it is (each prompt
-encoded once, every tokenisation of every action scored on a copy of its key/value cache) and the previous
-implementation, kept here as the named baseline (every tokenisation of every action appended to the prompt and
-the whole sequence encoded, 32 sequences per pass). Both must give the same probabilities (checked).
+The game, its `sepo eval` recipe and the output file are settings (configs/benchmarks/exact_eval.yaml; the game
+must have an exact analysis, `GameSpec.exact`). The timed command is `sepo eval --config <its recipe> --models
+Base=default --episodes_per_opponent 1`, in three phases: the rollouts (every pool opponent x 1 episode, one
+lock-step batch), the exact phase's reasoning samples (every decision state x the recipe's rationale samples) and
+the scoring of every legal action after each sample. The scoring is timed twice on the same prompts and choices:
+`score_actions` as it is (each prompt encoded once, every tokenisation of every action scored on a copy of its
+key/value cache) and the previous implementation, kept here as the named baseline (every tokenisation of every
+action appended to the prompt and the whole sequence encoded, 32 sequences per pass). Both must give the same
+probabilities (checked).
 
-    python -m benchmarks.kuhn_eval [--threads 1] [--out benchmarks/kuhn_eval.json]
+    python -m benchmarks.exact_eval [--threads 1] [--settings configs/benchmarks/exact_eval.yaml] [--out FILE]
 
 One torch thread by default: on small shared machines OpenMP spin-waiting otherwise dominates the timings.
 """
@@ -24,20 +27,30 @@ from typing import Any
 
 import torch
 
-from envs.tabular import analysis
+from benchmarks.settings import load_settings, settings_path
+from envs.tabular import exact_games
 from sepo.backends.hf_decoding import action_variants, score_actions
+from sepo.checks import UsageError
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import batches, play_batch, units
 from sepo.eval.evaluate import load_backend
-from sepo.eval.exact import reasoning_prompts
+from sepo.eval.exact import reasoning_prompts, require
 from sepo.files import write_json_atomic
 from sepo.pools import POOL_NAMES, load_pools
 from sepo.provenance import git_sha, machine_info
 from sepo.recipes import RecipeParser
 from sepo.subcommands import report_usage_errors
 
-DEFAULT_OUT = Path("benchmarks/kuhn_eval.json")
-PROG = "python -m benchmarks.kuhn_eval"
+PROG = "python -m benchmarks.exact_eval"
+
+
+@dataclass(frozen=True)
+class ExactEvalSettings:
+    """Which game's exact evaluation is timed (configs/benchmarks/exact_eval.yaml)."""
+
+    game: str  # a registered game with an exact analysis
+    eval_config: str  # its `sepo eval` recipe, quoted in the record's command
+    out: str  # the record's default path
 
 
 @torch.no_grad()
@@ -63,23 +76,26 @@ def reencode_scores(model: Any, tokenizer: Any, prompts: list[list[int]], choice
     return [torch.softmax(torch.tensor(row, dtype=torch.float64), 0).tolist() for row in out]
 
 
-def bench(threads: int = 1) -> dict[str, Any]:
-    """Time the three phases of the command's work and the scoring baseline; returns the figures."""
+def bench(settings: ExactEvalSettings, threads: int = 1) -> dict[str, Any]:
+    """Time the three phases of the command's work on the settings' game and the scoring baseline; returns the
+    figures."""
+    game = settings.game
+    states = require(game).states(None)
     torch.set_num_threads(threads)
-    cfg = EvalConfig(models=["default"], games=["kuhn"], episodes_per_opponent=1, progress=False)
+    cfg = EvalConfig(models=["default"], games=[game], episodes_per_opponent=1, progress=False)
     backend, renderer = load_backend("default", cfg)
     sampling = cfg.sampling()
-    pools = load_pools("kuhn")
+    pools = load_pools(game)
     factories = {n: (lambda n=n: pools.make(n)) for pool in POOL_NAMES for n in pools.names(pool)}
-    (batch,) = batches(units("kuhn", pools), 1, cfg.batch_episodes)
+    (batch,) = batches(units(game, pools), 1, cfg.batch_episodes)
     start = time.perf_counter()
     rows = play_batch(batch, 1, cfg.seed, {}, backend, renderer, sampling, factories)
     rollout_s = time.perf_counter() - start
 
+    samples = getattr(cfg, f"{game}_rationale_samples")  # the eval recipe's key, as sepo.eval.evaluate reads it
     start = time.perf_counter()
-    scored = [p.ids for s in range(cfg.kuhn_rationale_samples)
-              for p in reasoning_prompts(backend, renderer, sampling, s, "kuhn")]
-    legal = [list(s.legal) for s in analysis("kuhn").states(None)] * cfg.kuhn_rationale_samples
+    scored = [p.ids for s in range(samples) for p in reasoning_prompts(backend, renderer, sampling, s, game)]
+    legal = [list(s.legal) for s in states] * samples
     samples_s = time.perf_counter() - start
     eot, model, tok = renderer.end_of_turn_id, backend.model, backend.tokenizer
     start = time.perf_counter()
@@ -91,7 +107,7 @@ def bench(threads: int = 1) -> dict[str, Any]:
     max_diff = max(abs(a - b) for r1, r2 in zip(ours, reference) for a, b in zip(r1, r2))
     continuations = sum(len(action_variants(tok, p, a)) for p, acts in zip(scored, legal) for a in acts)
     return {
-        "command": "sepo eval --config configs/eval/kuhn.yaml --models Base=default --episodes_per_opponent 1",
+        "command": f"sepo eval --config {settings.eval_config} --models Base=default --episodes_per_opponent 1",
         "threads": threads,
         "rollout_s": rollout_s,
         "rollout_decisions": sum(len(r["turns"]) for unit_rows in rows.values() for r in unit_rows),
@@ -107,21 +123,28 @@ def bench(threads: int = 1) -> dict[str, Any]:
 
 
 @dataclass
-class KuhnEvalConfig:
-    """The keys of `python -m benchmarks.kuhn_eval` (command line or `--config` recipe)."""
+class ExactEvalConfig:
+    """The keys of `python -m benchmarks.exact_eval` (command line or `--config` recipe)."""
 
     threads: int = field(default=1, metadata={"help": "torch intra-op CPU threads"})
-    out: str = field(default=str(DEFAULT_OUT), metadata={"help": "where the figures are written (JSON)"})
+    settings: str = field(default=str(settings_path("exact_eval")),
+                          metadata={"help": "the game, its eval recipe and the default output (YAML)"})
+    out: str = field(default="", metadata={"help": "where the figures are written (JSON); default: the settings' out"})
 
 
 def parser() -> RecipeParser:
-    """The command line of the Kuhn evaluation benchmark."""
-    return RecipeParser((KuhnEvalConfig,), prog=PROG, description=__doc__.splitlines()[0])
+    """The command line of the exact evaluation benchmark."""
+    return RecipeParser((ExactEvalConfig,), prog=PROG, description=__doc__.split("\n\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
-    figures = bench(args.threads)
+    settings = load_settings(ExactEvalSettings, args.settings)
+    if settings.game not in exact_games():
+        raise UsageError(f"{args.settings}: game {settings.game!r} has no exact analysis (games with one: "
+                         f"{', '.join(exact_games())})")
+    args.out = args.out or settings.out
+    figures = bench(settings, args.threads)
     write_json_atomic(Path(args.out), {"git_sha": git_sha(), "machine": machine_info(),
                                  "load_average_1min": os.getloadavg()[0], **figures})
     total = figures["rollout_s"] + figures["exact_samples_s"] + figures["scoring_s"]
