@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType as MappingProxy
 from typing import Any
 
+from envs import make_game
 from envs.base import Strategy, View
 from envs.ipd import ACTIONS, COOPERATE, DEFECT, IteratedPrisonersDilemma
 from envs.repeated_exact import BackwardInduction, joint_messages
@@ -261,7 +262,6 @@ class PlaysBestResponse(Strategy):
 
 
 def _game(params: Params) -> IteratedPrisonersDilemma:
-    from envs import make_game
 
     return make_game("ipd", **dict(params or {}))  # type: ignore[return-value]
 

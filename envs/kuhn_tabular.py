@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from envs import make_game
 from envs.base import Strategy
 from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState, actions_at
 from envs.kuhn_exact import both_responses, expected_hand, exploitability, game_value, validate_policy
@@ -21,7 +22,6 @@ from envs.tabular import DecisionState, Expectation, Messages, Params, Response,
 
 
 def _game(params: Params) -> KuhnPoker:
-    from envs import make_game
 
     return make_game("kuhn", **dict(params or {}))  # type: ignore[return-value]
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envs import make_game
 from envs.base import Strategy, View
 from envs.negotiation import SingleIssueNegotiation
 from envs.repeated_exact import BackwardInduction, joint_messages
@@ -182,7 +183,6 @@ MAX_HISTORIES = MAX_STATES  # the IPD exact phase's budget at its bound: what on
 
 def game_of(game_params: Params) -> SingleIssueNegotiation:
     """The single-issue negotiation game of `game_params`."""
-    from envs import make_game
 
     return make_game("negotiation", **dict(game_params or {}))  # type: ignore[return-value]
 

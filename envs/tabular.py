@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import envs
 from envs.base import Strategy
 
 Table = Mapping[str, Any]  # state key -> the game's row (a distribution over the legal actions, or P(first))
@@ -129,7 +130,6 @@ class TabularGame(Protocol):
 
 def exact_module(game: str) -> str | None:
     """The module holding `game`'s exact analysis, as its registration declares it (None: the game has none)."""
-    import envs
 
     return envs.game_spec(game).exact
 
@@ -142,7 +142,6 @@ def analysis(game: str) -> TabularGame | None:
 
 def exact_games() -> list[str]:
     """The registered games that have an exact analysis, in registry order."""
-    import envs
 
     return [game for game in envs.GAMES if exact_module(game) is not None]
 
