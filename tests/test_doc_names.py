@@ -1,7 +1,7 @@
 """Every module, function, class, file, make target and command the documentation names exists.
 
-Scanned: README.md and docs/**/*.md (backticked spans in the prose; every line of fenced code blocks), and the
-comments of the recipes under configs/. What is checked:
+Scanned: README.md and docs/**/*.md (backticked spans; the prose around them, for names and paths only; every line
+of fenced code blocks), and the comments of the recipes under configs/. What is checked:
 
 - dotted names rooted at a project package (`sepo.grpo.train.train`, `envs.base.View`, `fmsp.fm.ScriptedFM`,
   `benchmarks.record`; a call's arguments dropped): the longest importable module prefix is imported and the
@@ -59,6 +59,7 @@ EXPECTED_ABSENT = {
 FILE_SUFFIXES = {".py", ".md", ".json", ".jsonl", ".yaml", ".yml", ".png", ".sh", ".sbatch", ".txt", ".toml", ".csv"}
 
 _SPAN = re.compile(r"`([^`\n]+)`")
+_LINK_TARGET = re.compile(r"\]\([^)]*\)")  # a link's target: test_docs.py checks links
 _FENCE = re.compile(r"^\s*(```|~~~)\s*(\w*)")
 _DOTTED = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
 _PATH = re.compile(rf"(?<![\w./~$-])((?:{'|'.join(TOP_FOLDERS)})/[^\s`'\"),;\]]*)")
@@ -70,8 +71,8 @@ _PY_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+([\w\s,()]+)|import\
 
 @dataclass(frozen=True)
 class Mention:
-    """A piece of documentation text and where it is: the text is a backticked span, a fenced line or a
-    recipe comment; `code` is the fence's language (None outside a fence)."""
+    """A piece of documentation text and where it is: the text is a backticked span (`code` None), a prose line
+    outside its spans ("prose"), a fenced line (the fence's language) or a recipe comment (None)."""
 
     where: str
     text: str
@@ -79,7 +80,8 @@ class Mention:
 
 
 def page_mentions(page: Path) -> Iterator[Mention]:
-    """The backticked spans of `page`'s prose and the lines of its fenced blocks (continuations joined)."""
+    """The backticked spans of `page`'s prose, each prose line without them (and without link targets), and the
+    lines of its fenced blocks (continuations joined)."""
     lines = page.read_text(encoding="utf-8").splitlines()
     fence: str | None = None
     pending, start = "", 0
@@ -92,6 +94,7 @@ def page_mentions(page: Path) -> Iterator[Mention]:
         if fence is None:
             for span in _SPAN.findall(line):
                 yield Mention(where, span)
+            yield Mention(where, _LINK_TARGET.sub("]", _SPAN.sub(" ", line)), code="prose")
             continue
         if not pending:
             start = number
@@ -307,6 +310,10 @@ def mention_problems(mention: Mention, skipped: set[str]) -> list[str]:
                 if m.group(1) else [m.group(3)]
             problems += [p for n in names if (p := name_problem(n, skipped))]
         return problems
+    if mention.code == "prose":  # outside backticks: names and paths, not commands (`make` is an English word)
+        problems += [p for n in _DOTTED.findall(text) if (p := name_problem(n, skipped))]
+        problems += [p for path in _PATH.findall(text) if (p := path_problem(path))]
+        return problems
     if mention.code in (None, "bash", "sh", "text"):
         problems += [p for n in _DOTTED.findall(text) if (p := name_problem(n, skipped))]
         problems += [p for path in _PATH.findall(text) if (p := path_problem(path))]
@@ -353,6 +360,13 @@ def test_a_broken_name_is_reported(broken: str, found: str):
     (span,) = _SPAN.findall(broken)
     problems = mention_problems(Mention("here", span), set())
     assert any(found in p for p in problems), problems
+
+
+def test_prose_outside_backticks_is_checked_for_names_and_paths_only():
+    """A dotted name or a path in plain prose is checked; English words after "make" or "sepo" are not commands."""
+    problems = mention_problems(Mention("here", "see sepo.grpo.train.nothing, envs/nothing.py; make the sepo better",
+                                        code="prose"), set())  # fmt: skip
+    assert len(problems) == 2 and "sepo.grpo.train.nothing" in problems[0] and "envs/nothing.py" in problems[1]
 
 
 def test_every_name_a_doc_gives_exists():
