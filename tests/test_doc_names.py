@@ -49,8 +49,9 @@ PACKAGES = ("sepo", "envs", "fmsp", "benchmarks", "tests")
 TOP_FOLDERS = ("sepo", "envs", "fmsp", "benchmarks", "configs", "launch", "tests", "docs", "sft_data")
 CLIS = {"sepo": SEPO_COMMANDS, "fmsp": FMSP_COMMANDS}
 GLOBAL_OPTIONS = {"--version", "--debug", "--help", "-h"}  # sepo.subcommands.dispatch's own
-# extras a name may need that a given install can lack (pyproject's optional dependencies beyond dev)
-OPTIONAL_EXTRAS = {"vllm", "textarena", "pettingzoo", "openenv", "openenv_core", "gymnasium", "deepspeed", "wandb"}
+# the import names of pyproject's optional extras (gpu, fmsp, interop, deepspeed), which an install can lack
+OPTIONAL_EXTRAS = {"vllm", "sentence_transformers", "openai", "pettingzoo", "gymnasium", "textarena", "openenv",
+                   "deepspeed"}
 # what a page names that does not exist yet, and why: records not written yet (the page says so), and the names
 # docs/extending.md takes from work in flight on other branches. Each must indeed be absent; once it exists the
 # test says to drop it here.
