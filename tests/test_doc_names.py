@@ -59,9 +59,16 @@ NOT_YET = {
     "benchmarks/lm_kuhn/results.json": "docs/lm_kuhn.md: the study has not been recorded yet",
     "benchmarks/gpu/gpu_check.json": "docs/performance.md: GPU figures: none yet",
     "benchmarks/gpu/results.jsonl": "docs/performance.md: how to record the GPU figures",
-    "envs/tabular.py": "docs/extending.md: the exact-analysis protocol, branch exact",
+    "envs.game_spec": "docs/extending.md: the game registry, branch reg",
     "tests/test_registration.py": "docs/extending.md: the game registry's guard, branch reg",
+    "envs/tabular.py": "docs/extending.md: the exact-analysis protocol, branch exact",
+    "envs/kuhn_tabular.py": "docs/extending.md: Kuhn's analysis apart from its rules, branch exact",
+    "tests/test_tabular.py": "docs/extending.md: the protocol's guard, branch exact",
+    "envs/bertrand.py": "docs/extending.md: the worked example, branch bertrand",
+    "envs/strategies/bertrand.py": "docs/extending.md: the worked example, branch bertrand",
+    "envs/bertrand_exact.py": "docs/extending.md: the worked example, branch bertrand",
     "sepo.backends.ENGINES": "docs/extending.md: the engine registry, branch engines",
+    "tests/test_backends_registry.py": "docs/extending.md: the engine registry's guard, branch engines",
 }
 FILE_SUFFIXES = {".py", ".md", ".json", ".jsonl", ".yaml", ".yml", ".png", ".sh", ".sbatch", ".txt", ".toml", ".csv"}
 
