@@ -5,20 +5,38 @@ The command runs to completion (a failure records nothing and exits with its cod
 holds the command line, its wall time, the machine, git commit, date and load average, plus the content of
 every `--copy` file (JSON parsed, anything else as text), and `DIR/RESULTS.md` shows the same with every copied
 markdown file inlined. The Makefile's `figures-*` targets are the commands behind the README's figures.
+
+The options before `--` are read by the project's one recipe parser (`sepo.recipes.RecipeParser`, the keys of
+`RecordConfig`); DIR, given first, is `--out_dir`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sepo.checks import UsageError
 from sepo.provenance import load_average, write_record
+from sepo.recipes import RecipeParser
+from sepo.subcommands import report_usage_errors
+
+PROG = "python -m benchmarks.record"
+
+
+@dataclass
+class RecordConfig:
+    """The keys of `python -m benchmarks.record` (before `--`; the command to run follows it)."""
+
+    out_dir: str = field(metadata={"help": "the record's folder (or DIR, the first word)"})
+    title: str = field(metadata={"help": "the record's title"})
+    copy: list[str] = field(default_factory=list, metadata={
+        "help": "an output file of the command, recorded with it (repeat for several)", "repeatable": True})
 
 
 def record(out_dir: Path, title: str, command: list[str], copies: list[Path]) -> int:
@@ -44,20 +62,15 @@ def record(out_dir: Path, title: str, command: list[str], copies: list[Path]) ->
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        print(__doc__, file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.record", description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--title", required=True)
-    parser.add_argument("--copy", type=Path, action="append", default=[], help="an output file of the command")
-    args = parser.parse_args(argv[:split])
-    command = argv[split + 1 :]
+    split = argv.index("--") if "--" in argv else len(argv)
+    options, command = argv[:split], argv[split + 1 :]
+    if options and not options[0].startswith("-"):
+        options = ["--out_dir", *options]  # `DIR --title T ...`, as the Makefile writes it
+    (args,) = RecipeParser((RecordConfig,), prog=PROG, description=__doc__.splitlines()[0]).parse(options)
     if not command:
-        parser.error("no command after --")
-    return record(args.out_dir, args.title, command, args.copy)
+        raise UsageError(f"no command after --: {PROG} DIR --title T [--copy FILE ...] -- COMMAND ...")
+    return record(Path(args.out_dir), args.title, command, [Path(p) for p in args.copy])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

@@ -14,7 +14,6 @@ calls each worker makes after it loads that filter are counted per workload. Roo
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -23,9 +22,11 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from fmsp.domains.sepo_games import scripted_policy_code
 from fmsp.sandbox import Sandbox
 from sepo.files import write_json_atomic
 from sepo.pools import load_pool_dir
+from sepo.recipes import RecipeParser
+from sepo.subcommands import report_usage_errors
 
 OUT = Path(__file__).parent / "syscalls" / "observed.json"
 _CALL = re.compile(r"^(\w+)\((.*)")
@@ -219,10 +222,19 @@ def observe() -> dict[str, Any]:
     return record
 
 
+PROG = "python -m benchmarks.syscalls"
+
+
+@dataclass
+class SyscallsConfig:
+    """The keys of `python -m benchmarks.syscalls` (command line or `--config` recipe)."""
+
+    out: str = field(default=str(OUT), metadata={"help": "where to write the record"})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.syscalls", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(OUT), help="where to write the record")
-    args = parser.parse_args(argv)
+    (args,) = RecipeParser((SyscallsConfig,), prog=PROG, description=__doc__.split("\n")[0]).parse(
+        sys.argv[1:] if argv is None else argv)
     record = observe()
     write_json_atomic(Path(args.out), record)
     print(f"{len(record['union'])} system calls over {len(record['workloads'])} workloads -> {args.out}")
@@ -230,4 +242,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_usage_errors(PROG, main))

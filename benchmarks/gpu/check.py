@@ -54,7 +54,6 @@ shape, not the goals.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
 import os
@@ -64,14 +63,16 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sepo.files import write_json_atomic, write_jsonl_atomic
 from sepo.generation import Prompt, SamplingSpec
 from sepo.provenance import git_sha, machine_info
+from sepo.recipes import RecipeParser  # transformers' argument parser: on the device
+from sepo.subcommands import report_usage_errors
 
 # Imports of torch, transformers, trl, peft and of the project modules that load them (sepo.tiny_models,
 # sepo.grpo, sepo.backends.hf, benchmarks.rollout / overhead / suite) sit in the functions that use them, each
@@ -596,10 +597,33 @@ def missed_goals(by_part: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+PROG = "python benchmarks/gpu/check.py"
+
+
+@dataclass
+class GPUCheckConfig:
+    """The keys of the check's command line (read by the project's recipe parser; `--git-sha` and `--git_sha`
+    are the same flag)."""
+
+    out: str = field(default_factory=lambda: os.environ.get("OUT", "."),
+                     metadata={"help": "folder for the JSON files (default $OUT, else the working directory)"})
+    tiny: bool = field(default=False, metadata={"help": "tiny model and sizes (with --cpu: the smoke test)"})
+    cpu: bool = field(default=False, metadata={"help": "run on the CPU (only with --tiny)"})
+    git_sha: str | None = field(default=None, metadata={
+        "help": "the commit measured (default: git rev-parse, if git is there)"})
+    budget_s: float = field(default=BUDGET_S, metadata={"help": "no part starts after this many seconds"})
+    parts: str | None = field(default=None, metadata={
+        "help": "run these parts, comma-separated, in this order (default every part, in order of value): "
+                f"{', '.join(p.name for p in parts())}"})
+    step_arch: Literal["auto", "qwen3_5", "llama", "gemma4"] = field(default="auto", metadata={
+        "help": "the architecture of the grpo_step part (auto: the recipe's Qwen 3.5 where its linear attention "
+                "runs fast kernels, else the 4B Llama shape, stated)"})
+
+
 class Check:
     """The run's state and its two files, rewritten whole (atomically) at every change."""
 
-    def __init__(self, args: argparse.Namespace, found: dict[str, str], cuda: bool, start: float,
+    def __init__(self, args: GPUCheckConfig, found: dict[str, str], cuda: bool, start: float,
                  kernels: dict[str, Any]):
         self.args, self.cuda, self.start = args, cuda, start
         self.out = Path(args.out)
@@ -761,18 +785,8 @@ class Check:
 
 def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON files (default $OUT)")
-    parser.add_argument("--tiny", action="store_true", help="tiny model and sizes (with --cpu: the smoke test)")
-    parser.add_argument("--cpu", action="store_true", help="run on the CPU (only with --tiny)")
-    parser.add_argument("--git-sha", default=None, help="the commit measured (default: git rev-parse, if git is there)")
-    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="no part starts after this (default 360)")
-    parser.add_argument("--parts", default=None, help="run these parts, in this order (default every part, in order of value): "
-                        f"{', '.join(p.name for p in parts())}")
-    parser.add_argument("--step-arch", default="auto", choices=("auto", "qwen3_5", "llama", "gemma4"),
-                        help="the architecture of the grpo_step part (default auto: the recipe's Qwen 3.5 where "
-                             "its linear attention runs fast kernels, else the 4B Llama shape, stated)")
-    args = parser.parse_args(argv)
+    (args,) = RecipeParser((GPUCheckConfig,), prog=PROG, description=__doc__.splitlines()[0]).parse(
+        sys.argv[1:] if argv is None else argv)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # every line out at once, even through a pipe
     try:
@@ -826,4 +840,4 @@ def report(check: Check) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_usage_errors(PROG, main))

@@ -38,7 +38,7 @@ from sepo.pools import POOL_NAMES
 from sepo.recipes import fall_back_to_fp32
 
 ADVANTAGE_MODES = ("per_round", "episode")
-# How the policy-gradient loss is normalised across groups (sepo.grpo.loss_scale): "training_tokens" divides by
+# How the policy-gradient loss is normalised across groups (sepo.grpo.scoring.training_token_scale): "training_tokens" divides by
 # the training groups' tokens, so the payoff gradient does not shrink as an arm adds penalty groups;
 # "all_tokens" is TRL's dapo normaliser as it is (every token of the generation batch).
 LOSS_SCALES = ("training_tokens", "all_tokens")
