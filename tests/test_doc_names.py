@@ -52,23 +52,12 @@ GLOBAL_OPTIONS = {"--version", "--debug", "--help", "-h"}  # sepo.subcommands.di
 # the import names of pyproject's optional extras (gpu, fmsp, interop, deepspeed), which an install can lack
 OPTIONAL_EXTRAS = {"vllm", "sentence_transformers", "openai", "pettingzoo", "gymnasium", "textarena", "openenv",
                    "deepspeed"}
-# what a page names that does not exist yet, and why: records not written yet (the page says so), and the names
-# docs/extending.md takes from work in flight on other branches. Each must indeed be absent; once it exists the
-# test says to drop it here.
+# what a page names that does not exist yet, and why: records not written yet (the page says so), or names of work
+# in flight on a branch. Each must indeed be absent; once it exists the test says to drop it here.
 NOT_YET = {
     "benchmarks/lm_kuhn/results.json": "docs/lm_kuhn.md: the study has not been recorded yet",
     "benchmarks/gpu/gpu_check.json": "docs/performance.md: GPU figures: none yet",
     "benchmarks/gpu/results.jsonl": "docs/performance.md: how to record the GPU figures",
-    "envs.game_spec": "docs/extending.md: the game registry, branch reg",
-    "tests/test_registration.py": "docs/extending.md: the game registry's guard, branch reg",
-    "envs/tabular.py": "docs/extending.md: the exact-analysis protocol, branch exact",
-    "envs/kuhn_tabular.py": "docs/extending.md: Kuhn's analysis apart from its rules, branch exact",
-    "tests/test_tabular.py": "docs/extending.md: the protocol's guard, branch exact",
-    "envs/bertrand.py": "docs/extending.md: the worked example, branch bertrand",
-    "envs/strategies/bertrand.py": "docs/extending.md: the worked example, branch bertrand",
-    "envs/bertrand_exact.py": "docs/extending.md: the worked example, branch bertrand",
-    "sepo.backends.ENGINES": "docs/extending.md: the engine registry, branch engines",
-    "tests/test_backends_registry.py": "docs/extending.md: the engine registry's guard, branch engines",
 }
 FILE_SUFFIXES = {".py", ".md", ".json", ".jsonl", ".yaml", ".yml", ".png", ".sh", ".sbatch", ".txt", ".toml", ".csv"}
 
