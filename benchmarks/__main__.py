@@ -3,6 +3,6 @@
 import sys
 
 from benchmarks.suite import PROG, main
-from sepo.subcommands import report_usage_errors
+from sepo.config.subcommands import report_usage_errors
 
 sys.exit(report_usage_errors(PROG, main))

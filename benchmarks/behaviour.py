@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from benchmarks.settings import load_settings, settings_path
-from sepo.checks import UsageError
-from sepo.subcommands import report_usage_errors
+from sepo.config.checks import UsageError
+from sepo.config.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: one deterministic thread
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -191,9 +191,9 @@ class BehaviourConfig:
 
 def parser() -> RecipeParser:
     """The command line of the behaviour record."""
-    # deferred: after the os.environ defaults below the imports: sepo.recipes loads transformers and
+    # deferred: after the os.environ defaults below the imports: sepo.config.recipes loads transformers and
     # huggingface_hub, which read HF_HUB_OFFLINE when they load
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
     return RecipeParser((BehaviourConfig,), prog=PROG, description=__doc__.split("\n\n")[0])
 

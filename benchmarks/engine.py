@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 import envs
 from benchmarks.settings import game_settings, settings_path
 from envs import make_game, make_strategy, strategy_registry
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
+from sepo.config.models import resolve_model
+from sepo.config.subcommands import report_usage_errors
 from sepo.generation import Generation, Prompt, SamplingSpec
-from sepo.models import resolve_model
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import (
     EpisodeRecord,
@@ -45,10 +46,9 @@ from sepo.rollout.engine import (
     play_episodes,
 )
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
-from sepo.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
 PROG = "python -m benchmarks.engine"
 
@@ -241,9 +241,9 @@ def run(episodes: int = 256, games: Sequence[str] | None = None, reference_episo
         from transformers import AutoTokenizer
 
         renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("default")))
-    # deferred: sepo.recipes imports transformers' argument parser; test_engine_exact imports this module's
+    # deferred: sepo.config.recipes imports transformers' argument parser; test_engine_exact imports this module's
     # reference player without it
-    from sepo.recipes import freeze_loaded_objects
+    from sepo.config.recipes import freeze_loaded_objects
 
     freeze_loaded_objects()  # as `sepo train` and `sepo eval` do before their rollouts
     out: dict[str, Any] = {"episodes": episodes, "tokenizer": "SmolLM2-135M-Instruct", "goal_us": settings.goal_us,
@@ -289,9 +289,9 @@ class EngineConfig:
 
 def parser() -> RecipeParser:
     """The command line of the engine benchmark."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); test_engine_exact imports this module's
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s); test_engine_exact imports this module's
     # reference player without a command line
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
     return RecipeParser((EngineConfig,), prog=PROG, description=__doc__.split("\n\n")[0])
 

@@ -30,16 +30,16 @@ import torch
 from benchmarks.settings import load_settings, settings_path
 from envs.tabular import exact_games
 from sepo.backends.hf_decoding import action_variants, score_actions
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
+from sepo.config.provenance import git_sha, machine_info
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import batches, play_batch, units
 from sepo.eval.evaluate import load_backend
 from sepo.eval.exact import reasoning_prompts, require
 from sepo.files import write_json_atomic
 from sepo.pools import POOL_NAMES, load_pools
-from sepo.provenance import git_sha, machine_info
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
 
 PROG = "python -m benchmarks.exact_eval"
 

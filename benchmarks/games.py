@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.settings import build, game_settings, settings_path
 from envs import game_spec, make_game, make_strategy, play_episode
 from envs.tabular import DecisionState, analysis
-from sepo.checks import UsageError
-from sepo.subcommands import report_usage_errors
+from sepo.config.checks import UsageError
+from sepo.config.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
 PROG = "python -m benchmarks.games"
 
@@ -259,9 +259,9 @@ class GamesConfig:
 
 def parser() -> RecipeParser:
     """The command line of the games benchmark."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s); the tests import this module's
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s); the tests import this module's
     # settings without a command line
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
     return RecipeParser((GamesConfig,), prog=PROG, description=__doc__.splitlines()[0])
 

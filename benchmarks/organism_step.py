@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from benchmarks.settings import load_settings, settings_path
-from sepo.provenance import load_average
-from sepo.recipes import RecipeParser
+from sepo.config.provenance import load_average
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.study.organism import build_model, load_recipe, run_one
-from sepo.subcommands import report_usage_errors
 
 PROG = "python -m benchmarks.organism_step"
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ holds the command line, its wall time, the machine, git commit, date and load av
 every `--copy` file (JSON parsed, anything else as text), and `DIR/RESULTS.md` shows the same with every copied
 markdown file inlined. The Makefile's `figures-*` targets are the commands behind the README's figures.
 
-The options before `--` are read by the project's one recipe parser (`sepo.recipes.RecipeParser`, the keys of
+The options before `--` are read by the project's one recipe parser (`sepo.config.recipes.RecipeParser`, the keys of
 `RecordConfig`); DIR, given first, is `--out_dir`.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sepo.checks import UsageError
-from sepo.provenance import load_average, write_record
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
+from sepo.config.checks import UsageError
+from sepo.config.provenance import load_average, write_record
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 
 PROG = "python -m benchmarks.record"
 

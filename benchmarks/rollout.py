@@ -41,12 +41,12 @@ from envs import game_spec
 from sepo.backends.cache_layers import build_cache
 from sepo.backends.hf import HFBackend
 from sepo.backends.prefix_cache import PrefixCache, _lcp
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
 from sepo.generation import SamplingSpec
-from sepo.recipes import RecipeParser
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, play_episodes
-from sepo.subcommands import report_usage_errors
 from sepo.tiny_models import ARCHS, build_tiny_model
 
 PROG = "python -m benchmarks.rollout"

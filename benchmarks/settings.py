@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "benchmarks"
 T = TypeVar("T")

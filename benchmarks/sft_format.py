@@ -24,12 +24,12 @@ from typing import Any
 import yaml
 from transformers import AutoTokenizer
 
+from sepo.config.models import resolve_model
+from sepo.config.provenance import load_average, write_record
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
-from sepo.models import resolve_model
-from sepo.provenance import load_average, write_record
-from sepo.recipes import RecipeParser
 from sepo.sft.data import build_dataset
-from sepo.subcommands import report_usage_errors
 
 DEV_SEED = 100
 RECIPES = Path(__file__).resolve().parent.parent / "configs" / "quickstart"

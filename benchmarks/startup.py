@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sepo.checks import UsageError
-from sepo.provenance import load_average, write_record
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
+from sepo.config.checks import UsageError
+from sepo.config.provenance import load_average, write_record
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 
 TYPO = "--bogus_flag"
 COMMANDS = [["sepo", c] for c in ("train", "sft", "eval", "data", "tournament", "study", "quickstart", "tiny-model")]

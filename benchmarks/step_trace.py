@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 
 PROG = "python -m benchmarks.step_trace"
 PACKAGE = "sepo"

@@ -37,10 +37,10 @@ from tqdm.auto import tqdm
 import envs
 from benchmarks import car_tag, engine, games, overhead, rollout, sandbox
 from benchmarks.settings import game_settings
+from sepo.config.provenance import git_sha, machine_info
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_jsonl_atomic, write_text_atomic
-from sepo.provenance import git_sha, machine_info
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
 
 PARTS = ("rollout", "planning", "overhead", "engine", "envs", "car_tag", "sandbox")
 DEFAULT_OUT = Path("benchmarks/results.jsonl")

@@ -37,10 +37,10 @@ from fmsp.domains import make_domain
 from fmsp.domains.gandalf import level_defender
 from fmsp.domains.sepo_games import scripted_policy_code
 from fmsp.sandbox import Sandbox
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
 from sepo.pools import load_pool_dir
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
 
 OUT = Path(__file__).parent / "syscalls" / "observed.json"
 _CALL = re.compile(r"^(\w+)\((.*)")

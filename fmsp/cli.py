@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from sepo.subcommands import Commands, dispatch
+from sepo.config.subcommands import Commands, dispatch
 
 # subcommand -> (module, one-line help). Imported lazily so `fmsp --help` is instant.
 COMMANDS: Commands = {

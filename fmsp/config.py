@@ -1,6 +1,6 @@
 """`FMSPConfig`: one flat dataclass per FMSP run, loaded from a YAML recipe plus `--key value` overrides.
 
-Recipes use flat keys, the way TRL's scripts read theirs, and are read by `sepo.recipes` (the same parser,
+Recipes use flat keys, the way TRL's scripts read theirs, and are read by `sepo.config.recipes` (the same parser,
 help and errors as every `sepo` command); a recipe plus the seed fully determines a run with a deterministic
 FM, and the resolved config is saved in the run directory. `fm_policies_path` names files shipped with the
 recipe: a relative value in the recipe resolves against the recipe's directory.
@@ -19,7 +19,7 @@ from envs.sandbox import SandboxConfig
 from fmsp.domains import DOMAINS
 from fmsp.embeddings import EMBEDDERS
 from fmsp.fm import FM_PROVIDERS
-from sepo.checks import (
+from sepo.config.checks import (
     COUNT,
     NON_NEGATIVE_INT,
     POSITIVE,
@@ -29,8 +29,8 @@ from sepo.checks import (
     check_ranges,
     first_games,
 )
+from sepo.config.provenance import PROVENANCE_KEY, run_provenance
 from sepo.files import write_text_atomic
-from sepo.provenance import PROVENANCE_KEY, run_provenance
 
 VARIANTS = ("vfmsp", "nssp", "qdsp", "open_loop")  # open_loop: the paper's baseline (no context)
 REPORT_TO = ("none", "wandb")
@@ -189,8 +189,8 @@ class FMSPConfig:
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> FMSPConfig:
     """Read a flat-key YAML recipe and apply overrides, through the command line's checks (unknown keys get a
     "did you mean", values are checked against their types and ranges)."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import load_config as load
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import load_config as load
 
     return load(FMSPConfig, path, overrides)
 

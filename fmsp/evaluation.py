@@ -44,7 +44,15 @@ from fmsp.config import load_config
 from fmsp.domain import Domain, PolicyCode
 from fmsp.domains import DOMAINS, make_domain
 from fmsp.sandbox import MatchOutcome, Sandbox
-from sepo.checks import COUNT, NON_NEGATIVE_INT, POSITIVE, Range, UsageError, check_choice, check_output_dir
+from sepo.config.checks import (
+    COUNT,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    Range,
+    UsageError,
+    check_choice,
+    check_output_dir,
+)
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 
 ELO_SCALE = 400.0 / math.log(10.0)
@@ -547,8 +555,8 @@ def load_runs(specs: Sequence[str]) -> list[Run]:
 
 def parser():
     """The command line of `fmsp eval`."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import RecipeParser
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import RecipeParser
 
     return RecipeParser((FMSPEvalConfig,), prog="fmsp eval", description=__doc__.split("\n")[0])
 

@@ -25,7 +25,7 @@ from envs.sandbox import SandboxConfig, SandboxUnavailable
 from envs.sandbox.text import safe_text
 from fmsp.archive import Archive, ArchiveEntry
 from fmsp.evaluation import Run, generated_members, load_run
-from sepo.checks import UsageError, check_choice, check_output_dir
+from sepo.config.checks import UsageError, check_choice, check_output_dir
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.pools import MANIFEST_FILE, MANIFEST_FORMAT, POOL_NAMES, PoolError, load_pool_dir
 
@@ -160,8 +160,8 @@ class ExportConfig:
 
 def parser():
     """The command line of `fmsp export`."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import RecipeParser
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import RecipeParser
 
     return RecipeParser((ExportConfig,), prog="fmsp export", description=__doc__.split("\n")[0])
 

@@ -124,7 +124,7 @@ def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, st
 @dataclass
 class LocalTransformersFM:
     """A local transformers chat model through `sepo.backends.hf.HFBackend` (the rollout engine's backend);
-    `model` is a hub id, a checkpoint dir, or a `sepo.models` name such as `default`. `device`/`dtype`: see
+    `model` is a hub id, a checkpoint dir, or a `sepo.config.models` name such as `default`. `device`/`dtype`: see
     `resolve_device_dtype`. Call k samples with seed (seed, k), so a resumed run continues the same stream."""
 
     model: str = "default"

@@ -22,10 +22,10 @@ from typing import Any
 
 from fmsp.archive import ArchiveEntry
 from fmsp.evaluation import Run, load_runs
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic, write_text_atomic
-from sepo.recipes import RecipeParser
-from sepo.subcommands import report_usage_errors
 
 PROG = "python -m fmsp.gandalf_levels"
 _LEVEL = re.compile(r"^gandalf_level_(\d)$")

@@ -26,9 +26,9 @@ from envs.sandbox.text import safe_text
 from fmsp.domain import PolicyCode
 from fmsp.domains import DOMAINS, make_domain
 from fmsp.sandbox import MatchOutcome, Sandbox
-from sepo.checks import UsageError, check_choice
+from sepo.config.checks import UsageError, check_choice
+from sepo.config.recipes import RecipeParser
 from sepo.files import write_json_atomic
-from sepo.recipes import RecipeParser
 
 # The domain config key that counts the games of a match.
 GAMES_KEY = {"car_tag": "n_games", "gandalf": "n_games"}  # SEPO games: "n_episodes"

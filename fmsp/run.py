@@ -36,7 +36,7 @@ from fmsp.embeddings import Embedder, make_embedder
 from fmsp.fm import FoundationModel, make_fm
 from fmsp.sandbox import Sandbox
 from fmsp.search import Counters, FMSPSearch, IterationRecord
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
 from sepo.files import write_json_atomic, write_text_atomic
 
 OUTCOMES = ("add", "replace", "reject", "unit_test_failed", "eval_error", "fm_error")  # order of the summary line
@@ -153,8 +153,8 @@ def run(config: FMSPConfig, *, domain: Domain | None = None, fm: FoundationModel
         raise UsageError(f"output_dir {str(run_dir)!r} already holds a run; pass --resume true or choose another "
                          "output_dir")
     check_api_keys(config, fm=fm is None, embedder=embedder is None)
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import set_torch_threads
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import set_torch_threads
 
     set_torch_threads(config.torch_threads)
     domain = domain or build_domain(config)
@@ -258,11 +258,11 @@ def _progress(config: FMSPConfig, completed: int) -> Any:
 
 
 def _init_wandb(config: FMSPConfig, run_dir: Path) -> Any:
-    # deferred: wandb (~0.3 s to import) and sepo.recipes (transformers' argument parser, ~1.4 s); only a run
+    # deferred: wandb (~0.3 s to import) and sepo.config.recipes (transformers' argument parser, ~1.4 s); only a run
     # with report_to=wandb needs them
     import wandb
 
-    from sepo.recipes import wandb_dir
+    from sepo.config.recipes import wandb_dir
 
     return wandb.init(project=config.wandb_project, config=config.to_dict(), dir=wandb_dir(run_dir),
                       name=run_dir.name, resume="allow", id=f"fmsp-{run_dir.name}")  # fmt: skip
@@ -279,8 +279,8 @@ def _wandb_row(record: Any, search: FMSPSearch) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """`fmsp run --config FILE [--key value ...]`."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import parse_config
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import parse_config
 
     (config,) = parse_config((FMSPConfig,), argv, prog="fmsp run", description="run or resume an FMSP search")
     try:

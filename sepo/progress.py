@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from sepo.provenance import load_average
+from sepo.config.provenance import load_average
 
 
 def duration(seconds: float) -> str:

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sepo.checks import OPTIONAL_COUNT, check_choice, check_output_dir, check_ranges
+from sepo.config.checks import OPTIONAL_COUNT, check_choice, check_output_dir, check_ranges
+from sepo.config.models import resolve_model
+from sepo.config.provenance import load_average, write_record
+from sepo.config.recipes import RecipeParser
 from sepo.eval import evaluate
 from sepo.files import CHECKPOINT_STATE, last_complete_checkpoint
-from sepo.models import resolve_model
-from sepo.provenance import load_average, write_record
-from sepo.recipes import RecipeParser
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "configs" / "quickstart"

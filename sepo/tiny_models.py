@@ -28,8 +28,8 @@ from transformers import (
 )
 
 from envs.words import GAME_WORDS
-from sepo.checks import check_choice, check_output_dir
-from sepo.recipes import RecipeParser
+from sepo.config.checks import check_choice, check_output_dir
+from sepo.config.recipes import RecipeParser
 
 Arch = Literal["llama", "qwen3_5", "gemma4"]
 ARCHS: tuple[str, ...] = ("llama", "qwen3_5", "gemma4")

@@ -1,4 +1,4 @@
-"""A trained adapter records its base model as an absolute path (`sepo.models.resolve_model`, which `sepo train`
+"""A trained adapter records its base model as an absolute path (`sepo.config.models.resolve_model`, which `sepo train`
 and `sepo sft` load through), so the run loads from any directory; a relative base would be taken for a hub id."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sepo.models import resolve_model
+from sepo.config.models import resolve_model
 from sepo.tiny_models import save_tiny_model
 
 

@@ -14,7 +14,7 @@ from sepo.backends import (
     trainer_backend,
     trainer_engine,
 )
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
 from sepo.eval.config import EvalConfig
 from sepo.generation import GenerationBackend
 

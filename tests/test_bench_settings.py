@@ -9,7 +9,7 @@ import envs
 from benchmarks import behaviour, engine, exact_eval, games, organism_step, overhead, rollout, sandbox
 from benchmarks.settings import CONFIGS, game_settings, load_settings, settings_path
 from envs.tabular import exact_games
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
 
 # benchmark module name -> its settings dataclass
 SETTINGS = {

@@ -60,7 +60,7 @@ def test_env_turns_reproduce_the_whole_conversation(arch):
 def test_env_turns_reproduce_the_whole_conversation_smollm2():
     from transformers import AutoTokenizer
 
-    from sepo.models import resolve_model
+    from sepo.config.models import resolve_model
 
     renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("default")))
     assert renderer.tokenizer.convert_ids_to_tokens(renderer.end_of_turn_id) == "<|im_end|>"
@@ -137,7 +137,7 @@ def _tokenizer(arch: str):
         return build_tokenizer(arch)
     from transformers import AutoTokenizer
 
-    from sepo.models import resolve_model
+    from sepo.config.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("default"))  # SmolLM2's byte-level BPE
 

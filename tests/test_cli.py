@@ -14,7 +14,7 @@ import pytest
 
 from fmsp.cli import main as fmsp
 from sepo.cli import main as sepo
-from sepo.recipes import UNDOCUMENTED
+from sepo.config.recipes import UNDOCUMENTED
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN_RECIPE = str(REPO / "configs" / "sepo" / "ipd_default.yaml")
@@ -219,7 +219,7 @@ def test_fmsp_run_mistakes(tmp_path, capsys):
 def test_fmsp_recipe_paths_resolve_against_the_recipe(tmp_path, monkeypatch):
     from fmsp.config import FMSPConfig
     from fmsp.run import build_fm
-    from sepo.recipes import parse_config
+    from sepo.config.recipes import parse_config
 
     recipe = REPO / "configs" / "fmsp" / "ipd_qdsp_scripted.yaml"
     monkeypatch.chdir(tmp_path)  # not the repository
@@ -250,12 +250,12 @@ def _parsers():
     from fmsp.config import FMSPConfig
     from fmsp.evaluation import parser as fmsp_eval_parser
     from fmsp.export import parser as fmsp_export_parser
+    from sepo.config.recipes import RecipeParser
+    from sepo.eval.tournament import parser as tournament_parser
     from sepo.grpo.config import SEPOConfig
     from sepo.lora import SEPOModelConfig as ModelConfig
-    from sepo.recipes import RecipeParser
     from sepo.sft.data import parser as data_parser
     from sepo.sft.train import SEPOSFTConfig
-    from sepo.tournament import parser as tournament_parser
 
     parsers = {
         "sepo train": RecipeParser((SEPOConfig, ModelConfig), prog="sepo train"),
@@ -321,7 +321,7 @@ def test_fmsp_run_help_lists_config_keys(capsys):
 def test_model_card_names_the_base_model(tmp_path):
     from trl.trainer.utils import generate_model_card
 
-    from sepo.model_card import EMBEDDED_HUB_ID, name_base_model
+    from sepo.export.card import EMBEDDED_HUB_ID, name_base_model
 
     card = generate_model_card(base_model=None, model_name="m", hub_model_id="m", dataset_name=None, tags=[],
                                wandb_url=None, trackio_url=None, trainer_name="GRPO")
@@ -346,9 +346,9 @@ def test_pool_dir_is_the_one_name_and_pools_dir_a_warning_alias(tmp_path):
     on the command line, with a FutureWarning naming the new key."""
     from trl import ModelConfig
 
+    from sepo.config.recipes import parse_config
     from sepo.eval.config import EvalConfig
     from sepo.grpo.config import SEPOConfig
-    from sepo.recipes import parse_config
 
     out = ["--output_dir", str(tmp_path / "o")]
     for types in ((EvalConfig,), (SEPOConfig, ModelConfig)):
@@ -366,9 +366,9 @@ def test_torch_threads_on_every_command_that_runs_a_model(tmp_path):
     from trl import ModelConfig
 
     from fmsp.config import FMSPConfig
+    from sepo.config.recipes import parse_config
     from sepo.eval.config import EvalConfig
     from sepo.grpo.config import SEPOConfig
-    from sepo.recipes import parse_config
     from sepo.sft.train import SEPOSFTConfig
 
     out = ["--output_dir", str(tmp_path / "o")]
@@ -385,7 +385,7 @@ def test_prepare_machine_sets_threads_and_the_wandb_directory(tmp_path, monkeypa
 
     import torch
 
-    from sepo.recipes import prepare_machine, wandb_dir
+    from sepo.config.recipes import prepare_machine, wandb_dir
 
     monkeypatch.delenv("WANDB_DIR", raising=False)
     threads = torch.get_num_threads()
@@ -412,7 +412,7 @@ def test_prepare_machine_takes_the_loaded_objects_out_of_later_collections(tmp_p
     import gc
     from types import SimpleNamespace
 
-    from sepo.recipes import prepare_machine
+    from sepo.config.recipes import prepare_machine
 
     gc.unfreeze()  # what an earlier test's prepare_machine froze is walked again, as in a fresh process
     gc.collect()
@@ -496,7 +496,7 @@ def test_study_recipe_typos_are_reported_before_trl_is_imported(tmp_path):
         argvs.append(["study", "--config", str(recipe)])
         expected.append(f"sepo study: error: {recipe}, line {number}: {end}")
     argvs += [["study", "--config", str(p), "--arms", "x"] for p in sorted((REPO / "configs" / "study").glob("*.yaml"))]
-    code = ("import json, sys\nfrom sepo.recipe_keys import check\nout = []\nfor argv in json.loads(sys.argv[1]):\n"
+    code = ("import json, sys\nfrom sepo.config.recipe_keys import check\nout = []\nfor argv in json.loads(sys.argv[1]):\n"
             "    try:\n        check('sepo', argv[0], argv[1:])\n        out.append('ok')\n"
             "    except ValueError as exc:\n        out.append(f'sepo study: error: {exc}')\n"
             "print(json.dumps([out, [m for m in ('trl', 'transformers', 'torch') if m in sys.modules]]))\n")  # fmt: skip
@@ -516,9 +516,9 @@ def test_study_recipe_typos_are_reported_before_trl_is_imported(tmp_path):
 def _full_parser_error(argv: list[str]) -> str:
     """What `sepo train` / `sepo sft` / `sepo tiny-model` report for `argv` without the quick check (their own
     parse and checks)."""
+    from sepo.config.models import check_model
+    from sepo.config.recipes import parse_config
     from sepo.grpo.train import parse as train_parse
-    from sepo.models import check_model
-    from sepo.recipes import parse_config
     from sepo.sft.train import SEPOSFTConfig
     from sepo.tiny_models import parser as tiny_model_parser
 
@@ -536,18 +536,18 @@ def _full_parser_error(argv: list[str]) -> str:
 
 
 def test_the_quick_check_knows_every_key_of_the_full_parsers():
-    """sepo.recipe_keys' key lists (the project's source + upstream_keys.json) against the live parsers: the
+    """sepo.config.recipe_keys' key lists (the project's source + upstream_keys.json) against the live parsers: the
     same recipe keys, and every option the full parser accepts (so it never rejects a valid flag)."""
     from trl import ModelConfig
 
-    from sepo import recipe_keys
+    from sepo.config import recipe_keys
+    from sepo.config.recipes import RecipeParser
     from sepo.grpo.config import SEPOConfig
-    from sepo.recipes import RecipeParser
     from sepo.sft.train import SEPOSFTConfig
     from sepo.tiny_models import TinyModelConfig
 
     assert recipe_keys.upstream_keys() == recipe_keys.live_upstream_keys(), (
-        "TRL's keys changed: run `python -m sepo.recipe_keys` to rewrite sepo/upstream_keys.json")
+        "TRL's keys changed: run `python -m sepo.config.recipe_keys` to rewrite sepo/config/upstream_keys.json")
     for command, types in (("train", (SEPOConfig, ModelConfig)), ("sft", (SEPOSFTConfig,)),
                            ("tiny-model", (TinyModelConfig,))):
         parser = RecipeParser(types, prog=command)
@@ -560,8 +560,8 @@ def test_the_quick_check_knows_every_key_of_the_full_parsers():
 def test_yaml_flow_without_spaces_is_a_clear_error(tmp_path, capsys):
     """`{ipd:{num_rounds:8}}` is YAML for the key 'num_rounds:8' with no value; say so instead of failing
     later with "unexpected keyword argument 'num_rounds:8'"."""
+    from sepo.config.recipes import parse_config
     from sepo.eval.config import EvalConfig
-    from sepo.recipes import parse_config
 
     err = error_of(capsys, sepo(["eval", "--game_params", "{ipd:{num_rounds:8}}", "--output_dir", str(tmp_path)]))
     assert "argument --game_params/--game-params: '{ipd:{num_rounds:8}}' reads 'num_rounds:8' as one key with " \
@@ -588,15 +588,15 @@ def test_quickstart_help_states_its_measured_duration(capsys):
 def _levels(argv: list[str]) -> int:
     """`python -m fmsp.gandalf_levels` as its `__main__` runs it."""
     from fmsp.gandalf_levels import PROG, main
-    from sepo.subcommands import report_usage_errors
+    from sepo.config.subcommands import report_usage_errors
 
     return report_usage_errors(PROG, lambda: main(argv))
 
 
 def _curves(argv: list[str]) -> int:
     """`python -m sepo.study.curves` as its `__main__` runs it."""
+    from sepo.config.subcommands import report_usage_errors
     from sepo.study.curves import main
-    from sepo.subcommands import report_usage_errors
 
     return report_usage_errors("python -m sepo.study.curves", lambda: main(argv))
 
@@ -607,7 +607,7 @@ COMMANDS = {
     "sepo data": (sepo, ["data"], "sepo.sft.data", "--seeed", "--seed",
                   "games: [kuhn]\nseed: 3\nepisodes_scale: 0.5\nout: {tmp}/d\n",
                   {"games": ["kuhn"], "seed": 3, "episodes_scale": 0.5, "out": "{tmp}/d"}),
-    "sepo tournament": (sepo, ["tournament"], "sepo.tournament", "--episods", "--episodes",
+    "sepo tournament": (sepo, ["tournament"], "sepo.eval.tournament", "--episods", "--episodes",
                         "game: ipd\nepisodes: 2\nstrategies: [tit_for_tat, always_defect]\n",
                         {"game": "ipd", "episodes": 2, "strategies": ["tit_for_tat", "always_defect"]}),
     "sepo quickstart": (sepo, ["quickstart"], "sepo.quickstart", "--scal", "--scale",
@@ -615,7 +615,7 @@ COMMANDS = {
     "sepo tiny-model": (sepo, ["tiny-model"], "sepo.tiny_models", "--arh", "--arch",
                         "out: {tmp}/m\narch: gemma4\nseed: 2\n", {"out": "{tmp}/m", "arch": "gemma4", "seed": 2}),
     "sepo study": (sepo, ["study"], "sepo.study.run", "--retrian", "--retrain", None, None),
-    "sepo export": (sepo, ["export"], "sepo.export", "--keep_adaptor", "--keep_adapter",
+    "sepo export": (sepo, ["export"], "sepo.export.run", "--keep_adaptor", "--keep_adapter",
                     "run: r\nout: {tmp}/x\nkeep_adapter: true\npush_to_hub: org/name\n",
                     {"run": "r", "out": "{tmp}/x", "keep_adapter": True, "push_to_hub": "org/name"}),
     "fmsp eval": (fmsp, ["eval"], "fmsp.evaluation", "--cels", "--cells",
@@ -716,11 +716,11 @@ def test_quickstart_ci_scale_plays_every_opponent_of_every_pool(tmp_path):
     """Safety J needs every pool's term (λe, λc, λx are all non-zero): the CI scale's evaluation (stage 3), as
     `sepo eval` parses its recipe and overrides, plays at least one episode against every opponent of every
     pool of every game; stage 4 (the answer format) may play fewer."""
+    from sepo.config.recipes import parse_config
     from sepo.eval.config import EvalConfig
     from sepo.eval.episodes import units
     from sepo.pools import POOL_NAMES, load_pools
     from sepo.quickstart import _recipe, parser, stage_overrides
-    from sepo.recipes import parse_config
 
     (args,) = parser().parse(["--scale", "ci", "--out", str(tmp_path / "q")])
     argv = ["--config", _recipe("eval"), "--output_dir", str(tmp_path / "e"), "--models", "M=m",

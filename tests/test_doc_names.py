@@ -48,7 +48,7 @@ RECIPES = sorted((ROOT / "configs").rglob("*.yaml"))
 PACKAGES = ("sepo", "envs", "fmsp", "benchmarks", "tests")
 TOP_FOLDERS = ("sepo", "envs", "fmsp", "benchmarks", "configs", "launch", "tests", "docs", "sft_data")
 CLIS = {"sepo": SEPO_COMMANDS, "fmsp": FMSP_COMMANDS}
-GLOBAL_OPTIONS = {"--version", "--debug", "--help", "-h"}  # sepo.subcommands.dispatch's own
+GLOBAL_OPTIONS = {"--version", "--debug", "--help", "-h"}  # sepo.config.subcommands.dispatch's own
 # the import names of pyproject's optional extras (gpu, fmsp, interop, deepspeed), which an install can lack
 OPTIONAL_EXTRAS = {"vllm", "sentence_transformers", "openai", "pettingzoo", "gymnasium", "textarena", "openenv",
                    "deepspeed"}

@@ -28,7 +28,7 @@ def _renderer(name: str) -> ChatRenderer:
         return ChatRenderer(build_tokenizer(name))
     from transformers import AutoTokenizer
 
-    from sepo.models import resolve_model
+    from sepo.config.models import resolve_model
 
     return ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("default")))
 

@@ -20,8 +20,8 @@ from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS  # what upload_folder adds to ignore_patterns
 
-from sepo.checks import UsageError
-from sepo.export import MANIFEST, choose_checkpoint, exported_files, main, push
+from sepo.config.checks import UsageError
+from sepo.export.run import MANIFEST, choose_checkpoint, exported_files, main, push
 
 ROOT = Path(__file__).resolve().parents[1]
 # float32 rounding between merged weights and base + adapter; the test also checks that the adapter (LoRA, lr 5e-2,
@@ -140,8 +140,8 @@ def test_the_export_takes_the_run_s_best_checkpoint_and_its_card_says_so(run, me
 
 
 def test_the_card_of_a_hub_base_names_it_in_its_metadata(run):
-    from sepo.export import public_config
-    from sepo.model_card import EMBEDDED_HUB_ID, export_card
+    from sepo.export.card import EMBEDDED_HUB_ID, export_card
+    from sepo.export.run import public_config
 
     card = ModelCard(export_card(chosen=choose_checkpoint(run), base="/cache/smollm2", name_as_given="default",
                                  config=public_config(run), setup=None, merged=True, name="x"))  # fmt: skip

@@ -27,7 +27,7 @@ from fmsp.evaluation import (
     win_share,
 )
 from fmsp.sandbox import Sandbox
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
 
 
 def test_elo_recovers_known_ratings_from_synthetic_matches():

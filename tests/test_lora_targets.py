@@ -52,7 +52,7 @@ def test_train_recipes_resolve_to_the_one_definition(recipe, tmp_path):
 
 @pytest.mark.parametrize("recipe", SFT, ids=_name)
 def test_sft_recipes_resolve_to_the_one_definition(recipe, tmp_path):
-    from sepo.recipes import parse_config
+    from sepo.config.recipes import parse_config
     from sepo.sft.train import SEPOSFTConfig
 
     (config,) = parse_config((SEPOSFTConfig,), ["--config", str(recipe), *_flags(tmp_path)], prog="sepo sft")

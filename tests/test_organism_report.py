@@ -100,7 +100,7 @@ def write_design_run(root: Path, variant: str, seed: int, final: float, lowest_m
 def test_the_design_choice_follows_the_recipes_rule(tmp_path):
     """lm_kuhn's rule: the lowest mean final exploitability among the rates that keep the canonical mass >= 0.9
     at every checkpoint; the chosen rate is laid over every arm's shared keys."""
-    from sepo.checks import UsageError
+    from sepo.config.checks import UsageError
     from sepo.study.organism import choose_design, with_design
 
     recipe = load_recipe(LM_RECIPE)

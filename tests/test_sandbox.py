@@ -87,7 +87,7 @@ def test_a_missing_layer_refuses_unless_unsafe(monkeypatch, tmp_path, capsys):
     assert "MISSING: bubblewrap" in json.loads((tmp_path / "o.json").read_text())["sandbox"]
     # `fmsp run ... --unsafe-sandbox` (a bare flag) is the recipe key unsafe_sandbox: true
     from fmsp.config import FMSPConfig
-    from sepo.recipes import parse_config
+    from sepo.config.recipes import parse_config
 
     (config,) = parse_config((FMSPConfig,), ["--unsafe-sandbox", "--iterations", "3"], prog="fmsp run")
     assert config.unsafe_sandbox and config.iterations == 3 and config.sandbox_config().unsafe

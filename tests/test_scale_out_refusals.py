@@ -1,6 +1,6 @@
 """Scale-out combinations that could only fail on the cluster, after the queue, are refused when the config is read:
 one line, exit status 2, nothing written (`sepo.grpo.config.check_scale_out`), and `report_to` follows one rule in
-every command (`sepo.checks.check_report_to`)."""
+every command (`sepo.config.checks.check_report_to`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def _tokenizer(name: str):
         return build_tokenizer(name)
     from transformers import AutoTokenizer
 
-    from sepo.models import resolve_model
+    from sepo.config.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("default"))  # SmolLM2's byte-level BPE
 

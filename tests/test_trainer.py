@@ -268,7 +268,7 @@ def test_no_learning_signal_is_logged_and_warned(tmp_path, tiny_model_dir, caplo
 
 def test_model_card_names_a_local_base_model(tmp_path, tiny_model_dir):
     """TRL writes the card at every checkpoint; the callback replaces its `[None]` with the local base."""
-    from sepo.model_card import ModelCardCallback
+    from sepo.export.card import ModelCardCallback
 
     args = tiny_config(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
     _Capture(model=tiny_model_dir, args=args, callbacks=[ModelCardCallback(tiny_model_dir)]).train()

@@ -1,5 +1,5 @@
 """pytest plugin behind `make test-timing`: `--record-timing DIR` records the run's wall time, test counts and
-slowest tests in DIR/results.json and DIR/RESULTS.md (sepo.provenance.write_record), the file the README's
+slowest tests in DIR/results.json and DIR/RESULTS.md (sepo.config.provenance.write_record), the file the README's
 test-suite timing comes from. Loaded by tests/conftest.py."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def pytest_addoption(parser):
 def pytest_sessionstart(session):
     import time
 
-    from sepo.provenance import load_average
+    from sepo.config.provenance import load_average
 
     session.config.stash[_TIMING_START] = (time.perf_counter(), load_average())
 
@@ -29,7 +29,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     import time
 
-    from sepo.provenance import write_record
+    from sepo.config.provenance import write_record
 
     started, load_before = config.stash[_TIMING_START]
     wall_s = time.perf_counter() - started

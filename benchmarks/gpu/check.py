@@ -68,11 +68,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from sepo.config.provenance import git_sha, machine_info
+from sepo.config.recipes import RecipeParser  # transformers' argument parser: on the device
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic, write_jsonl_atomic
 from sepo.generation import Prompt, SamplingSpec
-from sepo.provenance import git_sha, machine_info
-from sepo.recipes import RecipeParser  # transformers' argument parser: on the device
-from sepo.subcommands import report_usage_errors
 
 # Imports of torch, transformers, trl, peft and of the project modules that load them (sepo.tiny_models,
 # sepo.grpo, sepo.backends.hf, benchmarks.rollout / overhead / suite) sit in the functions that use them, each
@@ -275,9 +275,9 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
     from trl import get_peft_config
 
     from benchmarks.overhead import Stopwatch, instrumented, per_step
+    from sepo.config.recipes import parse_config
     from sepo.grpo.config import SEPOConfig
     from sepo.lora import SEPOModelConfig
-    from sepo.recipes import parse_config
 
     arch = ctx.step_arch
     overrides = {"use_vllm": "false", "report_to": "none", "max_steps": "3", "save_strategy": "no",

@@ -25,8 +25,8 @@ from transformers import (
 from sepo.backends.cache_layers import PromptEndSnapshot, build_cache, layer_kinds
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
 from sepo.backends.prefix_cache import COUNTS, PrefixCache, feed_ahead
+from sepo.config.models import adapter_base_model, resolve_model
 from sepo.generation import Generation, Prompt, SamplingSpec, template_end_of_turn
-from sepo.models import adapter_base_model, resolve_model
 
 
 class _LogprobRecorder(LogitsProcessor):

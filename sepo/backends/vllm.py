@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sepo.config.models import resolve_model
 from sepo.generation import Generation, Prompt, SamplingSpec
-from sepo.models import resolve_model
 
 if TYPE_CHECKING:
     from vllm import LLM, SamplingParams

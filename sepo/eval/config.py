@@ -8,7 +8,7 @@ from typing import Any
 
 import envs
 from sepo.backends import BACKENDS
-from sepo.checks import (
+from sepo.config.checks import (
     COUNT,
     NON_NEGATIVE_INT,
     OPTIONAL_COUNT,

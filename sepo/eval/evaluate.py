@@ -38,7 +38,9 @@ from envs.sandbox import SandboxConfig
 from envs.sandbox.rng import persist_run_rng_key
 from envs.tabular import TabularGame, analysis
 from sepo.backends import make_backend
-from sepo.checks import check_output_dir
+from sepo.config.checks import check_output_dir
+from sepo.config.models import check_model
+from sepo.config.provenance import PROVENANCE_KEY, run_provenance
 from sepo.eval import exact
 from sepo.eval.answer_format import answer_format
 from sepo.eval.checkpoints import checkpoint_models, write_checkpoint_report
@@ -50,10 +52,8 @@ from sepo.eval.stats import METHOD
 from sepo.eval.store import fingerprint, load_shard, model_stamp, safe_name, save_shard, shard_path
 from sepo.eval.wandb_log import log_run
 from sepo.files import write_json_atomic, write_jsonl_atomic, write_text_atomic
-from sepo.models import check_model
 from sepo.objective import resolve_lambdas
 from sepo.pools import POOL_NAMES, Pools, load_pools
-from sepo.provenance import PROVENANCE_KEY, run_provenance
 from sepo.rollout.chat import ChatRenderer
 
 Loader = Callable[[], tuple[Any, Any]]  # () -> (backend, renderer), called only when something must be played
@@ -258,8 +258,8 @@ def write_outputs(cfg: EvalConfig, models: list[tuple[str, str]], results: Resul
 
 def run_eval(cfg: EvalConfig) -> Results:
     """Evaluate every model on every game (resuming stored batches), write every output; return the results."""
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import freeze_loaded_objects, set_torch_threads
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import freeze_loaded_objects, set_torch_threads
 
     out_dir = Path(cfg.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -275,8 +275,8 @@ def run_eval(cfg: EvalConfig) -> Results:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # deferred: sepo.recipes imports transformers' argument parser (~1.4 s)
-    from sepo.recipes import parse_config
+    # deferred: sepo.config.recipes imports transformers' argument parser (~1.4 s)
+    from sepo.config.recipes import parse_config
 
     (cfg,) = parse_config((EvalConfig,), argv, prog="sepo eval", description=__doc__.split("\n\n")[0])
     for spec in cfg.models:

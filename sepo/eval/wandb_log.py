@@ -51,11 +51,11 @@ def sample_episodes(label: str, rows: list[Row]) -> list[list[Any]]:
 def log_run(cfg: Any, results: dict[str, Any], stored: dict[tuple[str, str], dict[str, list[Row]]],
             pngs: list[Path]) -> None:
     """One wandb run (job_type eval): metrics, plots and the sample-episode table."""
-    # deferred: wandb (~0.3 s to import) and sepo.recipes (transformers' argument parser, ~1.4 s); only a run
+    # deferred: wandb (~0.3 s to import) and sepo.config.recipes (transformers' argument parser, ~1.4 s); only a run
     # with report_to=wandb needs them
     import wandb
 
-    from sepo.recipes import wandb_dir
+    from sepo.config.recipes import wandb_dir
 
     run = wandb.init(project=cfg.wandb_project, job_type="eval", config=asdict(cfg), dir=wandb_dir(cfg.output_dir))
     for label, per in results.items():

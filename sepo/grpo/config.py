@@ -1,6 +1,6 @@
 """SEPOConfig: TRL's GRPOConfig plus what SEPO-GRPO needs (games, pool mix, credit, normalisation, fallback).
 
-Recipes are flat YAML files read by `sepo.recipes` (TRL's TrlParser conventions); dict-valued fields also accept
+Recipes are flat YAML files read by `sepo.config.recipes` (TRL's TrlParser conventions); dict-valued fields also accept
 JSON or YAML flow on the command line (`--pool_weights '{"exploit": 0.5}'`), like GRPOConfig's own dict fields.
 Every count, size and step number is checked here, before TRL derives batch sizes from them.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from envs import GAMES
-from sepo.checks import (
+from sepo.config.checks import (
     COUNT,
     NON_NEGATIVE,
     OPTIONAL_COUNT,
@@ -30,12 +30,12 @@ from sepo.checks import (
     first_games,
     require,
 )
-from sepo.checks import check_choice as _check_choice
+from sepo.config.checks import check_choice as _check_choice
+from sepo.config.recipes import fall_back_to_fp32
 from sepo.grpo.adaptive import check_adaptive
 from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES, SCALE_REWARDS
 from sepo.objective import CREDIT_MODES, EXPLOIT_REWARDS, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
-from sepo.recipes import fall_back_to_fp32
 
 ADVANTAGE_MODES = ("per_round", "episode")
 # How the policy-gradient loss is normalised across groups (sepo.grpo.scoring.training_token_scale): "training_tokens" divides by

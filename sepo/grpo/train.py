@@ -20,17 +20,17 @@ from transformers import AutoTokenizer, TrainerCallback
 from trl import ModelConfig, get_peft_config
 
 from envs.sandbox.rng import persist_run_rng_key
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
+from sepo.config.models import check_model, resolve_model
+from sepo.config.provenance import PROVENANCE_KEY, run_provenance
+from sepo.config.recipes import parse_config, prepare_machine
+from sepo.export.card import ModelCardCallback, final_card
 from sepo.files import RUN_CONFIG, resolve_resume, write_json_atomic
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import group_specs, run_pools, training_groups
 from sepo.grpo.trainer import SEPOTrainer
 from sepo.lora import SEPOModelConfig
-from sepo.model_card import ModelCardCallback, final_card
-from sepo.models import check_model, resolve_model
 from sepo.progress import StepProgress
-from sepo.provenance import PROVENANCE_KEY, run_provenance
-from sepo.recipes import parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
 
 

@@ -34,7 +34,7 @@ from transformers import TrainerCallback
 
 from envs import make_game
 from sepo.backends import trainer_backend, trainer_engine
-from sepo.checks import PUSH_REFUSED
+from sepo.config.checks import PUSH_REFUSED
 from sepo.generation import GenerationBackend, TimedBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import Field
 
-from sepo.checks import first_games
+from sepo.config.checks import first_games
 from sepo.interop import require
 from sepo.interop.episode import Episode
 

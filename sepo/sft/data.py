@@ -25,9 +25,9 @@ from typing import Any
 
 import envs
 from envs.base import View
-from sepo.checks import Range, check_names, check_output_dir, first_games
+from sepo.config.checks import Range, check_names, check_output_dir, first_games
+from sepo.config.recipes import RecipeParser
 from sepo.files import replace_dir_atomic, write_json_atomic, write_jsonl_atomic
-from sepo.recipes import RecipeParser
 
 CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}  # action turns never think (Qwen 3.5 renders an empty block)
 

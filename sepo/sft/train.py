@@ -24,7 +24,7 @@ from trl import SFTConfig  # loads torch, transformers and peft: importing them 
 
 from envs import GAMES
 from sepo.backends.hf import resolve_dtype
-from sepo.checks import (
+from sepo.config.checks import (
     COUNT,
     OPTIONAL_COUNT,
     POSITIVE,
@@ -37,14 +37,14 @@ from sepo.checks import (
     check_report_to,
     first_games,
 )
+from sepo.config.models import check_model, resolve_model
+from sepo.config.provenance import PROVENANCE_KEY, run_provenance
+from sepo.config.recipes import fall_back_to_fp32, parse_config, prepare_machine
+from sepo.export.card import ModelCardCallback, final_card, merged_card
+from sepo.export.merge import merge_and_save
 from sepo.files import resolve_resume, write_text_atomic
 from sepo.lora import LANGUAGE_MODEL_ATTENTION
-from sepo.merge import merge_and_save
-from sepo.model_card import ModelCardCallback, final_card, merged_card
-from sepo.models import check_model, resolve_model
 from sepo.progress import StepProgress
-from sepo.provenance import PROVENANCE_KEY, run_provenance
-from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
 from sepo.sft.data import build_dataset
 

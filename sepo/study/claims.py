@@ -19,12 +19,12 @@ from typing import Any
 from envs import make_game
 from envs.ipd_exact import exploitability as ipd_e_star
 from envs.ipd_exact import markov_keys
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.eval.exact import exact_pool_metrics
 from sepo.eval.stats import t_interval
 from sepo.files import write_json_atomic, write_text_atomic
-from sepo.recipes import RecipeParser
 from sepo.study.organism_stats import fmt
-from sepo.subcommands import report_usage_errors
 
 PROG = "python -m sepo.study.claims"
 KUHN = "benchmarks/kuhn_organism/results.json"

@@ -79,12 +79,12 @@ def arm_configs(cfg: StudyConfig, arm: str, seed: int) -> tuple[Any, Any]:
     """(SEPOConfig, ModelConfig) of one (arm, seed): its recipe keys and its own output dir, each value read as
     the type its field declares by the recipe parser, as `sepo train` reads a recipe (a YAML "3e-5" becomes
     the number 3e-5)."""
-    # deferred: trl, sepo.grpo (torch, transformers, trl) and sepo.recipes (transformers) take seconds to
+    # deferred: trl, sepo.grpo (torch, transformers, trl) and sepo.config.recipes (transformers) take seconds to
     # import; only building the arms' configs needs them
     from trl import ModelConfig
 
+    from sepo.config.recipes import RecipeParser
     from sepo.grpo.config import SEPOConfig
-    from sepo.recipes import RecipeParser
 
     if "seed" in cfg.arms[arm]:
         raise ValueError(f"arm {arm!r}: `seed` is set by the study's `seeds`, not per arm")

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.eval.checkpoints import CHECKPOINTS_FILE
 from sepo.eval.report import cell
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
-from sepo.recipes import RecipeParser
 from sepo.study.config import StudyConfig, arm_dir, run_label
 from sepo.study.report import SEED_METHOD, across, seed_cell
-from sepo.subcommands import report_usage_errors
 
 METRICS = (("exploitability", "exploitability"), ("J", "safety"), ("u", "u"), ("e", "e"), ("c", "c"))
 PLOTTED = ("exploitability", "J")

@@ -25,13 +25,13 @@ from typing import Any
 
 from envs import make_game
 from envs.ipd_exact import MOVES, Payoffs, exploitability, markov_keys
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
-from sepo.recipes import RecipeParser
 from sepo.study.organism import finished, game_params, load_recipe, warm_start_dir, warm_start_seeds
 from sepo.study.organism_games import organism_of
 from sepo.study.organism_report import band_panel
 from sepo.study.organism_stats import changes, fmt, intervals, paired, run_key
-from sepo.subcommands import report_usage_errors
 
 PROG = "python -m sepo.study.ipd_report"
 METRICS = ("e_star", "u_train", "J", "canonical_mass")

@@ -46,14 +46,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from envs.tabular import exact_games
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
 from sepo.generation import Prompt
 from sepo.study.organism_games import OrganismGame, organism_of
-from sepo.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
 PROG = "python -m sepo.study.organism"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
@@ -149,8 +149,8 @@ def pretrained(recipe: Mapping[str, Any]) -> str | None:
 def model_name(recipe: Mapping[str, Any]) -> str:
     """What the study trained, for the record: the pretrained model's name (and, for `default`, the embedded
     checkpoint it is), else the organism's shape."""
-    # deferred: sepo.models is light, but the recipe functions of this module need nothing else
-    from sepo.models import DEFAULT_ALIASES
+    # deferred: sepo.config.models is light, but the recipe functions of this module need nothing else
+    from sepo.config.models import DEFAULT_ALIASES
 
     name = pretrained(recipe)
     if name is None:
@@ -273,11 +273,11 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     from transformers import TrainerCallback
 
     from sepo.backends.hf import HFBackend
+    from sepo.config.recipes import RecipeParser
     from sepo.files import last_complete_checkpoint, write_jsonl_atomic
     from sepo.grpo.config import SEPOConfig
     from sepo.grpo.train import check_pool_mix, train
     from sepo.lora import SEPOModelConfig
-    from sepo.recipes import RecipeParser
     from sepo.rollout.chat import ChatRenderer
 
     work = out.parent / f".work_{out.stem}"
@@ -516,9 +516,9 @@ class OrganismCommand:
 
 def parser() -> RecipeParser:
     """The command line of the organism study."""
-    # deferred: sepo.recipes loads transformers and numpy; a spawned worker imports this module before
+    # deferred: sepo.config.recipes loads transformers and numpy; a spawned worker imports this module before
     # `_run_job` sets OMP_NUM_THREADS, which numpy's BLAS reads once, when it loads
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
     return RecipeParser((OrganismCommand,), prog=PROG, description=__doc__.split("\n\n")[0])
 

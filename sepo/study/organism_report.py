@@ -25,11 +25,12 @@ from typing import Any
 
 from envs import make_game
 from envs.kuhn_exact import exploitability
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.eval.kuhn_optimum import references
 from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.objective import resolve_lambdas
-from sepo.recipes import RecipeParser
 from sepo.study.organism import (
     finished,
     game_params,
@@ -41,7 +42,6 @@ from sepo.study.organism import (
     warm_start_seeds,
 )
 from sepo.study.organism_stats import below, changes, fmt, intervals, paired, run_key
-from sepo.subcommands import report_usage_errors
 
 METRICS = ("exploitability", "game_value", "J", "u_train", "canonical_mass")  # canonical mass: runs since round 3
 # arm a - arm b, paired by run: each isolates one difference of the recipe (the pair is skipped when an arm is absent)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sepo.config.recipes import RecipeParser
+from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
-from sepo.recipes import RecipeParser
 from sepo.study.organism import load_recipe, model_name, pretrained, run_one
-from sepo.subcommands import report_usage_errors
 
 PROG = "python -m sepo.study.organism_speed"
 

@@ -14,14 +14,14 @@ from typing import Any
 
 from envs import make_game
 from envs.base import Lambdas
+from sepo.config.provenance import machine
+from sepo.config.recipes import RecipeParser
 from sepo.eval.checkpoints import CHECKPOINTS_FILE
 from sepo.eval.config import EvalConfig
 from sepo.eval.evaluate import evaluate_models, write_outputs
 from sepo.eval.metrics import compare
 from sepo.eval.stats import METHOD
 from sepo.files import CHECKPOINT_STATE, set_aside, write_json_atomic, write_text_atomic
-from sepo.provenance import machine
-from sepo.recipes import RecipeParser
 from sepo.study.checks import exact_checks
 from sepo.study.config import (
     ARM_STARTED,

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sepo.checks import UsageError
+from sepo.config.checks import UsageError
 
 DEFAULT_ALIASES = ("default", "smollm2-135m-instruct")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # `name` or `org/name`, as the hub allows
@@ -53,7 +53,7 @@ def embedded_model_path() -> Path:
         return target
     gguf = embedded_gguf_path()
     # deferred: transformers' model classes take seconds to import and this module is light (the start-up
-    # check `sepo.recipe_keys` uses it); only the one-off GGUF conversion needs them
+    # check `sepo.config.recipe_keys` uses it); only the one-off GGUF conversion needs them
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     target.parent.mkdir(parents=True, exist_ok=True)

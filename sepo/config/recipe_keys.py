@@ -5,9 +5,9 @@ Their configs subclass TRL's (`SEPOConfig(GRPOConfig)`, `SEPOSFTConfig(SFTConfig
 imports trl, transformers' Trainer, peft and torch: 8 s on a loaded 2-core machine (`python -X importtime`),
 before a misspelt flag can be named. This module knows every key without importing any of them: the project's
 own fields are read from its source with `ast`, TRL's and transformers' from `upstream_keys.json`, a list
-written for the installed trl / transformers versions (`python -m sepo.recipe_keys` rewrites it; a test checks
+written for the installed trl / transformers versions (`python -m sepo.config.recipe_keys` rewrites it; a test checks
 it against the live classes). When the installed versions differ from the list's, the check steps aside and
-the full parser (`sepo.recipes`) reports everything, as before. It rejects, in the words the full parser would
+the full parser (`sepo.config.recipes`) reports everything, as before. It rejects, in the words the full parser would
 use: unknown keys and options, numbers outside the ranges the config declares (its `*_RANGES` table, read from
 the same source), an output_dir that is a file, and a model that is neither `default`, a directory nor a hub id.
 For `sepo study` it checks the recipe's own keys, its `train` block's and every arm's (`sepo train` keys) and
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import yaml
 
-import sepo.checks
+import sepo.config.checks
 from envs import GAMES
-from sepo.checks import UsageError, check_names, check_output_dir, check_recipe_file, did_you_mean
-from sepo.models import check_model
-from sepo.provenance import PROVENANCE_KEY
+from sepo.config.checks import UsageError, check_names, check_output_dir, check_recipe_file, did_you_mean
+from sepo.config.models import check_model
+from sepo.config.provenance import PROVENANCE_KEY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_FILE = Path(__file__).with_name("upstream_keys.json")
 UPSTREAM_PACKAGES = ("trl", "transformers")
 GENERAL_OPTIONS = {"config", "debug", "help"}  # every RecipeParser's own
@@ -101,11 +101,11 @@ def upstream_keys() -> dict[str, dict[str, list[str]]] | None:
 def live_upstream_keys() -> dict[str, dict[str, list[str]]]:
     """For every TRL class `COMMANDS` names: its keys and the option names its parser adds (without `--`,
     `_` spelling), from the classes themselves (imports trl)."""
-    # deferred: trl and sepo.recipes (transformers' argument parser) take seconds to import; this module exists
+    # deferred: trl and sepo.config.recipes (transformers' argument parser) take seconds to import; this module exists
     # so that the quick check runs without them, and only the key-list refresh and its test call this function
     import trl
 
-    from sepo.recipes import RecipeParser
+    from sepo.config.recipes import RecipeParser
 
     out = {}
     for name in sorted({n for _, upstream, _ in COMMANDS.values() for n in upstream}):
@@ -270,13 +270,13 @@ def _following(argv: list[str], i: int) -> list[str]:
 
 @cache
 def ranges(path: str, name: str) -> dict[str, object] | None:
-    """A config's ranges table (`NAME = {...}` in `path`), evaluated with sepo.checks' names only (the tables
+    """A config's ranges table (`NAME = {...}` in `path`), evaluated with sepo.config.checks' names only (the tables
     are written with them); None when it uses anything else."""
     tree = ast.parse((ROOT / path).read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             try:
-                return eval(compile(ast.Expression(node.value), path, "eval"), dict(vars(sepo.checks)))
+                return eval(compile(ast.Expression(node.value), path, "eval"), dict(vars(sepo.config.checks)))
             except Exception:  # noqa: BLE001 - a table written differently: leave it to the full parser
                 return None
     return None

@@ -15,8 +15,8 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
+from sepo.config.subcommands import version as sepo_version
 from sepo.files import write_json_atomic, write_text_atomic
-from sepo.subcommands import version as sepo_version
 
 
 def cpu_name() -> str:
@@ -57,9 +57,9 @@ def git_sha(cwd: str | Path | None = None) -> str:
         return "unknown"
 
 
-PROVENANCE_KEY = "provenance"  # a resolved config read back as a recipe skips it (sepo.recipes.read_recipe)
+PROVENANCE_KEY = "provenance"  # a resolved config read back as a recipe skips it (sepo.config.recipes.read_recipe)
 PACKAGES = ("torch", "transformers", "trl", "peft", "vllm", "accelerate")  # what a run's numbers depend on
-SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from (a git work tree, or not)
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this code runs from (a git work tree, or not)
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:

@@ -13,7 +13,7 @@ renamed into place.
 
 `--push_to_hub ORG/NAME` then uploads exactly the files that list names (huggingface_hub's `upload_folder` with
 that allow-list): never the run's `rng_key.json`, optimizer states, evaluation episodes or wandb files, which
-stay in RUN. The trainers' own `push_to_hub` is refused (`sepo.checks.check_push_to_hub`).
+stay in RUN. The trainers' own `push_to_hub` is refused (`sepo.config.checks.check_push_to_hub`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sepo.checks import UsageError, check_output_dir
+from sepo.config.checks import UsageError, check_output_dir
+from sepo.config.models import adapter_base_model, check_model
+from sepo.config.provenance import PROVENANCE_KEY, run_provenance
+from sepo.config.recipes import RecipeParser
 from sepo.eval.checkpoints import BEST_DIR, BEST_FILE, CHECKPOINTS_FILE, EVAL_DIR
 from sepo.files import RUN_CONFIG, replace_dir_atomic, write_json_atomic, write_text_atomic
-from sepo.models import adapter_base_model, check_model
-from sepo.provenance import PROVENANCE_KEY, run_provenance
-from sepo.recipes import RecipeParser
 
 MANIFEST = "sepo_export.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -167,7 +167,7 @@ def _write_model(chosen: Chosen, base: str | None, keep_adapter: bool, directory
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sepo.merge import write_merged
+    from sepo.export.merge import write_merged
 
     tokenizer = AutoTokenizer.from_pretrained(chosen.checkpoint)
     if keep_adapter:
@@ -189,7 +189,7 @@ def _write_model(chosen: Chosen, base: str | None, keep_adapter: bool, directory
 def export(run: str | Path, out: str | Path, keep_adapter: bool = False, overwrite: bool = False) -> Path:
     """Write the export of `run` (see the module doc) to `out`, atomically; returns `out`."""
     # deferred: model_card imports transformers' trainer classes (seconds); a bad --run is refused before
-    from sepo.model_card import export_card
+    from sepo.export.card import export_card
 
     chosen = choose_checkpoint(run)
     base = resolved_base(chosen)

@@ -1,7 +1,7 @@
 """Git-style subcommand dispatch shared by the `sepo` and `fmsp` console scripts.
 
 Each subcommand is a module with `main(argv) -> int | None`, imported only when chosen so `--help` is instant.
-A user mistake (`sepo.checks.UsageError`) is printed as `<prog> <command>: error: <message>` with exit
+A user mistake (`sepo.config.checks.UsageError`) is printed as `<prog> <command>: error: <message>` with exit
 status 2 and no traceback; `--debug` (before the command, or after it where the command has no `debug` key of
 its own) or SEPO_DEBUG=1 lets the traceback through.
 """
@@ -16,7 +16,7 @@ from importlib.metadata import version as package_version
 
 from envs.sandbox.text import safe_text
 from sepo import __version__
-from sepo.checks import UsageError, debug_enabled, did_you_mean
+from sepo.config.checks import UsageError, debug_enabled, did_you_mean
 
 Commands = dict[str, tuple[str, str]]  # subcommand -> (module, one-line help)
 

@@ -39,8 +39,8 @@ import yaml
 from transformers.hf_argparser import HfArgumentParser, string_to_bool
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
-from sepo.checks import UsageError, check_recipe_file, did_you_mean, first_games
-from sepo.provenance import PROVENANCE_KEY
+from sepo.config.checks import UsageError, check_recipe_file, did_you_mean, first_games
+from sepo.config.provenance import PROVENANCE_KEY
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
 UNDOCUMENTED = "(no description yet)"
@@ -451,7 +451,7 @@ class RecipeParser(HfArgumentParser):
             raise UsageError(f"unexpected argument {rest[0]!r}; options are written --key value")
         values = vars(namespace)
         if values.pop("_debug", False):
-            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.subcommands) then lets tracebacks through
+            os.environ["SEPO_DEBUG"] = "1"  # the dispatcher (sepo.config.subcommands) then lets tracebacks through
         return values
 
     def parse(self, argv: Sequence[str] | None) -> tuple[Any, ...]:
