@@ -75,11 +75,12 @@ class BertrandDuopoly(Game):
     """Two sellers each set a price in 1..`num_prices` at once for `num_rounds` rounds (module docstring)."""
 
     name: ClassVar[str] = "bertrand"
-    # Chosen so that J, at the method's scale s = 3 / monopoly profit, ranks competitive pricing first against
-    # every pool (tests/test_bertrand.py::test_lambdas_make_competitive_pricing_the_best_reply checks it): λc
-    # above 1.92 makes undercutting a monopoly-pricing partner by one step (c = 3/4) worse than pricing
-    # competitively against it; λx above 0.96 makes sustaining the monopoly price with a price matcher worse.
-    default_lambdas: ClassVar[Lambdas] = Lambdas(e=2.4, c=2.4, x=1.8)
+    # λe and λx as IPD's (the same scale s puts profits on IPD's points). Training credit against the training pool
+    # is u − λx·x: λx = 1.8 (above the 1.61 needed at 6 rounds) makes the competitive price the best constant price
+    # against the price matcher. Against a collusive partner the credit is −λc·c alone, so any λc > 0 makes p_c the
+    # best reply; λc = 2.0 (single-issue negotiation's) makes a fully sustained monopoly margin (c = 1) cost more J
+    # than sharing the monopoly profit earns (u = s · 12.5 = 1.5). tests/test_bertrand.py checks both.
+    default_lambdas: ClassVar[Lambdas] = Lambdas(e=2.4, c=2.0, x=1.8)
     eval_lambdas: ClassVar[Lambdas | None] = None  # evaluation uses the training λ
 
     def __init__(self, num_rounds: int = 6, num_prices: int = 5, cost: int = 0, demand: int = 10,
