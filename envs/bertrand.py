@@ -253,7 +253,7 @@ SPEC = GameSpec(
     name=BertrandDuopoly.name,
     game=BertrandDuopoly,
     strategies="envs.strategies.bertrand",
-    pools={  # by role (docs/bertrand.md#pools); no name in two roles
+    pools={  # by role (docs/games.md, the Bertrand section); no name in two roles
         "training": ("competitive", "tit_for_tat", "midpoint", "random"),
         "exploit": ("undercut", "match_then_undercut"),
         "collusive": ("always_monopoly", "grim_trigger"),
