@@ -1,6 +1,6 @@
 """The repeated Bertrand duopoly (envs.bertrand), its strategies and pools, and its exact exploiter.
 
-Oracles: payoffs and signals worked out by hand from the rules (docs/bertrand.md), the one-round game's Nash
+Oracles: payoffs and signals worked out by hand from the rules (docs/games.md, the Bertrand section), the one-round game's Nash
 equilibria by enumeration, brute force over every pure rival strategy for small games (a rival's pure strategy is
 a function of the policy's past prices, since its own follow from them), e* figures derived by hand, and played
 episodes of the real game.
