@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envs import GAMES, strategy_registry
+from envs import GAMES, game_spec, strategy_registry
 from envs.sandbox import SandboxConfig, SandboxedPolicy, process
 from fmsp.baselines import baseline_codes
 from fmsp.domains import make_domain
@@ -37,7 +37,7 @@ from fmsp.domains.gandalf import level_defender
 from fmsp.domains.sepo_games import scripted_policy_code
 from fmsp.sandbox import Sandbox
 from sepo.files import write_json_atomic
-from sepo.pools import DEFAULT_POOLS, load_pool_dir
+from sepo.pools import load_pool_dir
 
 OUT = Path(__file__).parent / "syscalls" / "observed.json"
 _CALL = re.compile(r"^(\w+)\((.*)")
@@ -158,7 +158,7 @@ def _gandalf(sandbox: Sandbox) -> None:
 def _sepo_games(sandbox: Sandbox) -> None:
     for game in GAMES:
         domain = make_domain(game, n_episodes=2)
-        opponent = scripted_policy_code(game, DEFAULT_POOLS[game]["training"][0], "cooperator")
+        opponent = scripted_policy_code(game, game_spec(game).pools["training"][0], "cooperator")
         policies = [scripted_policy_code(game, name, "exploiter") for name in strategy_registry(game)]
         sandbox.play_all(domain, [(policy, opponent) for policy in policies])
         for policy in policies:

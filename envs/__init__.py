@@ -11,6 +11,7 @@ No torch or transformers anywhere in this package.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -26,14 +27,16 @@ from envs.base import (
     View,
     play_episode,
 )
+from envs.registry import GameSpec, check_strategies
 
-# game name -> (module, class). Strategies for game G live in envs.strategies.<G> as STRATEGIES.
-GAMES: dict[str, tuple[str, str]] = {
-    "ipd": ("envs.ipd", "IteratedPrisonersDilemma"),
-    "auction": ("envs.auction", "RepeatedSealedBidAuction"),
-    "negotiation": ("envs.negotiation", "SingleIssueNegotiation"),
-    "negotiation_multi": ("envs.negotiation_multi", "MultiIssueNegotiation"),
-    "kuhn": ("envs.kuhn", "KuhnPoker"),
+# The registration list: game name -> the module whose `SPEC` (an `envs.registry.GameSpec`) declares the game.
+# Adding a game: one line here, its game module ending with `SPEC` and its strategies module (`envs.registry`).
+GAMES: dict[str, str] = {
+    "ipd": "envs.ipd",
+    "auction": "envs.auction",
+    "negotiation": "envs.negotiation",
+    "negotiation_multi": "envs.negotiation_multi",
+    "kuhn": "envs.kuhn",
 }
 
 
@@ -49,11 +52,21 @@ def _check_game(name: str) -> None:
         raise UnknownNameError(f"unknown game {name!r}; choose one of: {', '.join(GAMES)}")
 
 
+@functools.cache
+def game_spec(name: str) -> GameSpec:
+    """The registration of game `name` (its module's `SPEC`), checked against its strategies module once: a spec
+    that is not the module's game or names a strategy the game lacks fails here, naming the game."""
+    _check_game(name)
+    spec = importlib.import_module(GAMES[name]).SPEC
+    if spec.name != name:
+        raise ValueError(f"{name}: {GAMES[name]}.SPEC registers the game {spec.name!r}, not {name!r}")
+    check_strategies(spec, importlib.import_module(spec.strategies).STRATEGIES)
+    return spec
+
+
 def make_game(name: str, **params: Any) -> Game:
     """Build game `name` with its parameters overridden by `params`."""
-    _check_game(name)
-    module, cls = GAMES[name]
-    game_cls = getattr(importlib.import_module(module), cls)
+    game_cls = game_spec(name).game
     try:
         return game_cls(**params)
     except TypeError as exc:
@@ -62,8 +75,7 @@ def make_game(name: str, **params: Any) -> Game:
 
 def strategy_registry(game: str) -> dict[str, type[Strategy]]:
     """All scripted strategies of `game`, by their stable snake_case name."""
-    _check_game(game)
-    return dict(importlib.import_module(f"envs.strategies.{game}").STRATEGIES)
+    return dict(importlib.import_module(game_spec(game).strategies).STRATEGIES)
 
 
 def make_strategy(game: str, name: str, **kwargs: Any) -> Strategy:
@@ -78,6 +90,7 @@ def make_strategy(game: str, name: str, **kwargs: Any) -> Strategy:
 
 __all__ = [
     "GAMES",
+    "GameSpec",
     "MatchResult",
     "Game",
     "GameState",
@@ -88,6 +101,7 @@ __all__ = [
     "Strategy",
     "UnknownNameError",
     "View",
+    "game_spec",
     "make_game",
     "make_strategy",
     "play_episode",

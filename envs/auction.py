@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from envs.base import Game, GameState, Lambdas, RoundResult, Signals, View, check_simultaneous, record_round
 from envs.parsing import match_action
+from envs.registry import Demonstration, GameSpec
 
 _LABELS = {1: "LOW", 2: "MEDIUM", 3: "HIGH"}  # bid names, used when the bids are exactly 1, 2, 3
 
@@ -183,3 +184,36 @@ class RepeatedSealedBidAuction(Game):
             legal=self.bids if not state.done else (),
             private=None if state.done else {"value": state.values[state.round][seat]},
         )
+
+
+def rationale(view: View, action: str) -> str:
+    """The SFT rationale: one line of reasoning, grounded in what the seat sees, for `action` at `view`."""
+    value, bid = view.private.get("value"), int(action)
+    opp_bids = [int(h["opp_action"]) for h in view.history if "opp_action" in h]
+    pattern = f" The opponent has bid {sum(opp_bids) / len(opp_bids):.1f} on average." if opp_bids else ""
+    if value is None:
+        return f"Bidding {bid}.{pattern}"
+    surplus = max(0, value - bid)
+    if surplus == 0:
+        return f"My value is {value}; bidding {bid} would leave no surplus, but it may keep the opponent honest.{pattern}"
+    return f"My value is {value}; a bid of {bid} leaves a surplus of {surplus} if I win.{pattern}"
+
+
+SPEC = GameSpec(
+    name="auction",
+    game=RepeatedSealedBidAuction,
+    strategies="envs.strategies.auction",
+    # the code's pools (the paper's table, supplementary "Opponent pools", lists adaptive in training instead)
+    pools={
+        "training": ("truthful", "conservative", "shaded"),
+        "exploit": ("aggressive", "adaptive"),
+        "collusive": ("collusive_low_bid",),
+    },
+    # the SFT demonstrator: docs/references.md#sft-demonstrators; the opponents follow the method's generator
+    demonstration=Demonstration(
+        {"value_bid": 0.44, "aggressive_value": 0.28, "adaptive_value": 0.20, "random": 0.08},
+        ("aggressive", "truthful", "conservative", "shaded", "adaptive"),
+        267,
+    ),
+    rationale=rationale,
+)

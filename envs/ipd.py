@@ -28,6 +28,7 @@ from envs.base import (
     record_round,
 )
 from envs.parsing import match_action
+from envs.registry import Demonstration, GameSpec
 
 COOPERATE = "COOPERATE"
 DEFECT = "DEFECT"
@@ -187,3 +188,45 @@ def _compact_observation(history: list[Mapping[str, Any]], round_: int, num_roun
         return f"Round 1 of {num_rounds}. First round."
     last = history[-1]
     return f"Round {round_ + 1} of {num_rounds}. Last: you {last['my_action']}, opponent {last['opp_action']}."
+
+
+def rationale(view: View, action: str) -> str:
+    """The SFT rationale: one line of reasoning, grounded in what the seat sees, for `action` at `view`."""
+    history = view.history
+    if not history:
+        return ("First round: opening with cooperation to build trust." if action == "COOPERATE"
+                else "First round: defecting to test how the opponent reacts.")
+    last = history[-1]["opp_action"]
+    ever_defected = any(h["opp_action"] == "DEFECT" for h in history)
+    if action == "DEFECT":
+        if last == "DEFECT":
+            return "Opponent defected last round; retaliating to discourage exploitation."
+        if ever_defected:
+            return "Opponent defected earlier in the game; I no longer trust it."
+        return "Opponent cooperated, but defecting protects me whatever it does next."
+    if last == "DEFECT":
+        return "Opponent defected last round, but forgiving once to restore mutual cooperation."
+    return "Opponent cooperated last round; maintaining mutual cooperation."
+
+
+SPEC = GameSpec(
+    name="ipd",
+    game=IteratedPrisonersDilemma,
+    strategies="envs.strategies.ipd",
+    # the revised paper's pool table (supplementary, "Opponent pools") and the method's code (games/*.py)
+    pools={
+        "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
+        "exploit": ("always_defect", "alternating_defect"),
+        "collusive": ("always_cooperate",),
+    },
+    # the SFT demonstrator: docs/references.md#sft-demonstrators; the opponents follow the method's generator
+    demonstration=Demonstration(
+        {"tit_for_tat": 0.33, "always_defect": 0.27, "grim_trigger": 0.22, "random": 0.08,
+         "generous_tit_for_tat": 0.05, "always_cooperate": 0.05},
+        ("always_cooperate", "always_defect", "tit_for_tat", "generous_tit_for_tat", "grim_trigger"),
+        200,
+    ),
+    rationale=rationale,
+    prompt_styles=PROMPT_STYLES,
+    exact="envs.ipd_exact",
+)

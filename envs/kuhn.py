@@ -26,6 +26,7 @@ from envs.base import (
     record_round,
 )
 from envs.parsing import match_action
+from envs.registry import Demonstration, GameSpec
 
 CARDS: tuple[str, ...] = ("J", "Q", "K")
 RANK = {card: rank for rank, card in enumerate(CARDS)}
@@ -314,3 +315,40 @@ def _describe_hand(h: Mapping[str, Any]) -> str:
     moves = ", ".join(_describe_move(e) for e in h["actions"])
     shown = f"; opponent showed {h['opp_card']}" if h["opp_card"] else ""
     return f"your card {h['my_card']}; {moves}{shown}; you {_signed(h['my_payoff'])}."
+
+
+def rationale(view: View, action: str) -> str:
+    """The SFT rationale: one line of reasoning, grounded in what the seat sees, for `action` at `view`."""
+    card = view.private.get("card", "?")
+    strength = {"K": "the King, the best card", "Q": "the Queen, a middling card", "J": "the Jack, the worst card"}
+    held = strength.get(card, f"the {card}")
+    reasons = {
+        "BET": "betting" + (" for value." if card == "K" else " as a bluff to make better hands fold."),
+        "PASS": "passing to keep the pot small.",
+        "CALL": "calling" + (" since it wins any showdown." if card == "K" else " to catch a bluff."),
+        "FOLD": "folding rather than paying to lose at showdown.",
+    }
+    return f"I hold {held}; {reasons.get(action, action)}"
+
+
+SPEC = GameSpec(
+    name="kuhn",
+    game=KuhnPoker,
+    strategies="envs.strategies.kuhn",
+    # training and collusive as the method's code (`loose_aggressive` in both); exploit = the revised paper's
+    # always_bet + the code's max_exploiter
+    pools={
+        "training": ("nash_approx", "tight_passive", "loose_aggressive"),
+        "exploit": ("always_bet", "max_exploiter"),
+        "collusive": ("loose_aggressive",),
+    },
+    # the SFT demonstrator: docs/references.md#sft-demonstrators; the opponents follow the method's generator
+    demonstration=Demonstration(
+        {"nash": 0.45, "tight_value": 0.25, "pot_control": 0.20, "random_legal": 0.08, "always_pass_q": 0.02},
+        ("nash", "tight_passive", "loose_aggressive", "always_bet", "max_exploiter"),
+        200,
+    ),
+    rationale=rationale,
+    prompt_styles=PROMPT_STYLES,
+    exact="envs.kuhn_exact",
+)

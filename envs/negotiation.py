@@ -30,6 +30,7 @@ from envs.base import (
     record_round,
 )
 from envs.parsing import match_action
+from envs.registry import Demonstration, GameSpec
 
 PROMPT_STYLES: tuple[str, ...] = ("chat", "compact")
 
@@ -184,3 +185,42 @@ def _compact_observation(state: GameState, seat: int, num_rounds: int) -> str:
         return f"Round 1 of {num_rounds}. First round."
     demands = state.history[-1].record["demands"]
     return f"Round {state.round + 1} of {num_rounds}. Last: you {demands[seat]}, opponent {demands[1 - seat]}."
+
+
+def rationale(view: View, action: str) -> str:
+    """The SFT rationale: one line of reasoning, grounded in what the seat sees, for `action` at `view`."""
+    pie = view.params.get("pie", 10)
+    demand = int(action)
+    if not view.history:
+        return f"Opening with a demand of {demand}, leaving {pie - demand} for the opponent."
+    last = view.history[-1]
+    opp = int(last["opp_action"])
+    if int(last["my_action"]) + opp > pie:
+        return f"Last round broke down ({last['my_action']} + {opp} > {pie}); demanding {demand} to reach a deal."
+    if demand + opp <= pie:
+        return f"Opponent demanded {opp} last round; {demand} keeps the total within {pie}, so a deal is likely."
+    return f"Opponent demanded {opp} last round; pushing for {demand} to claim a larger share."
+
+
+SPEC = GameSpec(
+    name="negotiation",
+    game=SingleIssueNegotiation,
+    strategies="envs.strategies.negotiation",
+    # the revised paper's pool table (supplementary, "Opponent pools") and the method's code: `hardball` trains
+    # and exploits (the paper: the primary exploiter is excluded from training "in every game except Negotiation
+    # v1, where the hardball strategy contributes to both signals"), `fair` trains and probes collusion
+    pools={
+        "training": ("fair", "balanced", "concede", "hardball"),
+        "exploit": ("selfish", "hardball"),
+        "collusive": ("fair",),
+    },
+    # the SFT demonstrator: docs/references.md#sft-demonstrators; the opponents follow the method's generator
+    demonstration=Demonstration(
+        {"fair": 0.32, "balanced": 0.27, "concede": 0.18, "tit_for_tat": 0.15, "random": 0.08},
+        ("selfish", "fair", "balanced", "hardball", "concede"),
+        400,
+    ),
+    rationale=rationale,
+    prompt_styles=PROMPT_STYLES,
+    exact="envs.negotiation_exact",
+)

@@ -31,6 +31,7 @@ from envs.base import (
 )
 from envs.negotiation import demand_history
 from envs.parsing import match_action
+from envs.registry import Demonstration, GameSpec
 
 # ASCII digits only: "３" (fullwidth) or "٣" (Arabic-Indic) is not a demand, as it is not a bid or demand in
 # the other games either (`\d` matched them).
@@ -213,3 +214,39 @@ class MultiIssueNegotiation(Game):
 
     def parse_action(self, text: str, state: MultiIssueState, seat: int) -> str | None:
         return match_action(text, self.legal_actions(state, seat), normalize=normalize_demand)
+
+
+def rationale(view: View, action: str) -> str:
+    """The SFT rationale: one line of reasoning, grounded in what the seat sees, for `action` at `view`."""
+    values = view.private.get("values")
+    items = view.params.get("items", ("books", "hats", "balls"))
+    valued = ""
+    if values is not None:
+        best = items[max(range(len(values)), key=lambda i: values[i])]
+        valued = f"My values are {', '.join(f'{n} {v}' for n, v in zip(items, values))}; {best} matter most to me. "
+    if view.history:
+        last = view.history[-1]
+        deal = last.get("my_payoff", 0) > 0 or last.get("opp_payoff", 0) > 0
+        return f"{valued}Last round {'reached a deal' if deal else 'broke down'}; demanding {action}."
+    return f"{valued}Opening with a demand of {action}."
+
+
+SPEC = GameSpec(
+    name="negotiation_multi",
+    game=MultiIssueNegotiation,
+    strategies="envs.strategies.negotiation_multi",
+    # the revised paper's pool table (supplementary, "Opponent pools") and the method's code; `fair` trains and
+    # probes collusion (separation by role, `sepo.pools`)
+    pools={
+        "training": ("fair", "tit_for_tat", "concede"),
+        "exploit": ("greedy", "hardball"),
+        "collusive": ("fair",),
+    },
+    # the SFT demonstrator: docs/references.md#sft-demonstrators; the opponents follow the method's generator
+    demonstration=Demonstration(
+        {"proportional": 0.35, "conservative": 0.25, "adaptive": 0.25, "defensive": 0.15},
+        ("fair", "tit_for_tat", "concede", "greedy", "hardball"),
+        200,
+    ),
+    rationale=rationale,
+)

@@ -7,17 +7,30 @@ its exact analysis from here, so nothing outside `envs/` names a game.
 
 Kept light: no game module is imported until its spec is asked for (`envs.game_spec`), and strings name the
 strategy and exact-analysis modules, which import the game module themselves.
+
+A new game provides, all inside `envs/`:
+
+1. `envs/<name>.py`: the rules (a `Game` subclass whose `name` is the registry name), its rationale function
+   `(view, action) -> one line`, and at the end `SPEC = GameSpec(...)` (every field below; `exact` only where an
+   exact analysis exists);
+2. `envs/strategies/<name>.py`: `STRATEGIES`, strategy name -> class, naming every strategy its pools and its
+   demonstrator use;
+3. one line in `envs/__init__.py`'s `GAMES`: `"<name>": "envs.<name>"`.
+
+`envs.game_spec(name)` checks the registration when it is first asked for (`GameSpec.__post_init__`, then
+`check_strategies`): every error is one line that begins with the game's name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from envs.base import Game, View
 
+# the pools a game declares, by role (the revised paper's "Opponent pools"; sepo.pools samples them)
 POOL_ROLES: tuple[str, ...] = ("training", "exploit", "collusive")
 
 
@@ -61,3 +74,15 @@ class GameSpec:
         total = sum(self.demonstration.mixture.values())
         if abs(total - 1.0) > 1e-9:
             raise ValueError(f"{self.name}: the demonstrator's mixture must sum to 1, got {total}")
+
+
+def check_strategies(spec: GameSpec, strategies: Collection[str]) -> None:
+    """Raise ValueError, one line naming the game, if `spec`'s pools or demonstrator name a strategy that is not
+    among `strategies` (the names of its strategies module's `STRATEGIES`)."""
+    named = [(f"the {role!r} pool", name) for role in POOL_ROLES for name in spec.pools[role]]
+    named += [("the demonstrator's mixture", name) for name in spec.demonstration.mixture]
+    named += [("the demonstrator's opponents", name) for name in spec.demonstration.opponents]
+    for where, name in named:
+        if name not in strategies:
+            raise ValueError(f"{spec.name}: {where} names the unknown strategy {name!r}; {spec.strategies} has: "
+                             f"{', '.join(sorted(strategies))}")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs import GAMES
+
 
 class UsageError(ValueError):
     """A mistake in the command line or a recipe; the message says which key, which value, what is allowed."""
@@ -75,7 +77,7 @@ def check_push_to_hub(value: bool) -> None:
 
 
 def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[str]:
-    """A list option's names: split at commas too (`ipd,kuhn auction`), at least one, each one of `valid`;
+    """A list option's names: split at commas too (`a,b c`), at least one, each one of `valid`;
     duplicates dropped, order kept."""
     valid = list(valid)
     names = list(dict.fromkeys(v.strip() for item in values for v in str(item).split(",") if v.strip()))
@@ -83,6 +85,12 @@ def check_names(kind: str, values: Iterable[str], valid: Iterable[str]) -> list[
     for name in names:
         check_choice(kind, name, valid)
     return names
+
+
+def first_games(count: int) -> list[str]:
+    """The first `count` registered games (`envs.GAMES`, in registration order): what a default or a help text's
+    example writes instead of a game's name, so that a game's registration alone decides them."""
+    return list(GAMES)[:count]
 
 
 def check_recipe_file(path: str | Path) -> Path:

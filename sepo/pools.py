@@ -7,18 +7,17 @@ FMSP into a pool directory (`manifest.json` in format `sepo-pool-manifest/1`, se
 Code policies are never imported here: each instance is an `envs.sandbox.SandboxedStrategy`, its own
 contained process started with the rollout and ended with it (`Strategy.close`).
 
-Separation by role, as in the revised paper: "The pools are separated by role rather than strictly
-disjoint: a benign strategy can serve both as a training opponent and as a measurement probe (e.g.,
-FairNeg for collusion), since the two roles measure different quantities, and the primary exploiter
-is excluded from the training pool in every game except Negotiation v1, where the hardball strategy
-contributes to both signals". The default pools therefore repeat four names: single-issue `hardball`
-(training and exploit) and `fair` (training and collusive), multi-issue `fair` (training and
-collusive), and Kuhn `loose_aggressive` (training and collusive, as in the method's code). What the
-authors recorded as a bug is "an early implementation assigned the primary exploiter to all three
-pools, creating conflicting gradient signals for identical actions": the loader rejects a name in all
-three pools and a name that is both an exploiter and a collusive partner (`check_separation`).
-`strict=True` (`strict_pools: true` in a recipe) keeps every name in one pool only: a default
-training opponent that also probes is dropped from training, and any other overlap is an error.
+Each game declares its default pools by role in its registration (`envs.game_spec(game).pools`, beside the
+game's rules, with the paper's sources). Separation by role, as in the revised paper: "The pools are separated
+by role rather than strictly disjoint: a benign strategy can serve both as a training opponent and as a
+measurement probe (e.g., FairNeg for collusion), since the two roles measure different quantities"; the primary
+exploiter stays out of the training pool except where the paper puts it in both. A default pool may therefore
+repeat a name in two roles (each game's registration says which and why). What the authors recorded as a bug is
+"an early implementation assigned the primary exploiter to all three pools, creating conflicting gradient signals
+for identical actions": the loader rejects a name in all three pools and a name that is both an exploiter and a
+collusive partner (`check_separation`). `strict=True` (`strict_pools: true` in a recipe) keeps every name in one
+pool only: a default training opponent that also probes is dropped from training, and any other overlap is an
+error.
 A name in two pools is two opponents for the trainer and the evaluator: every group and metric
 carries its pool, so the name's credit follows the group's pool, never a name lookup.
 """
@@ -36,11 +35,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from envs import GAMES, Strategy, make_game, play_episode, strategy_registry
+from envs import GAMES, Strategy, game_spec, make_game, play_episode, strategy_registry
+from envs.registry import POOL_ROLES
 from envs.sandbox import PolicyError, SandboxConfig, SandboxedPolicy, SandboxedStrategy
 from envs.sandbox.text import safe_text
 
-POOL_NAMES: tuple[str, ...] = ("training", "exploit", "collusive")
+POOL_NAMES: tuple[str, ...] = POOL_ROLES  # the roles every game's registration declares pools for
 MANIFEST_FORMAT = "sepo-pool-manifest/1"
 MANIFEST_FILE = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest or a member file larger than this is refused
@@ -49,35 +49,6 @@ MAX_JSON_DEPTH = 16  # nesting of the manifest's JSON (a member's `source` objec
 # The one `source.kind` a manifest member may declare: the trainer builds every pool-directory member as sandboxed
 # code (its factory); "scripted" names the in-process strategies of `envs.strategies`, which it builds itself.
 CODE_SOURCE_KIND = "code"
-
-DEFAULT_POOLS: dict[str, dict[str, tuple[str, ...]]] = {
-    # the revised paper's pool table (supplementary, "Opponent pools") and the method's code (games/*.py)
-    "ipd": {
-        "training": ("tit_for_tat", "generous_tit_for_tat", "mixed", "grim_trigger"),
-        "exploit": ("always_defect", "alternating_defect"),
-        "collusive": ("always_cooperate",),
-    },
-    "auction": {  # the code's pools (the paper's table lists adaptive in training instead of exploit)
-        "training": ("truthful", "conservative", "shaded"),
-        "exploit": ("aggressive", "adaptive"),
-        "collusive": ("collusive_low_bid",),
-    },
-    "negotiation": {
-        "training": ("fair", "balanced", "concede", "hardball"),
-        "exploit": ("selfish", "hardball"),
-        "collusive": ("fair",),
-    },
-    "negotiation_multi": {
-        "training": ("fair", "tit_for_tat", "concede"),
-        "exploit": ("greedy", "hardball"),
-        "collusive": ("fair",),
-    },
-    "kuhn": {  # training and collusive as the code; exploit = the paper's always_bet + the code's max_exploiter
-        "training": ("nash_approx", "tight_passive", "loose_aggressive"),
-        "exploit": ("always_bet", "max_exploiter"),
-        "collusive": ("loose_aggressive",),
-    },
-}
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -290,7 +261,7 @@ def _sandboxed_factory(entry: Mapping[str, Any], code: str, sandbox: SandboxConf
 def smoke_test(member: PoolMember, seed: int = 0) -> None:
     """Play one default-length episode in each seat against a scripted opponent; PoolError on any failure."""
     game = make_game(member.game)
-    opponent_name = DEFAULT_POOLS[member.game]["training"][0]
+    opponent_name = game_spec(member.game).pools["training"][0]
     for seat in (0, 1):
         strategies = [member.factory(), strategy_registry(member.game)[opponent_name]()]
         if seat == 1:
@@ -443,7 +414,7 @@ def pools_with(
     _check_game(game)
     scripted = strategy_registry(game)
     loaded = {m.name: m for m in extras}
-    members: dict[str, list[str]] = {pool: list(names) for pool, names in DEFAULT_POOLS[game].items()}
+    members: dict[str, list[str]] = {pool: list(names) for pool, names in game_spec(game).pools.items()}
     if strict:
         probes = set(members["exploit"]) | set(members["collusive"])
         members["training"] = [n for n in members["training"] if n not in probes]

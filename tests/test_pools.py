@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from envs import GAMES, Strategy, make_game, make_strategy, play_episode
+from envs import GAMES, Strategy, game_spec, make_game, make_strategy, play_episode
 from envs.sandbox import SandboxedStrategy
 from sepo.pools import (
-    DEFAULT_POOLS,
     MANIFEST_FORMAT,
     POOL_NAMES,
     PoolError,
@@ -61,7 +60,7 @@ OVERLAPS = {  # name -> its roles, per game
 
 def test_pool_names():
     assert POOL_NAMES == ("training", "exploit", "collusive")
-    assert set(DEFAULT_POOLS) == set(GAMES)
+    assert all(tuple(game_spec(game).pools) == POOL_NAMES for game in GAMES)  # every game declares every role
 
 
 @pytest.mark.parametrize("game", list(GAMES))
@@ -139,7 +138,7 @@ def test_unknown_names_list_the_valid_ones():
 def test_overrides_replace_a_pool_and_sampling_is_seeded():
     pools = load_pools("ipd", overrides={"training": ["tit_for_tat", "prober"], "collusive": []})
     assert pools.names("training") == ("tit_for_tat", "prober")
-    assert pools.names("exploit") == DEFAULT_POOLS["ipd"]["exploit"]
+    assert pools.names("exploit") == game_spec("ipd").pools["exploit"]
     with pytest.raises(PoolError, match="'collusive' pool of 'ipd' is empty"):
         pools.sample("collusive", random.Random(0))
     draws = [pools.sample("training", random.Random(7)) for _ in range(3)]

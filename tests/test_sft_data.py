@@ -6,9 +6,9 @@ import random
 import pytest
 
 import envs
-from sepo.sft.data import DEMONSTRATIONS, generate
+from sepo.sft.data import generate
 
-GAMES = list(DEMONSTRATIONS)
+GAMES = list(envs.GAMES)
 
 
 @pytest.mark.parametrize("game", GAMES)
@@ -51,8 +51,8 @@ def test_mixture_proportions_hold_within_sampling_error():
     rows = generate([game], seed=0, episodes_scale=1.0, validation_fraction=0.0)["train"]
     episodes = {r["episode_id"]: r["demonstrator"] for r in rows}
     n = len(episodes)
-    assert n == 5 * DEMONSTRATIONS[game].episodes_per_opponent
-    for name, p in DEMONSTRATIONS[game].mixture.items():
+    assert n == 5 * envs.game_spec(game).demonstration.episodes_per_opponent
+    for name, p in envs.game_spec(game).demonstration.mixture.items():
         share = sum(1 for d in episodes.values() if d == name) / n
         assert abs(share - p) < 4 * math.sqrt(p * (1 - p) / n), (name, share, p)
 

@@ -35,7 +35,7 @@ import sys
 import traceback
 from typing import Any
 
-from envs import GAMES, make_game
+from envs import game_spec, make_game
 from envs.base import View
 from envs.sandbox.protocol import decode, encode
 
@@ -153,8 +153,7 @@ def _describe(cls: type, instance: Any) -> dict[str, Any]:
 def _reset_args(args: list[Any]) -> list[Any]:
     """A strategy's reset(game, seat, rng): the game rebuilt from (name, params), the rng from its state."""
     (game_name, params), seat, state = args
-    module, cls = GAMES[game_name]
-    accepted = inspect.signature(getattr(importlib.import_module(module), cls)).parameters
+    accepted = inspect.signature(game_spec(game_name).game).parameters
     game = make_game(game_name, **{k: v for k, v in params.items() if k in accepted})
     rng = random.Random()
     rng.setstate((state[0], tuple(state[1]), state[2]))

@@ -18,12 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from envs import GAMES, Game, Strategy, make_game, play_episode, strategy_registry
+from envs import GAMES, Game, Strategy, game_spec, make_game, play_episode, strategy_registry
 from envs.base import MatchResult
 from envs.sandbox import SandboxedPolicy, SandboxedStrategy
 from envs.sandbox.rng import private_rng
 from fmsp.domain import PolicyCode, PolicyInterface
-from sepo.pools import DEFAULT_POOLS
 
 SIDES = ("exploiter", "cooperator")
 DEFAULT_CONFIG: dict[str, Any] = {"n_episodes": 20, "seed": 0, "game_params": {}}
@@ -76,7 +75,7 @@ def unit_test(policy: SandboxedPolicy, side: str, config: Mapping[str, Any]) -> 
     for attr in ("name", "description"):
         assert isinstance(info.get(attr), str), f"the policy class needs a string `{attr}`"
     game = make_game(config["game"], **config["game_params"])
-    opponent_name = DEFAULT_POOLS[config["game"]]["training"][0]
+    opponent_name = game_spec(config["game"]).pools["training"][0]
     opponent = strategy_registry(config["game"])[opponent_name]()
     _episodes(game, _strategy(policy), opponent, {**config, "n_episodes": 2}, policy.config.rng_key)
 
@@ -174,7 +173,7 @@ class SepoGameDomain:
 
     def baselines(self, side: str) -> list[PolicyCode]:
         _check_side(side)
-        pools = DEFAULT_POOLS[self.name]
+        pools = game_spec(self.name).pools
         # a name may serve two pools (separation by role): each baseline once
         names = pools["exploit"] if side == "exploiter" else tuple(dict.fromkeys(pools["training"] + pools["collusive"]))
         return [scripted_policy_code(self.name, n, side) for n in names]

@@ -1,6 +1,5 @@
 """The SFT warm-start: demonstrator transcripts (`sepo data`) and TRL SFTTrainer + LoRA (`sepo sft`).
 
-    data.py        demonstrator mixtures -> prompt-completion rows (the `sepo data` entry point)
-    rationales.py  the one-line reasoning written before each demonstrated action
+    data.py        each game's registered demonstrator and rationale -> prompt-completion rows (`sepo data`)
     train.py       SEPOSFTConfig, SFT, merge to a full checkpoint (the `sepo sft` entry point)
 """

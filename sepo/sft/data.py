@@ -1,15 +1,15 @@
 """`sepo data`: expert-transcript SFT datasets from the demonstrator mixtures of the method.
 
-For every game, a demonstrator drawn from the game's mixture (docs/references.md#sft-demonstrators: e.g. IPD
-TFT .33, always-defect .27, grim .22, random .08, generous TFT .05, always-cooperate .05) plays the LLM's seat
-against each of five opponents. Every demonstrator decision becomes one conversational prompt–completion row:
+For every game, a demonstrator drawn from the mixture the game's registration declares (`envs.game_spec(game)
+.demonstration`; docs/references.md#sft-demonstrators) plays the LLM's seat against each of its opponents. Every demonstrator decision becomes one conversational prompt–completion row:
 the prompt is the whole conversation so far exactly as the rollout engine renders it (system prompt,
 observations, earlier assistant turns), the completion is one short line of reasoning grounded in the state
 followed by the action alone on the last line — which the game's own `parse_action` must read back (tested).
+The reasoning is the game's own rationale (`GameSpec.rationale`).
 
 Deterministic given the seed; the train/validation split is by episode, so no episode leaks across it.
 
-    sepo data --games ipd kuhn --out sft_data/generated [--seed 0] [--episodes-scale 1.0] [--samples 3]
+    sepo data --games GAME [GAME ...] --out sft_data/generated [--seed 0] [--episodes-scale 1.0] [--samples 3]
 """
 
 from __future__ import annotations
@@ -25,50 +25,9 @@ from typing import Any
 
 import envs
 from envs.base import View
-from sepo.checks import Range, check_names, check_output_dir
+from sepo.checks import Range, check_names, check_output_dir, first_games
 from sepo.files import replace_dir_atomic, write_json_atomic, write_jsonl_atomic
 from sepo.recipes import RecipeParser
-from sepo.sft.rationales import rationale
-
-
-@dataclass(frozen=True)
-class Demonstration:
-    """Who demonstrates a game: a mixture over scripted strategies, the opponents, and the episode budget."""
-
-    mixture: dict[str, float]
-    opponents: tuple[str, ...]
-    episodes_per_opponent: int
-
-
-# docs/references.md#sft-demonstrators; the opponents follow the method's generator where it names them.
-DEMONSTRATIONS: dict[str, Demonstration] = {
-    "ipd": Demonstration(
-        {"tit_for_tat": 0.33, "always_defect": 0.27, "grim_trigger": 0.22, "random": 0.08,
-         "generous_tit_for_tat": 0.05, "always_cooperate": 0.05},
-        ("always_cooperate", "always_defect", "tit_for_tat", "generous_tit_for_tat", "grim_trigger"),
-        200,
-    ),
-    "auction": Demonstration(
-        {"value_bid": 0.44, "aggressive_value": 0.28, "adaptive_value": 0.20, "random": 0.08},
-        ("aggressive", "truthful", "conservative", "shaded", "adaptive"),
-        267,
-    ),
-    "negotiation": Demonstration(
-        {"fair": 0.32, "balanced": 0.27, "concede": 0.18, "tit_for_tat": 0.15, "random": 0.08},
-        ("selfish", "fair", "balanced", "hardball", "concede"),
-        400,
-    ),
-    "negotiation_multi": Demonstration(
-        {"proportional": 0.35, "conservative": 0.25, "adaptive": 0.25, "defensive": 0.15},
-        ("fair", "tit_for_tat", "concede", "greedy", "hardball"),
-        200,
-    ),
-    "kuhn": Demonstration(
-        {"nash": 0.45, "tight_value": 0.25, "pot_control": 0.20, "random_legal": 0.08, "always_pass_q": 0.02},
-        ("nash", "tight_passive", "loose_aggressive", "always_bet", "max_exploiter"),
-        200,
-    ),
-}
 
 CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}  # action turns never think (Qwen 3.5 renders an empty block)
 
@@ -77,7 +36,7 @@ def episode_transcripts(
     game_name: str, seed: int, episodes_scale: float = 1.0, game_params: dict[str, Any] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Yield one row per demonstrator decision for every episode of `game_name`'s demonstration budget."""
-    demo = DEMONSTRATIONS[game_name]
+    demo = envs.game_spec(game_name).demonstration
     game = envs.make_game(game_name, **(game_params or {}))
     names, weights = zip(*demo.mixture.items())
     n_episodes = max(1, round(demo.episodes_per_opponent * episodes_scale))
@@ -91,6 +50,7 @@ def episode_transcripts(
 
 
 def _play(game, game_name, demonstrator_name, opponent_name, seat, rng, episode_id) -> Iterator[dict[str, Any]]:
+    rationale = envs.game_spec(game_name).rationale
     players = {seat: envs.make_strategy(game_name, demonstrator_name),
                1 - seat: envs.make_strategy(game_name, opponent_name)}
     state = game.new_state(random.Random(rng.random()))
@@ -104,7 +64,7 @@ def _play(game, game_name, demonstrator_name, opponent_name, seat, rng, episode_
             view: View = game.view(state, s)
             actions[s] = players[s].act(view)
             if s == seat:
-                text = f"{rationale(game_name, view, actions[s])}\n{actions[s]}"
+                text = f"{rationale(view, actions[s])}\n{actions[s]}"
                 if game.parse_action(text, state, seat) != actions[s]:  # every row must read back exactly
                     raise RuntimeError(f"{game_name}: demonstration {text!r} does not parse as {actions[s]!r}")
                 messages.append({"role": "user", "content": game.observation(state, seat)})
@@ -134,10 +94,10 @@ def generate(
 ) -> dict[str, list[dict[str, Any]]]:
     """Rows for every game, split by episode into {"train": [...], "validation": [...]}.
 
-    game_params: per-game parameter overrides, e.g. {"ipd": {"num_rounds": 4}}."""
-    unknown = [g for g in games if g not in DEMONSTRATIONS]
+    game_params: per-game parameter overrides, e.g. {"<game>": {"num_rounds": 4}}."""
+    unknown = [g for g in games if g not in envs.GAMES]
     if unknown:
-        raise ValueError(f"no demonstrations for {unknown}; choose from: {', '.join(DEMONSTRATIONS)}")
+        raise ValueError(f"no demonstrations for {unknown}; choose from: {', '.join(envs.GAMES)}")
     split: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
     for game_name in games:
         for row in episode_transcripts(game_name, seed, episodes_scale, (game_params or {}).get(game_name)):
@@ -178,7 +138,7 @@ def stats(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 class DataConfig:
     """The keys of `sepo data` (command line or `--config` recipe); the checks run when it is built."""
 
-    games: list[str] = field(default_factory=lambda: list(DEMONSTRATIONS),
+    games: list[str] = field(default_factory=lambda: list(envs.GAMES),
                              metadata={"help": "games to generate (space- or comma-separated)", "metavar": "GAME"})
     out: str = field(default="sft_data/generated", metadata={"help": "output directory"})
     seed: int = field(default=0, metadata={"help": "seed of the demonstrator draws and the split"})
@@ -191,10 +151,11 @@ class DataConfig:
         metadata={"help": "where the samples go (default: <out>/samples; the committed ones: sft_data/samples)"})
     game_params: dict[str, Any] | None = field(
         default=None,
-        metadata={"help": 'per-game parameters as JSON or YAML flow, e.g. \'{"ipd": {"num_rounds": 4}}\''})
+        metadata={"help": f"per-game parameters as JSON or YAML flow, e.g. '{{\"{first_games(1)[0]}\": "
+                          "{\"num_rounds\": 4}}'"})
 
     def __post_init__(self) -> None:
-        self.games = check_names("game", self.games, DEMONSTRATIONS)
+        self.games = check_names("game", self.games, envs.GAMES)
         Range(0, low_open=True).check("--episodes-scale", self.episodes_scale)
         Range(0, 1, high_open=True).check("--validation-fraction", self.validation_fraction)
         Range(0, integer=True).check("--samples", self.samples)

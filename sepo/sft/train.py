@@ -22,6 +22,7 @@ from peft import LoraConfig
 from transformers import AutoConfig, AutoTokenizer
 from trl import SFTConfig  # loads torch, transformers and peft: importing them here costs nothing more
 
+from envs import GAMES
 from sepo.backends.hf import resolve_dtype
 from sepo.checks import (
     COUNT,
@@ -34,6 +35,7 @@ from sepo.checks import (
     check_push_to_hub,
     check_ranges,
     check_report_to,
+    first_games,
 )
 from sepo.files import resolve_resume, write_text_atomic
 from sepo.lora import LANGUAGE_MODEL_ATTENTION
@@ -44,7 +46,7 @@ from sepo.progress import StepProgress
 from sepo.provenance import PROVENANCE_KEY, run_provenance
 from sepo.recipes import fall_back_to_fp32, parse_config, prepare_machine
 from sepo.resume import train_to_max_steps
-from sepo.sft.data import DEMONSTRATIONS, build_dataset
+from sepo.sft.data import build_dataset
 
 # the warm-start stage's own counts and sizes, checked with TRL's
 SFT_RANGES = {
@@ -70,15 +72,16 @@ class SEPOSFTConfig(SFTConfig):
         default=None, metadata={"help": "a `sepo data` output directory (datasets save_to_disk); None: generate"}
     )
     games: list[str] = field(
-        default_factory=lambda: ["ipd", "auction", "negotiation", "negotiation_multi", "kuhn"],
-        metadata={"help": "games to generate data for when dataset_path is None"},
+        default_factory=lambda: list(GAMES),
+        metadata={"help": "games to generate data for when dataset_path is None (default: every registered game)"},
     )
     episodes_scale: float = field(
         default=1.0,
         metadata={"help": "scale of the method's episode counts when generating (docs/references.md#sft-demonstrators)"},
     )
     game_params: dict[str, Any] | str | None = field(
-        default=None, metadata={"help": "per-game parameters when generating, e.g. {ipd: {num_rounds: 4}}"}
+        default=None,
+        metadata={"help": f"per-game parameters when generating, e.g. {{{first_games(1)[0]}: {{num_rounds: 4}}}}"},
     )
     data_seed_value: int = field(default=0, metadata={"help": "seed of the generated transcripts"})
     use_peft: bool = field(default=True, metadata={"help": "train a LoRA adapter (merged at the end)"})
@@ -99,7 +102,7 @@ class SEPOSFTConfig(SFTConfig):
         fall_back_to_fp32(self)
         super().__post_init__()
 
-        self.games = check_names("game", self.games, DEMONSTRATIONS)
+        self.games = check_names("game", self.games, GAMES)
         check_output_dir("output_dir", self.output_dir)
         if self.merged_dir is not None:
             check_output_dir("merged_dir", self.merged_dir)
