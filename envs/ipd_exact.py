@@ -30,16 +30,20 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType as MappingProxy
+from typing import Any
 
 from envs.base import Strategy, View
-from envs.ipd import COOPERATE, DEFECT, IteratedPrisonersDilemma
-from envs.repeated_exact import BackwardInduction
+from envs.ipd import ACTIONS, COOPERATE, DEFECT, IteratedPrisonersDilemma
+from envs.repeated_exact import BackwardInduction, joint_messages
+from envs.strategies.ipd import STRATEGIES
+from envs.tabular import DecisionState, Expectation, Params, Response, mixture
 
 MOVES = ("C", "D")
 LETTER = {COOPERATE: "C", DEFECT: "D"}
 ACTION = {"C": COOPERATE, "D": DEFECT}
 START = "--"
 OBJECTIVES = ("advantage", "payoff")
+MAX_ROUNDS = 6  # 1 + 4 + ... + 4^5 = 1,365 scored prompts (`envs.tabular.MAX_STATES`): the most rounds scored
 
 Joint = tuple[str, str]  # (the policy's move, the opponent's move), as letters
 Table = Mapping[str, float]  # key "r|h" -> P(COOPERATE)
@@ -251,3 +255,88 @@ class PlaysBestResponse(Strategy):
     def act(self, view: View) -> str:
         history = [(LETTER[h["opp_action"]], LETTER[h["my_action"]]) for h in view.history]
         return ACTION[self.moves[history_key(history)]]
+
+
+# --- the tabular protocol (`envs.tabular`) ---------------------------------------------------------------
+
+
+def _game(params: Params) -> IteratedPrisonersDilemma:
+    from envs import make_game
+
+    return make_game("ipd", **dict(params or {}))  # type: ignore[return-value]
+
+
+def history_messages(history: Sequence[Joint], game_params: Params = None, seat: int = 0) -> list[dict[str, str]]:
+    """The chat messages that put the LLM (in `seat`) at joint `history` ((own, opponent) letters per finished
+    round), as the rollout renders them (`envs.repeated_exact.joint_messages`)."""
+    return joint_messages(_game(game_params), [(ACTION[own], ACTION[opp]) for own, opp in history], seat)
+
+
+class IPDAnalysis:
+    """The IPD's exact analysis as `envs.tabular.TabularGame`: every joint history (a full table of
+    P(COOPERATE)), the opponent's advantage-maximising best response (e*), and exact episodes against scripted
+    opponents (defection the collusion signal, the welfare shortfall the externality)."""
+
+    exploit_key = "e_star"
+    eval_form = "answer"
+    state_noun = "joint histories"
+
+    def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
+        game = _game(params)
+        return [DecisionState(history_key(h), joint_messages(game, [(ACTION[x], ACTION[y]) for x, y in h], seat),
+                              ACTIONS) for h in histories(game.num_rounds)]
+
+    def table(self, rows: Mapping[str, Sequence[float]], params: Params) -> dict[str, Any]:
+        return {key: row[0] for key, row in rows.items()}
+
+    def row(self, table: Mapping[str, Any], key: str) -> dict[str, float]:
+        return {COOPERATE: float(table[key]), DEFECT: 1.0 - float(table[key])}
+
+    def validate(self, table: Mapping[str, Any], params: Params) -> dict[str, Any]:
+        return validate_table(table, _game(params).num_rounds)
+
+    def best_response(self, table: Mapping[str, Any], params: Params) -> Response:
+        game = _game(params)
+        response = best_response(table, game.num_rounds, Payoffs.of(game))
+        return Response(moves=dict(response.moves), value=response.value)
+
+    def exploitability(self, table: Mapping[str, Any], params: Params) -> float:
+        game = _game(params)
+        return exploitability(table, game.num_rounds, Payoffs.of(game))
+
+    def extra_figures(self, table: Mapping[str, Any], params: Params) -> dict[str, float]:
+        return {}
+
+    def strategy(self, moves: Mapping[str, Any]) -> Strategy:
+        return PlaysBestResponse(moves)
+
+    def check_size(self, params: Params) -> None:
+        rounds = _game(params).num_rounds
+        if rounds > MAX_ROUNDS:
+            raise ValueError(f"adaptive_exploiter in ipd scores every joint history (4^(T-1) + ... + 1 prompts per "
+                             f"refresh): num_rounds must be <= {MAX_ROUNDS}, got {rounds}")
+
+    def applies(self, params: Params) -> bool:
+        game = _game(params)
+        return game.prompt_style == "compact" and game.num_rounds <= MAX_ROUNDS
+
+    def prompt_note(self, params: Params) -> str | None:
+        return None
+
+    def expectations(self, table: Mapping[str, Any], name: str, opponent: Callable[[], Strategy],
+                     params: Params) -> list[Expectation]:
+        game = _game(params)
+        rounds = round_expectations(table, behaviour_of(opponent, game), game.num_rounds, Payoffs.of(game))
+        return [Expectation(own=r.own, opp=r.opp, collusion=r.defect, externality=r.externality) for r in rounds]
+
+    def demonstrator(self, weights: Mapping[str, float], params: Params) -> dict[str, Any]:
+        """sum_k w_k * P_k(COOPERATE | joint history) of scripted IPD strategies, each playing the policy's seat."""
+        mixture(weights)
+        game = _game(params)
+        # behaviour_of reads a strategy from the opponent's seat: swap the joint moves
+        behaviours = {name: behaviour_of(STRATEGIES[name], game) for name in weights}
+        return {history_key(h): sum(w * behaviours[n]([(y, x) for x, y in h]) for n, w in weights.items())
+                for h in histories(game.num_rounds)}
+
+
+ANALYSIS = IPDAnalysis()

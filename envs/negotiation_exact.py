@@ -26,12 +26,14 @@ Pure Python, no torch (like all of `envs`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from envs.base import Strategy, View
 from envs.negotiation import SingleIssueNegotiation
-from envs.repeated_exact import BackwardInduction
+from envs.repeated_exact import BackwardInduction, joint_messages
+from envs.tabular import MAX_STATES, DecisionState, Expectation, Params, Response
 
 START = "--"
 TOLERANCE = 1e-6  # how far a distribution's total may be from 1 (scored policies are normalised in float32)
@@ -171,3 +173,84 @@ class PlaysBestResponse(Strategy):
         history = [(int(h["opp_demand"]), int(h["my_demand"])) for h in view.history]
         full = history_key(history)
         return str(self.moves[full] if full in self.moves else self.moves[markov_key(history)])
+
+
+# --- the tabular protocol (`envs.tabular`) ---------------------------------------------------------------
+
+MAX_HISTORIES = MAX_STATES  # the IPD exact phase's budget at its bound: what one refresh may score
+
+
+def game_of(game_params: Params) -> SingleIssueNegotiation:
+    """The single-issue negotiation game of `game_params`."""
+    from envs import make_game
+
+    return make_game("negotiation", **dict(game_params or {}))  # type: ignore[return-value]
+
+
+def check_size(game: SingleIssueNegotiation) -> None:
+    """Refuse a game whose full table exceeds `MAX_HISTORIES` joint histories, naming the count and the bound."""
+    n = count_histories(game)
+    if n > MAX_HISTORIES:
+        raise ValueError(f"negotiation's exact policy scores every joint history of demands: {n} at "
+                         f"{game.num_rounds} rounds and demands {game.min_demand}..{game.max_demand}, more than "
+                         f"{MAX_HISTORIES}; use fewer rounds or a narrower demand range")
+
+
+class NegotiationAnalysis:
+    """Single-issue negotiation's exact analysis as `envs.tabular.TabularGame`: every joint history of demands
+    (a full table of distributions over the legal demands) and the opponent's advantage-maximising best
+    response (e*). No exact episodes against scripted opponents or demonstrator yet: the game has no organism."""
+
+    exploit_key = "e_star"
+    eval_form = "answer"
+    state_noun = "joint histories"
+
+    def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
+        game = game_of(params)
+        check_size(game)
+        legal = tuple(str(d) for d in demands(game))
+        return [DecisionState(history_key(h), joint_messages(game, [(str(x), str(y)) for x, y in h], seat), legal)
+                for h in histories(game)]
+
+    def table(self, rows: Mapping[str, Sequence[float]], params: Params) -> dict[str, Any]:
+        legal = [str(d) for d in demands(game_of(params))]
+        return {key: dict(zip(legal, row)) for key, row in rows.items()}
+
+    def row(self, table: Mapping[str, Any], key: str) -> dict[str, float]:
+        return dict(table[key])
+
+    def validate(self, table: Mapping[str, Any], params: Params) -> dict[str, Any]:
+        return validate_table(table, game_of(params))
+
+    def best_response(self, table: Mapping[str, Any], params: Params) -> Response:
+        response = best_response(table, game_of(params))
+        return Response(moves=dict(response.moves), value=response.value)
+
+    def exploitability(self, table: Mapping[str, Any], params: Params) -> float:
+        return exploitability(table, game_of(params))
+
+    def extra_figures(self, table: Mapping[str, Any], params: Params) -> dict[str, float]:
+        return {}
+
+    def strategy(self, moves: Mapping[str, Any]) -> Strategy:
+        return PlaysBestResponse(moves)
+
+    def check_size(self, params: Params) -> None:
+        check_size(game_of(params))
+
+    def applies(self, params: Params) -> bool:
+        game = game_of(params)
+        return game.prompt_style == "compact" and count_histories(game) <= MAX_HISTORIES
+
+    def prompt_note(self, params: Params) -> str | None:
+        return None
+
+    def expectations(self, table: Mapping[str, Any], name: str, opponent: Callable[[], Strategy],
+                     params: Params) -> list[Expectation]:
+        raise NotImplementedError("negotiation has no exact episodes against scripted opponents yet")
+
+    def demonstrator(self, weights: Mapping[str, float], params: Params) -> dict[str, Any]:
+        raise NotImplementedError("negotiation has no tabular demonstrator yet")
+
+
+ANALYSIS = NegotiationAnalysis()

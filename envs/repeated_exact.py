@@ -17,8 +17,11 @@ Pure Python, no torch (like all of `envs`).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
+
+from envs.base import Game
 
 History = tuple[tuple[Any, Any], ...]  # ((policy's move, opponent's move), ...) of the finished rounds
 
@@ -59,3 +62,20 @@ class BackwardInduction:
         if len(history) >= self.rounds:
             raise ValueError(f"history has {len(history)} rounds; the game has {self.rounds}: nothing to reply")
         return self._solve(tuple(history))[1]
+
+
+def joint_messages(game: Game, history: Sequence[tuple[str, str]], seat: int = 0) -> list[dict[str, str]]:
+    """The chat messages that put the LLM (in `seat`) at joint `history` ((own, opponent) action strings per
+    finished round), as the rollout renders them: system, then per round the observation and the LLM's action.
+
+    In a game without private information where both moves are revealed after each round, the LLM's prompt at a
+    decision is a function of the joint history whatever the prompt style: the conversation carries each earlier
+    observation and the model's own earlier answers. These are the decision states' prompts of `envs.ipd_exact`
+    and `envs.negotiation_exact`."""
+    state = game.new_state(random.Random(0))  # these games draw nothing
+    messages = [{"role": "system", "content": game.system_prompt(seat)}]
+    for own, opp in history:
+        messages += [{"role": "user", "content": game.observation(state, seat)},
+                     {"role": "assistant", "content": own}]
+        game.step(state, {seat: own, 1 - seat: opp})
+    return [*messages, {"role": "user", "content": game.observation(state, seat)}]
