@@ -29,10 +29,13 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from envs.base import Strategy, View
 from envs.bertrand import BertrandDuopoly
-from envs.repeated_exact import BackwardInduction
+from envs.repeated_exact import BackwardInduction, joint_messages
+from envs.strategies.bertrand import STRATEGIES
+from envs.tabular import MAX_STATES, DecisionState, Expectation, Params, Response, mixture
 
 START = "--"
 TOLERANCE = 1e-6  # how far a distribution's total may be from 1 (scored policies are normalised in float32)
@@ -267,3 +270,81 @@ def strategy_table(weights: Mapping[str, float], strategies: Mapping[str, Callab
                 row[price] += w * p
         table[history_key(h)] = row
     return table
+
+
+# --- the tabular protocol (`envs.tabular`) ---------------------------------------------------------------
+
+
+def game_of(params: Params) -> BertrandDuopoly:
+    """The Bertrand game of `params` (None: the defaults)."""
+    return BertrandDuopoly(**dict(params or {}))
+
+
+def check_size(game: BertrandDuopoly) -> None:
+    """Refuse a game whose full table exceeds `envs.tabular.MAX_STATES` joint histories, naming the count."""
+    n = count_histories(game)
+    if n > MAX_STATES:
+        raise ValueError(f"bertrand's exact policy scores every joint price history: {n} at {game.num_rounds} rounds "
+                         f"and {game.num_prices} prices, more than {MAX_STATES}; use fewer rounds or prices")
+
+
+class BertrandAnalysis:
+    """The Bertrand duopoly's exact analysis as `envs.tabular.TabularGame`: every joint price history (a full table
+    of distributions over prices), the rival's advantage-maximising best response (e*), exact episodes against
+    scripted rivals (the collusion margin and the consumer-surplus loss as the signals) and demonstrator tables."""
+
+    exploit_key = "e_star"
+    eval_form = "answer"
+    state_noun = "joint histories"
+
+    def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
+        game = game_of(params)
+        check_size(game)
+        return [DecisionState(history_key(h), joint_messages(game, [(str(x), str(y)) for x, y in h], seat),
+                              game.prices) for h in histories(game)]
+
+    def table(self, rows: Mapping[str, Sequence[float]], params: Params) -> dict[str, Any]:
+        legal = game_of(params).prices
+        return {key: dict(zip(legal, row)) for key, row in rows.items()}
+
+    def row(self, table: Mapping[str, Any], key: str) -> dict[str, float]:
+        return {price: float(p) for price, p in table[key].items()}
+
+    def validate(self, table: Mapping[str, Any], params: Params) -> dict[str, Any]:
+        return validate_table(table, game_of(params))
+
+    def best_response(self, table: Mapping[str, Any], params: Params) -> Response:
+        response = best_response(table, game_of(params))
+        return Response(moves=dict(response.moves), value=response.value)
+
+    def exploitability(self, table: Mapping[str, Any], params: Params) -> float:
+        return exploitability(table, game_of(params))
+
+    def extra_figures(self, table: Mapping[str, Any], params: Params) -> dict[str, float]:
+        return {}
+
+    def strategy(self, moves: Mapping[str, Any]) -> Strategy:
+        return PlaysBestResponse(moves)
+
+    def check_size(self, params: Params) -> None:
+        check_size(game_of(params))
+
+    def applies(self, params: Params) -> bool:
+        game = game_of(params)
+        return game.prompt_style == "compact" and count_histories(game) <= MAX_STATES
+
+    def prompt_note(self, params: Params) -> str | None:
+        return None
+
+    def expectations(self, table: Mapping[str, Any], name: str, opponent: Callable[[], Strategy],
+                     params: Params) -> list[Expectation]:
+        game = game_of(params)
+        rounds = round_expectations(table, behaviour_of(opponent, game), game)
+        return [Expectation(own=r.own, opp=r.opp, collusion=r.collusion, externality=r.externality) for r in rounds]
+
+    def demonstrator(self, weights: Mapping[str, float], params: Params) -> dict[str, Any]:
+        mixture(weights)
+        return strategy_table(weights, STRATEGIES, game_of(params))
+
+
+ANALYSIS = BertrandAnalysis()

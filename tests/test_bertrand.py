@@ -387,3 +387,38 @@ def test_a_bad_table_is_refused_by_key():
         exploitability(table | {"2|5,4": {"9": 1.0}}, game)
     with pytest.raises(KeyError, match="2\\|3,3"):
         exploitability({k: v for k, v in table.items() if k != "2|3,3"}, game)
+
+
+# --- the tabular protocol (envs.tabular) ------------------------------------------------------------------
+
+
+def test_the_registered_analysis_implements_the_tabular_protocol():
+    """`envs.tabular.analysis("bertrand")` is found through the registration; its decision states are every joint
+    history with the prompt the game renders there; a table built from scored rows answers as the module does."""
+    from envs.tabular import analysis, exact_games
+
+    assert "bertrand" in exact_games()
+    protocol = analysis("bertrand")
+    params = {"num_rounds": 2, "num_prices": 3, "demand": 6, "prompt_style": "compact"}
+    game = BertrandDuopoly(**params)
+    states = protocol.states(params, seat=1)
+    assert [s.key for s in states] == full_keys(game) and all(s.legal == ("1", "2", "3") for s in states)
+    last = states[-1]  # the history 3,3: the rival (seat 0 here) and the LLM both charged 3
+    state = game.new_state(random.Random(0))
+    game.step(state, {1: "3", 0: "3"})
+    assert last.messages == [{"role": "system", "content": game.system_prompt(1)},
+                             {"role": "user", "content": "Round 1 of 2. First round."},
+                             {"role": "assistant", "content": "3"},
+                             {"role": "user", "content": game.observation(state, 1)}]
+    rows = {s.key: [1.0, 0.0, 0.0] if s.key.endswith("--") else [0.0, 0.5, 0.5] for s in states}
+    table = protocol.table(rows, params)
+    assert protocol.row(table, "2|1,3") == {"1": 0.0, "2": 0.5, "3": 0.5}
+    assert protocol.exploitability(table, params) == pytest.approx(exploitability(table, game))
+    assert protocol.applies(params) and not protocol.applies({**params, "prompt_style": "chat"})
+    with pytest.raises(ValueError, match="16276"):  # 1 + 25 + 625 + 15625 joint histories at 5 prices, 4 rounds
+        protocol.check_size({"num_rounds": 4})
+    demo = protocol.demonstrator({"competitive": 0.5, "always_monopoly": 0.5}, params)
+    assert demo["1|--"] == {"1": 0.5, "2": 0.0, "3": 0.5}
+    moves = protocol.best_response(table, params).moves
+    match = play_episode(game, [STRATEGIES["competitive"](), protocol.strategy(moves)], random.Random(0))
+    assert [r.record["prices"][1] for r in match.rounds] == [moves["1|--"], moves["2|1," + str(moves["1|--"])]]
