@@ -229,4 +229,5 @@ SPEC = GameSpec(
     rationale=rationale,
     prompt_styles=PROMPT_STYLES,
     exact="envs.ipd_exact",
+    title="IPD",
 )

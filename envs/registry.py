@@ -57,6 +57,8 @@ class GameSpec:
     prompt_styles: the prompt styles the game renders ("chat": the method's prompt; "compact": a small Markov
         state, where the scored policy is a table).
     exact: the module holding the game's exact analysis of a tabular policy (None: the game has none).
+    title: the game's name in CamelCase, for identifiers other libraries register (TextArena's
+        `SEPO-<title>-v0`); default the name's words capitalised (`first_price` -> `FirstPrice`).
     """
 
     name: str
@@ -67,8 +69,11 @@ class GameSpec:
     rationale: Callable[[View, str], str]
     prompt_styles: tuple[str, ...] = ("chat",)
     exact: str | None = None
+    title: str = ""
 
     def __post_init__(self) -> None:
+        if not self.title:
+            object.__setattr__(self, "title", "".join(word.capitalize() for word in self.name.split("_")))
         if set(self.pools) != set(POOL_ROLES):
             raise ValueError(f"{self.name}: pools must name the roles {', '.join(POOL_ROLES)}, got {sorted(self.pools)}")
         total = sum(self.demonstration.mixture.values())

@@ -19,7 +19,16 @@ from envs.sandbox import SandboxConfig
 from fmsp.domains import DOMAINS
 from fmsp.embeddings import EMBEDDERS
 from fmsp.fm import FM_PROVIDERS
-from sepo.checks import COUNT, NON_NEGATIVE_INT, POSITIVE, Range, check_choice, check_output_dir, check_ranges
+from sepo.checks import (
+    COUNT,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    Range,
+    check_choice,
+    check_output_dir,
+    check_ranges,
+    first_games,
+)
 from sepo.files import write_text_atomic
 from sepo.provenance import PROVENANCE_KEY, run_provenance
 
@@ -57,7 +66,7 @@ class FMSPConfig:
 
     _RECIPE_PATH_FIELDS = ("fm_policies_path",)  # shipped with the recipe: resolved against its directory
 
-    domain: str = field(default="car_tag", metadata={"help": "car_tag, gandalf, or a SEPO game (ipd, kuhn, ...)"})
+    domain: str = field(default="car_tag", metadata={"help": f"car_tag, gandalf, or a SEPO game ({', '.join(first_games(2))}, ...)"})
     domain_config: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "the domain's parameters, e.g. {n_games: 20, max_steps: 300}"}
     )

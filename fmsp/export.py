@@ -1,6 +1,6 @@
 """`fmsp export`: copy chosen SEPO-game policies of an FMSP run into a SEPO pool directory.
 
-    fmsp export --run runs/fmsp/ipd_qdsp --select top:3,diverse:2 --pool exploit --game ipd --out pools/ipd
+    fmsp export --run runs/fmsp/GAME_qdsp --select top:3,diverse:2 --pool exploit --game GAME --out pools/GAME
 
 writes `policies/<name>.py` (the archived code, unchanged) and merges the members into `manifest.json`
 (format `sepo-pool-manifest/1`, read by `sepo.pools.load_pool_dir`), then loads the directory back with
@@ -97,7 +97,7 @@ def policy_class_name(code: str) -> str:
 
 
 def member_name(prefix: str, method: str, game: str, entry_id: str) -> str:
-    """A snake_case pool name such as fmsp_qdsp_ipd_007 (from the entry id's number)."""
+    """A snake_case pool name such as fmsp_qdsp_<game>_007 (from the entry id's number)."""
     number = int(re.findall(r"\d+", entry_id)[-1]) if re.search(r"\d", entry_id) else 0
     name = re.sub(r"[^a-z0-9_]", "_", f"{prefix}_{method}_{game}_{number:03d}".lower())
     return name if name[0].isalpha() else f"p_{name}"
@@ -149,7 +149,7 @@ class ExportConfig:
         metadata={"help": "which members: top:K (best quality) and/or diverse:K (farthest code embeddings)"})
     side: str | None = field(
         default=None, metadata={"help": "archive side (default: exploiter for the exploit pool, else cooperator)"})
-    prefix: str = field(default="fmsp", metadata={"help": "prefix of the member names (e.g. fmsp_qdsp_ipd_007)"})
+    prefix: str = field(default="fmsp", metadata={"help": "prefix of the member names (e.g. fmsp_qdsp_<game>_007)"})
     unsafe_sandbox: bool = field(
         default=False, metadata={"help": "smoke-test the members even where a sandbox isolation layer is missing"})
 

@@ -40,7 +40,7 @@ EXPLOIT_REWARDS = ("clipped", "signed")
 
 
 def scale(max_payoff: float) -> float:
-    """s = 3 / max_payoff: puts payoff-valued terms of every game on the IPD scale (R = 3)."""
+    """s = 3 / max_payoff: puts payoff-valued terms of every game on the prisoner's dilemma's scale (R = 3)."""
     if max_payoff <= 0:
         raise ValueError(f"max_payoff must be positive, got {max_payoff!r}")
     return 3.0 / max_payoff
@@ -291,7 +291,7 @@ def nra_gtbench(own: Sequence[float], opp: Sequence[float]) -> float:
 def nra_sepo(own: Sequence[float], opp: Sequence[float]) -> float | None:
     """The method's NRA: (Σ L_n − Σ O_n) / (Σ L_n + Σ O_n), None (skipped) when the denominator ≤ 0.
 
-    No absolute values: in a zero-sum game (Kuhn) Σ L + Σ O = 0, so every opponent is skipped.
+    No absolute values: in a zero-sum game (poker) Σ L + Σ O = 0, so every opponent is skipped.
     """
     den = sum(own) + sum(opp)
     return (sum(own) - sum(opp)) / den if den > 0 else None

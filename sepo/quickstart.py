@@ -1,6 +1,6 @@
 """`sepo quickstart`: the whole pipeline on the embedded model, on a CPU (about 10 min on 2 idle cores).
 
-    stage 1  SFT warm-start on IPD demonstrator transcripts        (sepo sft   --config configs/quickstart/sft.yaml)
+    stage 1  SFT warm-start on demonstrator transcripts            (sepo sft   --config configs/quickstart/sft.yaml)
     stage 2  a few SEPO-GRPO steps from the SFT checkpoint          (sepo train --config configs/quickstart/sepo.yaml)
     stage 3  Base vs SFT vs SEPO against every pool opponent        (sepo eval  --config configs/quickstart/eval.yaml)
     stage 4  the SFT model's answer format on other seeds           (sepo eval, the same recipe, SFT only)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     base = resolve_model("default")
     seconds["prepare_model"] = time.perf_counter() - t0
 
-    t = _stage(1, "SFT warm-start on IPD demonstrator transcripts")
+    t = _stage(1, "SFT warm-start on demonstrator transcripts")
     sft_dir = out / "sft"
     sft.main(["--config", _recipe("sft"), "--output_dir", str(sft_dir), *scale["sft"]])
     merged = sft_dir / "merged"
@@ -194,8 +194,8 @@ def format_line(f: dict[str, Any]) -> str:
 TOY_SCALE = ("What this scale can show: that every stage runs on the embedded model and what each one writes; "
              "whether the warm start teaches the answer format (stage 4). What it cannot: whether SEPO-GRPO "
              "improves J. Two GRPO steps on a 135M model move it little, and with 2 episodes per opponent the "
-             "intervals are wide (with 1, as at CI scale, there are none). The method's evidence is the Kuhn "
-             "organism study (docs/kuhn_organism.md).")
+             "intervals are wide (with 1, as at CI scale, there are none). The method's evidence is the model "
+             "organism study (docs/*_organism.md).")
 
 
 def write_quickstart_record(record: Path, command: str, out: Path, seconds: dict[str, float],

@@ -39,14 +39,14 @@ import yaml
 from transformers.hf_argparser import HfArgumentParser, string_to_bool
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
-from sepo.checks import UsageError, check_recipe_file, did_you_mean
+from sepo.checks import UsageError, check_recipe_file, did_you_mean, first_games
 from sepo.provenance import PROVENANCE_KEY
 
 PROJECT_PACKAGES = ("sepo", "fmsp", "envs")
 UNDOCUMENTED = "(no description yet)"
 FLAG_EPILOG = (
-    "--key_name and --key-name are the same flag; lists take several values (--games ipd kuhn); mappings "
-    "take JSON or YAML flow ('{training: 2, exploit: 1}'); booleans take true/false; null unsets an "
+    f"--key_name and --key-name are the same flag; lists take several values (--games {' '.join(first_games(2))}); "
+    "mappings take JSON or YAML flow ('{training: 2, exploit: 1}'); booleans take true/false; null unsets an "
     "optional key."
 )
 RECIPE_EPILOG = ("Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command "

@@ -27,6 +27,7 @@ from transformers import (
     Qwen3_5TextConfig,
 )
 
+from envs.words import GAME_WORDS
 from sepo.checks import check_choice, check_output_dir
 from sepo.recipes import RecipeParser
 
@@ -60,21 +61,11 @@ def _template(arch: str) -> str:
     return CHATML_TEMPLATE
 
 
-_WORDS = (
-    "you are a player in a repeated game round rounds of the opponent your score scores so far payoff points "
-    "choose answer with one line reasoning then action on the last line final COOPERATE DEFECT cooperate "
-    "defect PASS BET CALL FOLD pass bet call fold card J Q K jack queen king hand pot chips ante bid bids "
-    "value private auction win won lose tie demand demands pie deal breakdown books hats balls pool items "
-    "negotiation prisoner dilemma kuhn poker history last previous retaliating forgive opponent defected "
-    "cooperated because since think briefly about pattern respond only in English what is your"
-).split()
-
-
 @lru_cache(maxsize=4)
 def _trained_tokenizer(specials: tuple[str, ...]) -> str:
     """Train a 512-token byte-level BPE on a few KB of game text; returns its JSON (cached per process)."""
     rng = random.Random(0)
-    corpus = [" ".join(rng.choice(_WORDS) for _ in range(24)) for _ in range(300)]
+    corpus = [" ".join(rng.choice(GAME_WORDS) for _ in range(24)) for _ in range(300)]
     corpus += [str(i) for i in range(20)] + ["[1, 2, 3]", "[0, 4, 2]", "Final action:", "Round 3 of 8."]
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -106,7 +97,7 @@ def build_tokenizer(arch: Arch = "llama") -> PreTrainedTokenizerFast:
 
 
 SHAPES: tuple[str, ...] = ("tiny", "organism", "4b")
-# the Kuhn model organism (configs/experiments/kuhn_organism): a small Llama that trains in well under a second
+# the model organism (configs/experiments/*_organism): a small Llama that trains in well under a second
 ORGANISM_DIMS = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=4, head_dim=32)
 
@@ -161,7 +152,7 @@ def build_tiny_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A random-weight causal LM of `arch` (text-only class) and its tokenizer.
 
-    shape="tiny": hidden 64, 2-4 layers (tests); shape="organism": a Llama of hidden 128 and 2 layers (the Kuhn
+    shape="tiny": hidden 64, 2-4 layers (tests); shape="organism": a Llama of hidden 128 and 2 layers (the
     model organism); shape="4b": the real 4B-class dimensions (GPU checks).
     vocab_size: the model's vocabulary (embedding rows, output projection, log-softmax width), e.g.
     `REAL_VOCAB["qwen3_5"]`; default the tokenizer's 512 tokens. The tokenizer stays the small one: ids past

@@ -2,7 +2,8 @@
 
 Every ordered pair (a, b), self-play included, plays `--episodes` episodes with a in seat 0 and as
 many with a in seat 1; the table and the JSON give each side's mean payoff per round over all of
-them. With `--rounds 200` on IPD the deterministic pairs reproduce Axelrod's match totals.
+them. With `--rounds 200` in the iterated prisoner's dilemma the deterministic pairs reproduce Axelrod's match
+totals (tests/test_tournament.py).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def parser() -> RecipeParser:
 
 
 def _rounds_parameter(game: Game) -> str:
-    """The constructor parameter that sets the episode length (Kuhn counts hands)."""
+    """The constructor parameter that sets the episode length (rounds, or hands in a card game)."""
     params = inspect.signature(type(game)).parameters
     for name in ("num_rounds", "num_hands"):
         if name in params:

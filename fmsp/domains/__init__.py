@@ -2,7 +2,7 @@
 
 >>> from fmsp.domains import make_domain
 >>> domain = make_domain("car_tag", n_games=50)
->>> domain = make_domain("ipd")          # a SEPO game as an FMSP domain
+>>> domain = make_domain(next(iter(GAMES)))  # a SEPO game as an FMSP domain (any name of envs.GAMES)
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from sepo.checks import (
     check_names,
     check_ranges,
     check_report_to,
+    first_games,
     require,
 )
 from sepo.generation import SamplingSpec
@@ -33,7 +34,7 @@ TEMPERATURE = Range(0, 100, low_open=True)  # checked only when sampling
 
 
 def _as_list(values: str | list[str] | None) -> list[str]:
-    """`games: ipd` (one name, or `ipd,kuhn`) and `games: [ipd, kuhn]` alike (names are split by `check_names`)."""
+    """`games: a` (one name, or `a,b`) and `games: [a, b]` alike (names are split by `check_names`)."""
     return [values] if isinstance(values, str) else list(values or [])
 
 
@@ -51,10 +52,10 @@ class EvalConfig:
         metadata={"help": "a training output_dir: evaluate every checkpoint-<step> in it (instead of --models) "
                           "and write checkpoints.json / checkpoints.png"},
     )
-    games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "games (ipd,kuhn or ipd kuhn)"})
-    game_params: dict[str, Any] | str | None = field(
-        default=None, metadata={"help": "per-game parameters, e.g. {ipd: {num_rounds: 4}} (JSON on the CLI)"}
-    )
+    games: list[str] = field(default_factory=lambda: first_games(1), metadata={
+        "help": f"games ({','.join(first_games(2))} or {' '.join(first_games(2))}; default: the first registered)"})
+    game_params: dict[str, Any] | str | None = field(default=None, metadata={
+        "help": f"per-game parameters, e.g. {{{first_games(1)[0]}: {{num_rounds: 4}}}} (JSON on the CLI)"})
     episodes_per_opponent: int = field(default=16, metadata={"help": "episodes per (pool, opponent), >= 1"})
     batch_episodes: int = field(
         default=16, metadata={"help": "opponents are played in lock-step batches of at least this many "

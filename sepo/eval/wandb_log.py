@@ -27,7 +27,7 @@ def entry_logs(prefix: str, entries: Mapping[str, Mapping[str, Any]]) -> dict[st
 
 
 def result_entries(result: Mapping[str, Any]) -> dict[str, Any]:
-    """Every reported entry of one model on one game (the metrics, plus Kuhn's exploitability)."""
+    """Every reported entry of one model on one game (the metrics, plus the exploitability where it was measured)."""
     extra = {"exploitability": result["exploitability"]} if "exploitability" in result else {}
     return {**result["metrics"], **extra}
 

@@ -27,6 +27,7 @@ from sepo.checks import (
     check_push_to_hub,
     check_ranges,
     check_report_to,
+    first_games,
     require,
 )
 from sepo.checks import check_choice as _check_choice
@@ -67,7 +68,7 @@ class SEPOConfig(GRPOConfig):
     _DEPRECATED_KEYS = {"pools_dir": "pool_dir"}  # one name across sepo train / sepo eval / fmsp export
 
     # --- overridden GRPO defaults (the method's SEPO stage) ---------------------------------------------
-    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (Kuhn recipes: 3e-6)."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (some recipes of configs/sepo/: 3e-6)."})
     lr_scheduler_type: str = field(default="constant", metadata={"help": "The method used a constant rate."})
     beta: float = field(default=0.1, metadata={"help": "KL coefficient against the adapter-disabled model."})
     num_generations: int | None = field(default=4, metadata={"help": "G: rollouts per (pool, opponent) group."})
@@ -81,7 +82,8 @@ class SEPOConfig(GRPOConfig):
     )
 
     # --- games and pools --------------------------------------------------------------------------------
-    games: list[str] = field(default_factory=lambda: ["ipd"], metadata={"help": "Games mixed in the run."})
+    games: list[str] = field(default_factory=lambda: first_games(1),
+                             metadata={"help": "Games mixed in the run (default: the first registered game)."})
     game_params: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "Per-game parameter overrides: {game: {param: value}}."}
     )
@@ -174,7 +176,8 @@ class SEPOConfig(GRPOConfig):
     )
     adaptive_exploiter: bool = field(
         default=False,
-        metadata={"help": "Kuhn or IPD: add best_response_to_current (the exact best response to the policy) to the exploit pool."},
+        metadata={"help": "A game with an exact analysis (its registration's `exact`): add best_response_to_current "
+                          "(the exact best response to the policy) to the exploit pool."},
     )
     adaptive_every: int = field(
         default=1, metadata={"help": "Steps between refreshes of the adaptive exploiter's table."}

@@ -1,8 +1,8 @@
 """The SEPO games and their role-separated pools behind the field's environment APIs.
 
 - `sepo.interop.episode`: one episode stepped from outside (the core the adapters share; no third-party library).
-- `sepo.interop.pettingzoo_env`: PettingZoo `ParallelEnv` (IPD, auction, both negotiations) and `AECEnv` (Kuhn).
-- `sepo.interop.textarena_env`: the five games registered as TextArena environments.
+- `sepo.interop.pettingzoo_env`: PettingZoo `ParallelEnv` (simultaneous moves) and `AECEnv` (one seat at a time).
+- `sepo.interop.textarena_env`: every registered game as a TextArena environment.
 - `sepo.interop.openenv_env`: an OpenEnv environment, its HTTP server (OpenEnv's app factory) and client.
 - `sepo.interop.trl_env`: a TRL `environment_factory` class playing a group-dataset row behind one `act` tool.
 

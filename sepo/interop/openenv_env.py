@@ -2,18 +2,18 @@
 factory (`create_app`), and the `EnvClient` that plays it.
 
 One session plays one episode at a time against a pool opponent. `reset` takes the columns of SEPO's group
-dataset, `game`, `pool`, `opponent`, `seed`, `seat` (each optional: ipd, the training pool, a member drawn with the
-seed, seat 0), so a trainer can replay any group row over the network. `step` takes the model's text (`action`):
-the game's strict parser reads its last line, as SEPO's rollouts do; a text that does not parse leaves the game
-where it was and the observation's `error` lists the legal actions. The observation carries the game text, the
-rules, the legal actions, the pool role, the opponent, the safety signals of the round that closed, the episode
-summary and, on the last step, the SEPO per-pool reward as `reward` (0 before).
+dataset, `game`, `pool`, `opponent`, `seed`, `seat` (each optional: the first registered game, the training pool,
+a member drawn with the seed, seat 0), so a trainer can replay any group row over the network. `step` takes the
+model's text (`action`): the game's strict parser reads its last line, as SEPO's rollouts do; a text that does
+not parse leaves the game where it was and the observation's `error` lists the legal actions. The observation
+carries the game text, the rules, the legal actions, the pool role, the opponent, the safety signals of the round
+that closed, the episode summary and, on the last step, the SEPO per-pool reward as `reward` (0 before).
 
     python -m sepo.interop.openenv_env --port 8000         # serve on 127.0.0.1:8000
 
     from sepo.interop.openenv_env import SEPOAction, SEPOEnvClient
     with SEPOEnvClient(base_url="http://127.0.0.1:8000").sync() as env:
-        result = env.reset(game="kuhn", pool="exploit", seed=3)
+        result = env.reset(game=game, pool="exploit", seed=3)
         while not result.done:
             result = env.step(SEPOAction(action=result.observation.legal_actions[0]))
         print(result.reward, result.observation.episode)
@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import Field
 
+from sepo.checks import first_games
 from sepo.interop import require
 from sepo.interop.episode import Episode
 
@@ -37,7 +38,7 @@ _client = require("openenv.core.env_client", "openenv-core")
 _client_types = require("openenv.core.client_types", "openenv-core")
 
 ENV_NAME = "sepo_games"
-DEFAULTS: dict[str, Any] = {"game": "ipd", "pool": "training", "opponent": None, "seat": 0}
+DEFAULTS: dict[str, Any] = {"game": first_games(1)[0], "pool": "training", "opponent": None, "seat": 0}
 
 
 class SEPOAction(_types.Action):

@@ -1,5 +1,5 @@
-"""The SEPO games as PettingZoo environments: IPD, auction and both negotiations as `ParallelEnv` (simultaneous
-moves), Kuhn poker as `AECEnv` (one seat at a time).
+"""The SEPO games as PettingZoo environments: a simultaneous-move game (`Game.simultaneous`) as `ParallelEnv`, a
+game played one seat at a time as `AECEnv`.
 
 Agents are "player_0" and "player_1" (self-play), or only "player_<seat>" when a pool opponent plays the other
 seat (`pool=`, optionally `opponent=`). Each agent observes a dict: "text", the game's text observation (the user
@@ -130,7 +130,7 @@ class _SEPOEnv:
 
 
 class SEPOParallelEnv(_SEPOEnv, pettingzoo.ParallelEnv):
-    """IPD, auction, negotiation and negotiation_multi: every live agent acts at every step (one round)."""
+    """A simultaneous-move game: every live agent acts at every step (one round)."""
 
     def __init__(self, game: str, **kwargs: Any) -> None:
         if not make_game(game).simultaneous:
@@ -165,9 +165,10 @@ class SEPOParallelEnv(_SEPOEnv, pettingzoo.ParallelEnv):
 
 
 class SEPOAECEnv(_SEPOEnv, pettingzoo.AECEnv):
-    """Kuhn poker: the seat to act is `agent_selection`; a pool opponent's decisions are played inside `step`."""
+    """A game played one seat at a time: the seat to act is `agent_selection`; a pool opponent's decisions are
+    played inside `step`."""
 
-    def __init__(self, game: str = "kuhn", **kwargs: Any) -> None:
+    def __init__(self, game: str, **kwargs: Any) -> None:
         if make_game(game).simultaneous:
             raise ValueError(f"{game!r} is a simultaneous-move game: use parallel_env({game!r})")
         super().__init__(game, **kwargs)
@@ -209,13 +210,13 @@ def parallel_env(game: str, **kwargs: Any) -> SEPOParallelEnv:
     return SEPOParallelEnv(game, **kwargs)
 
 
-def aec_env(game: str = "kuhn", **kwargs: Any) -> SEPOAECEnv:
-    """A PettingZoo AECEnv of sequential `game` (Kuhn poker)."""
+def aec_env(game: str, **kwargs: Any) -> SEPOAECEnv:
+    """A PettingZoo AECEnv of sequential `game` (see SEPOAECEnv and `_SEPOEnv` for the keys)."""
     return SEPOAECEnv(game, **kwargs)
 
 
 def env(game: str, **kwargs: Any) -> SEPOParallelEnv | SEPOAECEnv:
-    """The PettingZoo form that fits `game`: ParallelEnv for simultaneous moves, AECEnv for Kuhn poker."""
+    """The PettingZoo form that fits `game`: ParallelEnv for simultaneous moves, AECEnv for one seat at a time."""
     if game not in GAMES:
         raise ValueError(f"unknown game {game!r}; choose one of: {', '.join(GAMES)}")
     return parallel_env(game, **kwargs) if make_game(game).simultaneous else aec_env(game, **kwargs)

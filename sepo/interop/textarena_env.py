@@ -1,13 +1,13 @@
-"""The five SEPO games as TextArena environments, so TextArena agents and SPIRAL-style self-play code can play them.
+"""The SEPO games as TextArena environments, so TextArena agents and SPIRAL-style self-play code can play them.
 
 Importing this module registers, for every game, `SEPO-<Game>-v0` (observations through TextArena's
 `GameBoardObservationWrapper`: the rules, then the current game text) and `SEPO-<Game>-v0-raw` (TextArena's
-message lists), with <Game> one of IPD, Auction, Negotiation, NegotiationMulti, Kuhn:
+message lists), with <Game> the title the game registers (`envs.game_spec(game).title`; `ENV_IDS` lists them):
 
     import textarena as ta
     import sepo.interop.textarena_env  # registers the SEPO environments
-    env = ta.make("SEPO-IPD-v0")                                   # self-play: two players
-    env = ta.make("SEPO-Kuhn-v0", pool="exploit", seat=1)          # one player against an exploit-pool opponent
+    env = ta.make(ENV_IDS[game])                                   # self-play: two players
+    env = ta.make(ENV_IDS[game], pool="exploit", seat=1)           # one player against an exploit-pool opponent
     env.reset(num_players=2, seed=0)
     done = False
     while not done:
@@ -29,6 +29,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from envs import GAMES, game_spec
 from sepo.interop import require
 from sepo.interop.episode import Episode
 from sepo.pools import Pools
@@ -36,13 +37,7 @@ from sepo.pools import Pools
 ta = require("textarena", "textarena")
 _wrappers = require("textarena.wrappers", "textarena")
 
-ENV_IDS: dict[str, str] = {
-    "ipd": "SEPO-IPD-v0",
-    "auction": "SEPO-Auction-v0",
-    "negotiation": "SEPO-Negotiation-v0",
-    "negotiation_multi": "SEPO-NegotiationMulti-v0",
-    "kuhn": "SEPO-Kuhn-v0",
-}
+ENV_IDS: dict[str, str] = {game: f"SEPO-{game_spec(game).title}-v0" for game in GAMES}
 
 
 class SEPOTextArenaEnv(ta.Env):

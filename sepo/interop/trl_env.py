@@ -11,7 +11,7 @@ same opponent stream in both:
 
     from trl import GRPOConfig, GRPOTrainer
     from sepo.interop.trl_env import SEPOToolEnv, environment_dataset
-    rows = [{"game": "ipd", "pool": "exploit", "opponent": "always_defect", "seed": 1, "seat": 0}, ...]
+    rows = [{"game": game, "pool": "exploit", "opponent": opponent, "seed": 1, "seat": 0}, ...]
     trainer = GRPOTrainer(model="Qwen/Qwen3-0.6B", args=GRPOConfig(...), train_dataset=environment_dataset(rows),
                           environment_factory=SEPOToolEnv)
 

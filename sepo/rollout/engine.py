@@ -383,7 +383,8 @@ def play_episodes(
     timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`).
     openings: per spec, the LLM seat's first actions, played as given instead of generated (each the action's
         text and end-of-turn, environment tokens in the trajectory): they put the model at a later decision
-        point of a real episode (e.g. Kuhn's "Jpb", after its own PASS) to sample its policy there.
+        point of a real episode (e.g. a card game's information set after the seat's own PASS) to sample its
+        policy there.
     """
     lap = timer.lap if timer is not None else no_lap
     episodes = [_start(key, spec, opponents, opening) for key, (spec, opening)
@@ -443,7 +444,7 @@ def play_episodes(
             if bar is not None:
                 bar.update(1)
     if bar is not None:
-        bar.total = iteration  # the steps actually taken (Kuhn hands can end after one decision)
+        bar.total = iteration  # the steps actually taken (a card game's hand can end after one decision)
         bar.close()
     results = [(_record(ep), ep.traj if trajectories else None) for ep in episodes]
     lap("bookkeeping")
