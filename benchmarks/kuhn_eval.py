@@ -24,11 +24,12 @@ from typing import Any
 
 import torch
 
+from envs.tabular import analysis
 from sepo.backends.hf_decoding import action_variants, score_actions
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import batches, play_batch, units
 from sepo.eval.evaluate import load_backend
-from sepo.eval.kuhn import choices, reasoning_prompts
+from sepo.eval.exact import reasoning_prompts
 from sepo.files import write_json_atomic
 from sepo.pools import POOL_NAMES, load_pools
 from sepo.provenance import git_sha, machine_info
@@ -77,8 +78,8 @@ def bench(threads: int = 1) -> dict[str, Any]:
 
     start = time.perf_counter()
     scored = [p.ids for s in range(cfg.kuhn_rationale_samples)
-              for p in reasoning_prompts(backend, renderer, sampling, s)]
-    legal = choices() * cfg.kuhn_rationale_samples
+              for p in reasoning_prompts(backend, renderer, sampling, s, "kuhn")]
+    legal = [list(s.legal) for s in analysis("kuhn").states(None)] * cfg.kuhn_rationale_samples
     samples_s = time.perf_counter() - start
     eot, model, tok = renderer.end_of_turn_id, backend.model, backend.tokenizer
     start = time.perf_counter()

@@ -126,7 +126,7 @@ class TabularGame(Protocol):
 
 # Which module holds each game's exact analysis, until the registrations are wired (`GameSpec.exact`, read with
 # `envs.game_spec`): then this table goes and `exact_module` reads the registration alone.
-_EXACT_MODULES: dict[str, str] = {"kuhn": "envs.kuhn_exact", "ipd": "envs.ipd_exact",
+_EXACT_MODULES: dict[str, str] = {"kuhn": "envs.kuhn_tabular", "ipd": "envs.ipd_exact",
                                   "negotiation": "envs.negotiation_exact"}
 
 

@@ -162,7 +162,7 @@ class AnswersWithALegalAction:
 
 @pytest.mark.parametrize("seat", [0, 1])
 def test_training_prompts_at_an_infoset_equal_the_exact_evaluations_token_for_token(seat):
-    from sepo.eval.kuhn import infoset_prompts
+    from sepo.eval.exact import state_prompts
     from sepo.generation import SamplingSpec
     from sepo.rollout.chat import ChatRenderer
     from sepo.rollout.engine import EpisodeSpec, play_episodes
@@ -173,7 +173,7 @@ def test_training_prompts_at_an_infoset_equal_the_exact_evaluations_token_for_to
     specs = [EpisodeSpec(game="kuhn", game_params=ORGANISM_GAME["kuhn"], pool="training", opponent="random_legal",
                          seed=s, seat=seat) for s in range(120)]
     play_episodes(specs, backend, renderer, SamplingSpec(max_new_tokens=4), trajectories=True)
-    evaluation = [tuple(p.ids) for p in infoset_prompts(renderer, ORGANISM_GAME["kuhn"], seat)]
+    evaluation = [tuple(p.ids) for p in state_prompts(renderer, "kuhn", ORGANISM_GAME["kuhn"], seat)]
     assert len(set(evaluation)) == 12
     trained = {tuple(ids) for ids in backend.prompts}
     assert trained <= set(evaluation)  # every prompt training shows is one the evaluation scores

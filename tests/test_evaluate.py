@@ -223,7 +223,7 @@ def test_eval_reports_the_exact_e_star_of_a_compact_ipd_policy(tiny_model_dir, t
     model's scored policy (recomputed here through the backend)."""
     from envs.ipd_exact import exploitability as e_star
     from sepo.backends.hf import HFBackend
-    from sepo.eval.ipd import scored_policy
+    from sepo.eval.exact import scored_policy
     from sepo.rollout.chat import ChatRenderer
 
     params = {"num_rounds": 3, "prompt_style": "compact"}
@@ -233,7 +233,7 @@ def test_eval_reports_the_exact_e_star_of_a_compact_ipd_policy(tiny_model_dir, t
     assert len(exact["policy"]) == 1 + 4 + 16
     assert exact["e_star"] == pytest.approx(e_star(exact["policy"], 3), abs=1e-12)
     backend = HFBackend.from_model(str(tiny_model_dir), device="cpu")
-    again = scored_policy(backend, ChatRenderer(backend.tokenizer), params)
+    again = scored_policy(backend, ChatRenderer(backend.tokenizer), "ipd", params)
     assert again == pytest.approx(exact["policy"], abs=1e-9)
     assert f"| Tiny | {exact['e_star']:.3f} |" in (out / "results.md").read_text()
     # the chat prompt's joint histories are not scored (the phase is for the compact prompt)

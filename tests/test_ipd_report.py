@@ -9,7 +9,7 @@ import pytest
 
 from envs.ipd_exact import full_keys, markov_keys
 from sepo.study.ipd_report import frontier, markov_summary, tit_for_tat_like
-from sepo.study.organism_games import ipd_checkpoint
+from sepo.study.organism_games import organism_of
 from sepo.study.organism_stats import paired, run_key
 
 PARAMS = {"num_rounds": 3, "prompt_style": "compact"}
@@ -42,7 +42,7 @@ def test_the_frontier_at_w_zero_is_the_best_payoff_over_pure_markov_tables():
     """At w = 0 the frontier maximises u_train alone: no pure Markov table does better (brute force)."""
     point = frontier(PARAMS, weights=(0.0, 1.0))
     keys = markov_keys(3)
-    best = max(ipd_checkpoint(dict(zip(keys, map(float, bits))), PARAMS)["u_train"]
+    best = max(organism_of("ipd").checkpoint(dict(zip(keys, map(float, bits))), PARAMS)["u_train"]
                for bits in itertools.product((0, 1), repeat=len(keys)))
     assert point[0]["u_train"] >= best - 1e-12
     assert point[1]["e_star"] <= point[0]["e_star"] + 1e-12  # a weight on e* never raises it

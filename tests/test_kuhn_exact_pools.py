@@ -1,6 +1,6 @@
 """Exact fold rates and pool metrics of tabular Kuhn policies, and the one-hand organism's game options.
 
-`envs.kuhn_exact.fold_probabilities` and `sepo.eval.kuhn_pools.expected_hand` are checked against Monte Carlo
+`envs.kuhn_exact.fold_probabilities` and `envs.kuhn_exact.expected_hand` are checked against Monte Carlo
 hands played by stepping `envs.kuhn.KuhnPoker(num_hands=1, first_mover="random")`; `exact_pool_metrics` against
 the objective's definitions recomputed by hand; and the new `first_mover` / `prompt_style` options directly.
 """
@@ -14,10 +14,10 @@ import pytest
 
 from envs.base import Lambdas
 from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState
-from envs.kuhn_exact import fold_probabilities, game_value, nash_policy
+from envs.kuhn_exact import expected_hand, fold_probabilities, game_value, nash_policy
 from envs.strategies.kuhn import STRATEGIES
+from sepo.eval.exact import exact_pool_metrics
 from sepo.eval.kuhn_optimum import table_of
-from sepo.eval.kuhn_pools import exact_pool_metrics, expected_hand
 from sepo.pools import POOL_NAMES, load_pools
 
 HANDS = 20_000

@@ -6,7 +6,7 @@ per information set instead of 12, so the fixture's SFT takes half the time), th
 the adaptive exact exploiter's group alone (one group per step; the study's arms play 6) with the signed reward, through the real SEPOTrainer (TRL's GRPO
 step, the rollout engine, per-pool credit, per-round normalisation, the adaptive exploiter's refresh every
 step). What is measured: the exact exploitability of the policy scored at the 12 information sets on the
-training prompts (`sepo.eval.kuhn.scored_policy`, `envs.kuhn_exact.exploitability`), one thread, seeded.
+training prompts (`sepo.eval.exact.scored_policy`, `envs.kuhn_exact.exploitability`), one thread, seeded.
 
 MEASURED (2026-12-01, this project's 2-core machine, one thread, lr 1e-4 for 60 steps, G = 8, the recipe's
 round-2 design: linear decay, centred advantages, no gradient clipping; the study itself runs at 3e-5 for 300-500

@@ -131,8 +131,8 @@ def test_the_played_episodes_reach_each_information_set_at_its_scored_prompt(tin
     """The rollout engine puts the model at each information set with exactly the prompt tokens the scoring
     reads (`infoset_messages`): the deal, the opponent's move and, at "Xpb", the opening PASS; and the episode
     holds that one sampled decision."""
+    from envs.kuhn_tabular import infoset_messages
     from sepo.backends.hf import HFBackend
-    from sepo.eval.kuhn import infoset_messages
     from sepo.eval.kuhn_played import OPPONENTS, infoset_episode
     from sepo.generation import SamplingSpec
     from sepo.rollout.engine import play_episodes

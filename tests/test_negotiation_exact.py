@@ -220,7 +220,7 @@ def test_adaptive_exploiter_accepts_negotiation_within_the_history_bound(tmp_pat
 
 def test_the_adaptive_oracle_measures_fits_and_plays_the_exact_best_response(tiny_model_dir):
     """AdaptiveExploiter("negotiation") reads the tiny model's scored policy at all 82 joint histories (the same
-    table `sepo.eval.negotiation.scored_policy` gives), refreshes to its exact best response, and the strategy it
+    table `sepo.eval.exact.scored_policy` gives), refreshes to its exact best response, and the strategy it
     plays attains the reported e* against that table in the real game."""
     from sepo.backends.hf import HFBackend
     from sepo.grpo.adaptive import AdaptiveExploiter
@@ -277,7 +277,7 @@ def test_adaptive_exploiter_trains_in_compact_negotiation(tiny_model_dir, tmp_pa
     model) whose only exploit opponent is the adaptive exploiter; the refresh before the first rollout logs the
     exact e* of the starting weights' scored policy, recomputed here from the model the run started from."""
     from sepo.backends.hf import HFBackend
-    from sepo.eval.negotiation import scored_policy
+    from sepo.eval.exact import scored_policy
     from sepo.grpo.adaptive import ADAPTIVE_NAME
     from sepo.grpo.config import SEPOConfig
     from sepo.grpo.trainer import SEPOTrainer
@@ -289,7 +289,7 @@ def test_adaptive_exploiter_trains_in_compact_negotiation(tiny_model_dir, tmp_pa
                       pool_mix={"training": ["fair"], "exploit": [ADAPTIVE_NAME]}, adaptive_exploiter=True,
                       per_device_train_batch_size=4, max_turn_tokens=6, max_completion_length=128, seed=0)
     backend = HFBackend.from_model(str(tiny_model_dir), device="cpu")
-    start = exploitability(scored_policy(backend, ChatRenderer(backend.tokenizer), PARAMS),
+    start = exploitability(scored_policy(backend, ChatRenderer(backend.tokenizer), "negotiation", PARAMS),
                            make_game("negotiation", **PARAMS))
     trainer = SEPOTrainer(model=tiny_model_dir, args=args)
     trainer.train()

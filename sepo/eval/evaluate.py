@@ -1,17 +1,16 @@
-"""`sepo eval`: checkpoints against the opponent pools, side by side, with intervals and Kuhn exploitability.
+"""`sepo eval`: checkpoints against the opponent pools, side by side, with intervals and exact exploit figures.
 
 For every model and game, each opponent of each pool (training / exploit / collusive) is played
 `episodes_per_opponent` times (seats alternating, seeds fixed) through the batched lock-step rollout engine,
 one opponent per batch. The metrics are those of `sepo.objective.aggregate` (payoff, exploit-pool advantage,
 collusion, externality, safety score J, welfare, NRA in both forms) plus fallback and parse-failure rates and
-action frequencies (card-conditioned for Kuhn), each with a 95% bootstrap interval over episodes and its
-episode count n (`sepo.eval.metrics`); what was not measured is null / "–". How the model's own turns ended
-(a strict answer, cut at `max_turn_tokens`, or ended without one) is counted per decision
-(`sepo.eval.answer_format`). For Kuhn the model's policy at
-the 12 information sets of the classic hand is measured by scoring the legal actions and its exact
-exploitability is computed (`sepo.eval.kuhn`); for compact-prompt IPD and single-issue negotiation the policy
-at every joint history is scored and its exact e* computed (`JOINT_EXACT`). Stochastic decoding by default
-(temperature 0.8).
+action frequencies (card-conditioned where a game's private information conditions them), each with a 95%
+bootstrap interval over episodes and its episode count n (`sepo.eval.metrics`); what was not measured is null /
+"–". How the model's own turns ended (a strict answer, cut at `max_turn_tokens`, or ended without one) is counted
+per decision (`sepo.eval.answer_format`). For a game that declares an exact analysis (`envs.tabular`) and whose
+analysis applies to the evaluated parameters, the model's policy at every decision state is measured by scoring
+the legal actions, and its exact exploit figure is computed (`sepo.eval.exact`; the exact phase, `_exact_phase`).
+Stochastic decoding by default (temperature 0.8).
 
 Every finished opponent is stored at once (`sepo.eval.store`) and results.json is rewritten after every
 model and game, so a rerun of the same command resumes where a crash or `kill -9` stopped it.
@@ -20,8 +19,8 @@ Base / SFT / SEPO tables), one PNG per game, episodes/ (the stored opponents), t
 `--save_transcripts`, checkpoints.json / checkpoints.png with `--checkpoints DIR`, and wandb (metrics, plots
 and a table of sample episodes) with `--report_to wandb`.
 
-    sepo eval --models Base=default SFT=runs/sft/merged --games ipd,kuhn [--config configs/eval/ipd.yaml]
-    sepo eval --checkpoints runs/sepo/ipd_default --games ipd      (every checkpoint-<step> of a run)
+    sepo eval --models Base=default SFT=runs/sft/merged --games GAME[,GAME] [--config configs/eval/GAME.yaml]
+    sepo eval --checkpoints runs/sepo/RUN --games GAME      (every checkpoint-<step> of a run)
 """
 
 from __future__ import annotations
@@ -30,30 +29,22 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import envs
-from envs.base import Game
-from envs.ipd_exact import Payoffs
-from envs.ipd_exact import exploitability as ipd_exploitability
-from envs.negotiation_exact import count_histories
-from envs.negotiation_exact import exploitability as negotiation_exploitability
 from envs.sandbox import SandboxConfig
 from envs.sandbox.rng import persist_run_rng_key
+from envs.tabular import TabularGame, analysis
 from sepo.backends import make_backend
 from sepo.checks import check_output_dir
+from sepo.eval import exact
 from sepo.eval.answer_format import answer_format
 from sepo.eval.checkpoints import checkpoint_models, write_checkpoint_report
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import Row, batches, play_batch, transcript_line, units
-from sepo.eval.ipd import MAX_ROUNDS as IPD_MAX_ROUNDS
-from sepo.eval.ipd import scored_policy as ipd_scored_policy
-from sepo.eval.kuhn import exact_summary, prompt_note, score_samples
 from sepo.eval.metrics import summarize
-from sepo.eval.negotiation import MAX_HISTORIES as NEGOTIATION_MAX_HISTORIES
-from sepo.eval.negotiation import scored_policy as negotiation_scored_policy
 from sepo.eval.report import Results, markdown, plot
 from sepo.eval.stats import METHOD
 from sepo.eval.store import fingerprint, load_shard, model_stamp, safe_name, save_shard, shard_path
@@ -66,26 +57,6 @@ from sepo.provenance import PROVENANCE_KEY, run_provenance
 from sepo.rollout.chat import ChatRenderer
 
 Loader = Callable[[], tuple[Any, Any]]  # () -> (backend, renderer), called only when something must be played
-
-
-@dataclass(frozen=True)
-class JointExact:
-    """The exact phase of a repeated simultaneous-move game without private information: its answer-only policy
-    scored at every joint history (`sepo.eval.joint`) and the exact e* of that table. `small`: whether the game is
-    small enough to score every history; `score(backend, renderer, game_params)`: the table; `e_star(table,
-    game)`: its exploit figure."""
-
-    small: Callable[[Game], bool]
-    score: Callable[[Any, Any, Mapping[str, Any]], Any]
-    e_star: Callable[[Any, Game], float]
-
-
-JOINT_EXACT: dict[str, JointExact] = {
-    "ipd": JointExact(small=lambda g: g.num_rounds <= IPD_MAX_ROUNDS, score=ipd_scored_policy,
-                      e_star=lambda t, g: ipd_exploitability(t, g.num_rounds, Payoffs.of(g))),
-    "negotiation": JointExact(small=lambda g: count_histories(g) <= NEGOTIATION_MAX_HISTORIES,
-                              score=negotiation_scored_policy, e_star=negotiation_exploitability),
-}
 
 
 def _say(msg: str) -> None:
@@ -147,10 +118,10 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
         **summarize(rows_by_unit, game.max_payoff, lambdas, cfg.bootstrap_resamples, cfg.confidence, cfg.seed),
         "answer_format": answer_format((r for rows in rows_by_unit.values() for r in rows), cfg.max_turn_tokens),
     }
-    if game_name == "kuhn" and cfg.kuhn_exact:
-        result.update(_kuhn_exact(label, stamp, cfg, live, done + 1, total))
-    if _joint_exact_applies(game_name, cfg):
-        result.update(_joint_exact(game_name, label, stamp, cfg, live, done + 1, total))
+    tabular = _exact_phase(game_name, cfg)
+    if tabular is not None:
+        phase = _reasoning_exact if tabular.eval_form == "reasoning" else _answer_exact
+        result.update(phase(tabular, game_name, label, stamp, cfg, live, done + 1, total))
     return result, rows_by_unit
 
 
@@ -170,37 +141,42 @@ def _stored_phase(cfg: EvalConfig, label: str, game: str, key: str, where: str, 
     return value
 
 
-def _joint_exact_applies(game: str, cfg: EvalConfig) -> bool:
-    """A joint-history exact phase (`JOINT_EXACT`) runs for a compact-prompt game (the prompt a short function of
-    the joint history) small enough to score every joint history, unless its flag (`--<game>_exact`) is off."""
-    if game not in JOINT_EXACT or not getattr(cfg, f"{game}_exact"):
-        return False
-    instance = envs.make_game(game, **cfg.game_params.get(game, {}))
-    return instance.prompt_style == "compact" and JOINT_EXACT[game].small(instance)
+def _exact_phase(game: str, cfg: EvalConfig) -> TabularGame | None:
+    """The game's exact analysis when its exact phase runs: the game declares one (`envs.tabular`), its flag
+    (`--<game>_exact`) is on, and the analysis applies to the evaluated parameters (the prompt a function of the
+    decision state, few enough states to score them all)."""
+    tabular = analysis(game)
+    if tabular is None or not getattr(cfg, f"{game}_exact", True):
+        return None
+    return tabular if tabular.applies(cfg.game_params.get(game, {})) else None
 
 
-def _joint_exact(game: str, label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
-                 total: int) -> dict[str, Any]:
-    """The answer-only policy at every joint history (teacher-forced, `JOINT_EXACT[game].score`) and its exact e*,
-    stored as one shard like the episodes; reported as `<game>_exact`."""
-    phase, params = JOINT_EXACT[game], cfg.game_params.get(game, {})
+def _answer_exact(tabular: TabularGame, game: str, label: str, stamp: list[Any], cfg: EvalConfig, live: Loader,
+                  done: int, total: int) -> dict[str, Any]:
+    """The answer-only policy at every decision state (teacher-forced, `sepo.eval.exact.scored_policy`) and its
+    exact exploit figure, stored as one shard like the episodes; reported as `<game>_exact`."""
+    params = cfg.game_params.get(game, {})
     table = _stored_phase(cfg, label, game, fingerprint(stamp, f"{game}_exact", params), f"{done}/{total}",
-                          lambda: phase.score(*live(), params),
-                          lambda t: f"{len(t)} joint histories")
-    return {f"{game}_exact": {"e_star": phase.e_star(table, envs.make_game(game, **params)), "policy": table}}
+                          lambda: exact.scored_policy(*live(), game, params),
+                          lambda t: f"{len(t)} {tabular.state_noun}")
+    return {f"{game}_exact": {tabular.exploit_key: tabular.exploitability(table, params), "policy": table}}
 
 
-def _kuhn_exact(label: str, stamp: list[Any], cfg: EvalConfig, live: Loader, done: int,
-                total: int) -> dict[str, Any]:
+def _reasoning_exact(tabular: TabularGame, game: str, label: str, stamp: list[Any], cfg: EvalConfig,
+                     live: Loader, done: int, total: int) -> dict[str, Any]:
+    """The policy after the model's own reasoning at every decision state (`<game>_rationale_samples` samples,
+    `sepo.eval.exact.score_samples`), its exact exploit figure with a bootstrap interval, and which prompt it
+    scores (`<game>_prompt`); stored as one shard like the episodes."""
+    params = cfg.game_params.get(game)
+    samples_per_state = getattr(cfg, f"{game}_rationale_samples")
     decoding = {k: v for k, v in cfg.play_settings().items()  # what the exact phase depends on
                 if k not in ("episodes_per_opponent", "batch_episodes", "pools_dir")}
     samples = _stored_phase(
-        cfg, label, "kuhn", fingerprint(stamp, "kuhn_exact", cfg.kuhn_rationale_samples, decoding), f"{done}/{total}",
-        lambda: score_samples(*live(), cfg.sampling(), cfg.kuhn_rationale_samples, cfg.progress,
-                              game_params=cfg.game_params.get("kuhn")),
-        lambda s: f"12 info sets x {len(s['K'])} samples")
-    return {**exact_summary(samples, cfg.bootstrap_resamples, cfg.confidence, cfg.seed),
-            "kuhn_prompt": prompt_note(cfg.game_params.get("kuhn"))}
+        cfg, label, game, fingerprint(stamp, f"{game}_exact", samples_per_state, decoding), f"{done}/{total}",
+        lambda: exact.score_samples(*live(), cfg.sampling(), samples_per_state, game, cfg.progress, params),
+        lambda s: f"{len(s)} {tabular.state_noun} x {len(next(iter(s.values())))} samples")
+    return {**exact.exact_summary(game, samples, cfg.bootstrap_resamples, cfg.confidence, cfg.seed, params),
+            f"{game}_prompt": tabular.prompt_note(params)}
 
 
 def eval_pools(game: str, cfg: EvalConfig) -> Pools:
@@ -209,9 +185,9 @@ def eval_pools(game: str, cfg: EvalConfig) -> Pools:
 
 
 def _units_per_game(cfg: EvalConfig, pools: Mapping[str, Pools]) -> dict[str, int]:
-    """How many stored pieces (opponents, plus Kuhn's exact phase) one model has per game."""
-    return {game: len(units(game, pools[game], cfg.pools))
-            + int(game == "kuhn" and cfg.kuhn_exact) + int(_joint_exact_applies(game, cfg)) for game in cfg.games}
+    """How many stored pieces (opponents, plus the exact phase) one model has per game."""
+    return {game: len(units(game, pools[game], cfg.pools)) + int(_exact_phase(game, cfg) is not None)
+            for game in cfg.games}
 
 
 def model_specs(cfg: EvalConfig) -> list[tuple[str, str]]:

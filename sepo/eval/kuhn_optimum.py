@@ -1,7 +1,7 @@
 """Exact optima of the organism arms' objectives over tabular Kuhn policies: the reference lines of the study.
 
 A tabular policy has one free probability per information set (the aggressive action's: BET or CALL), 12 in
-all. Each objective below is evaluated exactly (`envs.kuhn_exact`, `sepo.eval.kuhn_pools`) and maximised by
+all. Each objective below is evaluated exactly (`envs.kuhn_exact`, the objective's `aggregate`) and maximised by
 enumerating the 4,096 pure policies and then refining the best few by coordinate ascent on a grid of each
 probability (the objectives are not linear: exploitability is a maximum over best responses and e a clip,
 so an optimum can be mixed). What is reported is the exploitability (and u_train) of the maximiser.
@@ -22,10 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from envs.kuhn import INFO_STATES, actions_at
-from envs.kuhn_exact import exploitability, nash_policy
-from sepo.eval.kuhn_pools import expected_hand, metrics_against, opponent_tables
-from sepo.objective import Lambdas
-from sepo.pools import Pools, load_pools
+from envs.kuhn_exact import expected_hand, exploitability, nash_policy
+from sepo.objective import EpisodeTerms, Lambdas, aggregate, scale
+from sepo.pools import POOL_NAMES, Pools, load_pools
 
 Table = dict[str, dict[str, float]]
 GRID = tuple(sorted({i / 60 for i in range(61)}))  # includes 1/3, 2/3, 1/6 (the Nash family's values)
@@ -48,7 +47,8 @@ class Opponents:
 
     @classmethod
     def default(cls, pools: Pools | None = None) -> Opponents:
-        return cls(opponent_tables(pools or load_pools("kuhn")))
+        pools = pools or load_pools("kuhn")
+        return cls({(pool, name): pools.make(name).table for pool in POOL_NAMES for name in pools.names(pool)})
 
     def pool(self, name: str) -> dict[tuple[str, str], Table]:
         return {key: t for key, t in self.tables.items() if key[0] == name}
@@ -62,7 +62,12 @@ def u_train(policy: Table, opponents: Opponents) -> float:
 
 def j_value(policy: Table, opponents: Opponents, lambdas: Lambdas, max_payoff: float = 2.0) -> float:
     """J = u − λe·e − λc·c − λx·x against the fixed pools, through the objective's own `aggregate`."""
-    return metrics_against(policy, opponents.tables, lambdas, max_payoff).safety
+    terms = []
+    for (pool, name), table in opponents.tables.items():
+        payoff, fold = expected_hand(policy, table)
+        terms.append(EpisodeTerms(pool=pool, opponent=name, scale=scale(max_payoff), payoffs=(payoff,),
+                                  opp_payoffs=(-payoff,), collusion=(fold,), externality=(0.0,)))
+    return aggregate(terms, lambdas).safety
 
 
 def maximise(objective: Callable[[Table], float], starts: int = 4, sweeps: int = 4,

@@ -1,6 +1,6 @@
 """Kuhn's played policy: the model sampled through the rollout engine at every information set of one hand.
 
-The scored policy (`sepo.eval.kuhn.scored_policy`) is the teacher-forced probability of each canonical answer
+The scored policy (`sepo.eval.exact.scored_policy`) is the teacher-forced probability of each canonical answer
 (+ end-of-turn), normalised over the legal actions. What the model plays is what the rollout makes of its free
 text: the real decoding (`play_episodes` with the run's turn length and sampling), the game's parser and its
 aliases, and the constrained fallback for turns that do not parse. `played_policy` samples that at each of
@@ -15,7 +15,7 @@ free decision is at the information set:
   as second mover and ends the hand after the LLM acts first; `always_bet` puts it at "Xb" and, after the
   LLM's PASS, at "Xpb";
 - at "Xpb" the LLM's own earlier PASS is an opening (`play_episodes`' `openings`): the canonical text and
-  end-of-turn, as the scored prompt has it (`sepo.eval.kuhn.infoset_messages`).
+  end-of-turn, as the scored prompt has it (`envs.kuhn_tabular.infoset_messages`).
 
 Every episode thus holds exactly one decision the model samples. The counts also say how that decision was
 made: `canonical` (the turn's text is the canonical answer, or it with a leading space, as scoring counts it,
@@ -40,6 +40,7 @@ from sepo.generation import GenerationBackend, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, episode_state, play_episodes
 
+GAME = "kuhn"  # the game whose information sets this measure samples
 PASSIVE = "kuhn_played_passive"  # the opponent that makes "p" histories and ends hands the LLM opens
 AGGRESSIVE = "always_bet"  # the scripted strategy that makes "b" and "pb" histories
 Z95 = 1.959963984540054  # the two-sided 95% normal quantile
@@ -75,7 +76,7 @@ def _episode_seed(game: Any, card: str, first_mover: int, seat: int) -> int:
 
 def infoset_episode(info: str, game_params: Mapping[str, Any], seat: int = 0) -> tuple[EpisodeSpec, tuple[str, ...]]:
     """The episode (and the LLM's opening) whose first free LLM decision is at information set `info`."""
-    game = make_game("kuhn", **dict(game_params))
+    game = make_game(GAME, **dict(game_params))
     if game.num_rounds != 1 or game.first_mover_rule != "random":
         raise ValueError("the played policy needs one-hand Kuhn with a random first mover (num_hands: 1, "
                          f"first_mover: random); got {game.params}")
@@ -83,7 +84,7 @@ def infoset_episode(info: str, game_params: Mapping[str, Any], seat: int = 0) ->
     llm_first = len(history) % 2 == 0
     opponent = PASSIVE if history in ("", "p") else AGGRESSIVE
     seed = _episode_seed(game, card, seat if llm_first else 1 - seat, seat)
-    spec = EpisodeSpec(game="kuhn", game_params=dict(game_params), pool="played", opponent=opponent, seed=seed,
+    spec = EpisodeSpec(game=GAME, game_params=dict(game_params), pool="played", opponent=opponent, seed=seed,
                        seat=seat)
     return spec, ("PASS",) if history == "pb" else ()
 

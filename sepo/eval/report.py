@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sepo.eval.kuhn import NASH_RATES
+from envs.kuhn_exact import NASH_RATES
 
 DASH = "–"
 Results = dict[str, dict[str, dict[str, Any]]]  # label -> game -> result

@@ -5,21 +5,14 @@ itself exploitable. An exploiter that best-responds to the *current* policy can:
 against it, signed, is minus the policy's exploit figure (in expectation), and maximising it is
 exploitability descent (Lockhart et al., 2019).
 
-Each game with an exact analysis supplies an `ExploiterOracle` (`ORACLES`): `measure` reads the current
-policy as a table from the trainer's model (scored actions on the training prompts), and `fit` returns the
-exact best response to that table as a strategy factory, with the policy's exact figures.
-
-- Kuhn poker: the table is P(action | information set) at the 12 information sets
-  (`sepo.eval.kuhn.scored_policy`); the best response in both positions (`envs.kuhn_exact`); figures:
-  exploitability (NashConv / 2) and game value.
-- IPD: the table is P(COOPERATE | joint history) at every joint history (`sepo.eval.ipd.scored_policy`); the
-  opponent's best response by backward induction, maximising its mean per-round advantage (`envs.ipd_exact`);
-  figure: exploitability = e*. Its cost grows as 4^(T−1) prompts per refresh, so T is bounded
-  (`IPD_MAX_ROUNDS`); the compact prompt keeps each prompt short.
-- Single-issue negotiation: the table is P(demand | joint history of demands) at every joint history
-  (`sepo.eval.negotiation.scored_policy`); the opponent's advantage-maximising best response by the same
-  backward induction (`envs.negotiation_exact`); figure: exploitability = e*. With K legal demands a refresh
-  scores 1 + K² + ... + K^(2(T−1)) prompts, bounded by `sepo.eval.negotiation.MAX_HISTORIES`.
+Every game that declares an exact analysis (`GameSpec.exact`, the protocol of `envs.tabular`) has an
+`ExploiterOracle` (`oracle`, a `TabularOracle` over that analysis): `measure` reads the current policy as a table
+from the trainer's model (the legal actions scored at every decision state on the training prompts,
+`sepo.eval.exact.scored_policy`), and `fit` returns the exact best response to that table as the response a
+strategy plays, with the policy's exact figures (`exploitability`, the analysis's exploit figure: NashConv / 2
+for a zero-sum card game, e* for a repeated game, and any extra figures it declares, such as a game value). The cost of
+a refresh is one scoring pass over the states, bounded by the analysis's `check_size` (`envs.tabular.MAX_STATES`
+prompts).
 
 The member is a training device: evaluation J uses the fixed default pools, and the exploiter's own
 figures (the policy's exact figures at each refresh) are logged beside them.
@@ -31,18 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from envs import make_game
 from envs.base import Strategy
-from envs.ipd_exact import Payoffs, PlaysBestResponse
-from envs.ipd_exact import best_response as ipd_best_response
-from envs.kuhn_exact import best_response, exploitability, game_value
-from envs.negotiation_exact import PlaysBestResponse as PlaysNegotiationResponse
-from envs.negotiation_exact import best_response as negotiation_best_response
-from envs.strategies.kuhn import PlaysTable
-from sepo.eval import ipd as ipd_eval
-from sepo.eval import kuhn as kuhn_eval
-from sepo.eval import negotiation as negotiation_eval
-from sepo.eval.ipd import MAX_ROUNDS as IPD_MAX_ROUNDS
+from envs.tabular import exact_games
+from sepo.eval.exact import require, scored_policy
 from sepo.pools import PoolMember, Pools
 
 ADAPTIVE_NAME = "best_response_to_current"
@@ -66,87 +50,57 @@ class ExploiterOracle(Protocol):
         """Raise ValueError when the game under `game_params` is too large for an exact, cheap refresh."""
 
 
-class KuhnOracle:
-    """Kuhn poker: the best response in both positions to the 12-information-set table."""
+@dataclass(frozen=True)
+class TabularOracle:
+    """The exact oracle of a game with a tabular analysis (`envs.tabular`): the best response to the scored table
+    (a zero-sum game: in both positions; a repeated game: the opponent's advantage-maximising reply at each
+    history)."""
+
+    game: str
 
     def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
-        return kuhn_eval.scored_policy(backend, renderer, game_params, seat)
+        return scored_policy(backend, renderer, self.game, game_params, seat)
 
     def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
-        response = best_response(policy, 0) | best_response(policy, 1)
-        return response, {"exploitability": exploitability(policy), "game_value": game_value(policy, policy)}
+        tabular = require(self.game)
+        response = tabular.best_response(policy, game_params)
+        return response.moves, {"exploitability": response.value, **tabular.extra_figures(policy, game_params)}
 
     def strategy(self, response: Table) -> Strategy:
-        return PlaysTable(response)
+        return require(self.game).strategy(response)
 
     def check(self, game_params: Mapping[str, Any] | None) -> None:
-        """Every Kuhn game has 12 information sets: nothing to bound."""
+        require(self.game).check_size(game_params)
 
 
-class IPDOracle:
-    """IPD: the opponent's advantage-maximising best response to the joint-history table; exploitability = e*."""
-
-    def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
-        return ipd_eval.scored_policy(backend, renderer, game_params, seat)
-
-    def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
-        game = make_game("ipd", **dict(game_params or {}))
-        response = ipd_best_response(policy, game.num_rounds, Payoffs.of(game))
-        return dict(response.moves), {"exploitability": response.value}
-
-    def strategy(self, response: Table) -> Strategy:
-        return PlaysBestResponse(response)
-
-    def check(self, game_params: Mapping[str, Any] | None) -> None:
-        rounds = make_game("ipd", **dict(game_params or {})).num_rounds
-        if rounds > IPD_MAX_ROUNDS:
-            raise ValueError(f"adaptive_exploiter in ipd scores every joint history (4^(T-1) + ... + 1 prompts per "
-                             f"refresh): num_rounds must be <= {IPD_MAX_ROUNDS}, got {rounds}")
-
-
-class NegotiationOracle:
-    """Single-issue negotiation: the opponent's advantage-maximising best response to the table over joint
-    histories of demands; exploitability = e*."""
-
-    def measure(self, backend: Any, renderer: Any, game_params: Mapping[str, Any] | None, seat: int) -> Table:
-        return negotiation_eval.scored_policy(backend, renderer, game_params, seat)
-
-    def fit(self, policy: Table, game_params: Mapping[str, Any] | None) -> tuple[Table, dict[str, float]]:
-        response = negotiation_best_response(policy, negotiation_eval.game_of(game_params))
-        return dict(response.moves), {"exploitability": response.value}
-
-    def strategy(self, response: Table) -> Strategy:
-        return PlaysNegotiationResponse(response)
-
-    def check(self, game_params: Mapping[str, Any] | None) -> None:
-        negotiation_eval.check_size(negotiation_eval.game_of(game_params))
-
-
-ORACLES: dict[str, ExploiterOracle] = {"kuhn": KuhnOracle(), "ipd": IPDOracle(), "negotiation": NegotiationOracle()}
+def oracle(game: str) -> ExploiterOracle:
+    """`game`'s exploiter oracle: its exact analysis's (a ValueError when it declares none)."""
+    require(game)
+    return TabularOracle(game)
 
 
 def check_adaptive(games: list[str], game_params: Mapping[str, Any]) -> None:
     """The adaptive exploiter needs one game with an exact oracle, small enough for its refresh (the oracle's
-    `check`: IPD T <= IPD_MAX_ROUNDS, negotiation at most MAX_HISTORIES joint histories)."""
-    if len(games) != 1 or games[0] not in ORACLES:
-        raise ValueError(f"adaptive_exploiter needs one game with an exact best response ({', '.join(ORACLES)}); "
-                         f"games is {games}")
-    ORACLES[games[0]].check(game_params.get(games[0], {}))
+    `check`)."""
+    if len(games) != 1 or games[0] not in exact_games():
+        raise ValueError(f"adaptive_exploiter needs one game with an exact best response "
+                         f"({', '.join(exact_games())}); games is {games}")
+    oracle(games[0]).check(game_params.get(games[0], {}))
 
 
 @dataclass
 class AdaptiveExploiter:
     """The current best response (`table`: the oracle's answer) and when it was computed (None: not yet; the
     trainer refreshes before the first rollout and after a resume, since the response is not saved: it is a
-    function of the weights). `game` names the oracle (`ORACLES`)."""
+    function of the weights). `game` names the game whose oracle it asks (`oracle`)."""
 
-    game: str = "kuhn"
+    game: str
     table: Table = field(default_factory=dict)
     refreshed_at: int | None = None
 
     @property
     def oracle(self) -> ExploiterOracle:
-        return ORACLES[self.game]
+        return oracle(self.game)
 
     def factory(self) -> Strategy:
         """A fresh strategy playing the response as it is now (a snapshot: a later refresh does not change it)."""
@@ -159,8 +113,8 @@ class AdaptiveExploiter:
         return self.refreshed_at is None or step - self.refreshed_at >= every
 
     def refresh(self, policy: Table, step: int, game_params: Mapping[str, Any] | None = None) -> dict[str, float]:
-        """Set the response to the exact best response to `policy` (Kuhn: in both positions); returns the
-        policy's exact figures at this refresh (Kuhn: exploitability and game value; IPD, negotiation: e*)."""
+        """Set the response to the exact best response to `policy`; returns the policy's exact figures at this
+        refresh (`TabularOracle.fit`)."""
         self.table, figures = self.oracle.fit(policy, game_params)
         self.refreshed_at = step
         return figures

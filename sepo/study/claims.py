@@ -19,7 +19,7 @@ from typing import Any
 from envs import make_game
 from envs.ipd_exact import exploitability as ipd_e_star
 from envs.ipd_exact import markov_keys
-from sepo.eval.kuhn_pools import exact_pool_metrics
+from sepo.eval.exact import exact_pool_metrics
 from sepo.eval.stats import t_interval
 from sepo.files import write_json_atomic, write_text_atomic
 from sepo.recipes import RecipeParser

@@ -234,7 +234,7 @@ def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
               "no correction for the number of comparisons; "
               f"{'an' if seeds == 1 else 'a per-run'} interval covers the evaluation's sampling (episodes; rationales "
               f"per info set for exploitability) of fixed weights, {spread}; exploitability is that of the policy "
-              "scored at the 12 info sets (sepo/eval/kuhn.py), J, u, e, c those of sampled play against the pools "
+              "scored at the 12 info sets (sepo/eval/exact.py), J, u, e, c those of sampled play against the pools "
               "at a few episodes per opponent.", "", "![curves](curves.png)", ""]
     return "\n".join(lines)
 

@@ -28,7 +28,7 @@ from envs.ipd_exact import MOVES, Payoffs, exploitability, markov_keys
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.recipes import RecipeParser
 from sepo.study.organism import finished, game_params, load_recipe, warm_start_dir, warm_start_seeds
-from sepo.study.organism_games import ipd_checkpoint
+from sepo.study.organism_games import organism_of
 from sepo.study.organism_report import band_panel
 from sepo.study.organism_stats import changes, fmt, intervals, paired, run_key
 from sepo.subcommands import report_usage_errors
@@ -68,7 +68,7 @@ def frontier(params: Mapping[str, Any], weights: Sequence[float] = FRONTIER_WEIG
 
     def score(values: tuple[float, ...]) -> tuple[float, float]:
         if values not in figures:
-            cp = ipd_checkpoint(dict(zip(keys, values)), params)
+            cp = organism_of("ipd").checkpoint(dict(zip(keys, values)), params)
             figures[values] = (cp["u_train"], cp["e_star"])
         return figures[values]
 

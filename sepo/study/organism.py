@@ -1,9 +1,9 @@
 """The model organisms: a small transformer that SEPO-GRPO trains in minutes, measured exactly.
 
-`python -m sepo.study.organism --config configs/experiments/<kuhn|ipd>_organism/study.yaml` runs a whole study
-(`make figures-kuhn-organism`, `make figures-ipd-organism`): a small Llama built from config
+`python -m sepo.study.organism --config configs/experiments/<game>_organism/study.yaml` runs a whole study
+(the Makefile's `figures-<game>-organism` targets): a small Llama built from config
 (`sepo.tiny_models`, shape "organism"), a game whose compact prompt makes the LLM's prompt a function of a small
-enumerable state (one-hand Kuhn: the information set; T-round IPD: the joint history), an answer-only SFT
+enumerable state (any game declaring an exact analysis, `envs.tabular`), an answer-only SFT
 warm start, then every arm x warm start x training seed through `sepo.grpo.train.train` (what `sepo train`
 runs: rng key, resume after a kill, machine set-up, TRL's GRPO step in SEPOTrainer, the rollout engine,
 per-pool credit, per-round normalisation), each evaluated every `eval_every` steps by `exact_checkpoint`:
@@ -13,7 +13,8 @@ legal actions; the rest goes to text the rollout parses through aliases or the f
 
 A recipe may name a pretrained model instead (`model: {name_or_path: default}`, resolved as `sepo train`
 resolves it; `configs/experiments/lm_kuhn/`): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
-its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (Kuhn), every
+its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (where
+`sepo.eval.kuhn_played` applies), every
 final checkpoint also records the policy the model plays through the rollout engine (`played_record`).
 
 Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
@@ -24,7 +25,7 @@ reported arms on fresh seeds, for each warm start). Runs go in parallel processe
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
 > 0), so a stopped study keeps what it finished and a rerun skips it; a run killed midway resumes from its last
 checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl` there.
-`sepo.study.organism_report` (Kuhn) and `sepo.study.ipd_report` (IPD) turn the runs into the records.
+`sepo.study.organism_report` and `sepo.study.ipd_report` turn the runs into the records (the recipe names which).
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from envs.tabular import exact_games
 from sepo.checks import UsageError
 from sepo.files import write_json_atomic
 from sepo.generation import Prompt
-from sepo.study.organism_games import ORGANISM_GAMES, OrganismGame
+from sepo.study.organism_games import OrganismGame, organism_of
 from sepo.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
@@ -55,7 +57,6 @@ if TYPE_CHECKING:
 
 PROG = "python -m sepo.study.organism"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
-EXPLOIT_FIGURE = {"kuhn": "exploitability", "ipd": "e_star"}  # each game's exact exploit figure in a checkpoint
 PHASES = ("design", "pilot", "report", "all")
 
 
@@ -64,11 +65,13 @@ PHASES = ("design", "pilot", "report", "all")
 
 
 def organism_game(recipe: Mapping[str, Any]) -> OrganismGame:
-    """The recipe's game (`game:`, Kuhn when absent, as the first organism's recipe was written)."""
-    name = recipe.get("game", "kuhn")
-    if name not in ORGANISM_GAMES:
-        raise ValueError(f"game {name!r} has no organism; choose one of {', '.join(ORGANISM_GAMES)}")
-    return ORGANISM_GAMES[name]
+    """The recipe's game (`game:`, else the one game of its train keys, as the first organism's recipe was
+    written); it must declare an exact analysis (`envs.tabular`)."""
+    name = recipe.get("game") or recipe["train"]["games"][0]
+    try:
+        return organism_of(name)
+    except ValueError:
+        raise ValueError(f"game {name!r} has no organism; choose one of {', '.join(exact_games())}") from None
 
 
 def game_params(recipe: Mapping[str, Any]) -> dict[str, Any]:
@@ -334,12 +337,12 @@ def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: 
     """Measured = played, on a final checkpoint: the model sampled through the rollout engine at every
     information set (`sepo.eval.kuhn_played`; `played.samples` per set, the run's turn length and fallback, at
     temperature 1), with the largest gap to the scored `policy` and the seconds it took."""
-    # deferred: the rollout engine and the Kuhn strategies are only needed on a final checkpoint
-    from sepo.eval.kuhn_played import played_policy, played_sampling
+    # deferred: the rollout engine and the played measure's strategies are only needed on a final checkpoint
+    from sepo.eval.kuhn_played import GAME, played_policy, played_sampling
     from sepo.grpo.rollouts import rollout_sampling
 
-    if organism_game(recipe).name != "kuhn":
-        raise ValueError("`played:` samples Kuhn's information sets; this recipe's game has no played measure")
+    if organism_game(recipe).name != GAME:
+        raise ValueError(f"`played:` samples {GAME}'s information sets; this recipe's game has no played measure")
     spec = recipe["played"]
     t0 = time.perf_counter()
     out = played_policy(backend, renderer, played_sampling(rollout_sampling(args)), game_params(recipe),
@@ -363,7 +366,7 @@ def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, 
     _die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result = run_one(recipe, arm, seed, steps, Path(out), start)
-    final = result["checkpoints"][-1][EXPLOIT_FIGURE[organism_game(recipe).name]]
+    final = result["checkpoints"][-1][organism_game(recipe).exploit_key]
     return arm, seed, final
 
 
@@ -463,7 +466,7 @@ def choose_design(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | Non
     rule = spec.get("choose")
     if not rule:
         return None
-    runs, figure = finished(root, "design"), EXPLOIT_FIGURE[organism_game(recipe).name]
+    runs, figure = finished(root, "design"), organism_game(recipe).exploit_key
     means, kept = {}, {}
     for name in spec["variants"]:
         seeds = runs.get(name, {})

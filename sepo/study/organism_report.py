@@ -32,8 +32,10 @@ from sepo.objective import resolve_lambdas
 from sepo.recipes import RecipeParser
 from sepo.study.organism import (
     finished,
+    game_params,
     load_recipe,
     model_name,
+    organism_game,
     pretrained,
     warm_start_dir,
     warm_start_seeds,
@@ -47,7 +49,6 @@ PAIRS = (("per_pool", "reward_only"), ("per_pool_signed_w10", "per_pool"), ("per
          ("per_pool_method", "per_pool"), ("exploitability_descent", "per_pool"))
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
-GAME = "kuhn"  # this report is the Kuhn organism's (the IPD organism's is sepo.study.ipd_report)
 
 
 def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
@@ -83,8 +84,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
                            "exploitability": exploitability(first["policy"]), "game_value": first["game_value"],
                            "J": first["J"], "u_train": first["u_train"],
                            **({"canonical_mass": first["canonical_mass"]} if "canonical_mass" in first else {})})
-    params = recipe["train"]["game_params"][GAME]
-    lambdas = resolve_lambdas(make_game(GAME, **params))
+    lambdas = resolve_lambdas(make_game(organism_game(recipe).name, **game_params(recipe)))
     refs = cached_references(out / "references.json", lambdas, FRONTIER_WEIGHTS)
     choice_path = root / "runs" / "pilot" / "choice.json"
     design_choice = root / "runs" / "design" / "choice.json"
