@@ -350,5 +350,5 @@ SPEC = GameSpec(
     ),
     rationale=rationale,
     prompt_styles=PROMPT_STYLES,
-    exact="envs.kuhn_exact",
+    exact="envs.kuhn_tabular",
 )
