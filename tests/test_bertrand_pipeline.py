@@ -5,6 +5,7 @@ recomputed from the rules or the stored episodes, not read back from the code un
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -125,3 +126,98 @@ def test_fmsp_run_and_export_put_generated_pricing_policies_into_the_games_pools
     finally:
         exploiter.close()
     assert match.totals[0] > match.totals[1]  # a generated exploiter takes the market from the monopoly pricer
+
+
+def _compact_eval(tmp_path, tiny_model_dir):
+    """`sepo eval` on the compact prompt, 3 prices and 2 rounds; the path of its output directory."""
+    from sepo.eval.config import EvalConfig
+    from sepo.eval.evaluate import run_eval
+
+    out = tmp_path / "eval"
+    run_eval(EvalConfig(models=[f"Tiny={tiny_model_dir}"], games=["bertrand"], game_params={"bertrand": COMPACT},
+                        episodes_per_opponent=1, max_turn_tokens=4, output_dir=str(out), progress=False,
+                        bootstrap_resamples=100))
+    return out
+
+
+COMPACT = {"num_rounds": 2, "num_prices": 3, "demand": 6, "prompt_style": "compact"}
+
+
+def test_sepo_eval_measures_the_exact_e_star_of_a_compact_pricing_policy(tmp_path, tiny_model_dir):
+    """On the compact prompt `sepo eval` scores the answer-only policy at every joint price history (10 with 3
+    prices and 2 rounds) through the game's registered analysis and stores its e*, which is the backward
+    induction's on the stored table. results.json is written before the report, whose failure the next test
+    records (strict xfail), so it is not this test's concern."""
+    from envs.bertrand_exact import exploitability, full_keys
+
+    with contextlib.suppress(KeyError):
+        _compact_eval(tmp_path, tiny_model_dir)
+    exact = json.loads((tmp_path / "eval" / "results.json").read_text())["results"]["Tiny"]["bertrand"]
+    exact = exact["bertrand_exact"]
+    game = BertrandDuopoly(**COMPACT)
+    assert sorted(exact["policy"]) == sorted(full_keys(game))
+    assert exact["e_star"] == pytest.approx(exploitability(exact["policy"], game), abs=1e-12)
+
+
+@pytest.mark.xfail(strict=True, raises=KeyError, reason="sepo/eval/report.py keeps reference e* figures per game "
+                   "(E_STAR_EXAMPLES, no entry for a game registered after it): the report of a compact "
+                   "evaluation of this game fails; outside the files this game may touch")
+def test_sepo_eval_reports_the_exact_e_star_of_a_compact_pricing_policy(tmp_path, tiny_model_dir):
+    out = _compact_eval(tmp_path, tiny_model_dir)
+    exact = json.loads((out / "results.json").read_text())["results"]["Tiny"]["bertrand"]["bertrand_exact"]
+    assert f"| Tiny | {exact['e_star']:.3f} |" in (out / "results.md").read_text()
+
+
+def test_the_adaptive_exact_exploiter_trains_in_compact_bertrand(tiny_model_dir, tmp_path):
+    """`adaptive_exploiter: true` on the compact prompt: one real SEPO-GRPO step whose only exploit opponent is the
+    exact best response to the current policy (the game's registered analysis); the refresh before the first
+    rollout logs the e* of the starting weights' scored policy, recomputed here from the model the run started
+    from."""
+    from envs.bertrand_exact import exploitability
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.exact import scored_policy
+    from sepo.grpo.adaptive import ADAPTIVE_NAME
+    from sepo.grpo.config import SEPOConfig
+    from sepo.grpo.trainer import SEPOTrainer
+    from sepo.rollout.chat import ChatRenderer
+
+    args = SEPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none", max_steps=1,
+                      logging_steps=1, save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False,
+                      games=["bertrand"], game_params={"bertrand": COMPACT}, num_generations=2,
+                      pool_mix={"training": ["competitive"], "exploit": [ADAPTIVE_NAME]}, adaptive_exploiter=True,
+                      per_device_train_batch_size=4, max_turn_tokens=6, max_completion_length=128, seed=0)
+    backend = HFBackend.from_model(str(tiny_model_dir), device="cpu")
+    start = exploitability(scored_policy(backend, ChatRenderer(backend.tokenizer), "bertrand", COMPACT),
+                           BertrandDuopoly(**COMPACT))
+    trainer = SEPOTrainer(model=tiny_model_dir, args=args)
+    trainer.train()
+    logs = {k: v for h in trainer.state.log_history for k, v in h.items()}
+    assert trainer.state.global_step == 1
+    assert logs["sepo/adaptive/exploitability"] == pytest.approx(start, abs=1e-4)
+
+
+def test_the_organism_warm_starts_on_the_demonstrator_and_trains_with_the_exact_exploiter(tmp_path):
+    """The organism recipe (configs/experiments/bertrand_organism/study.yaml) at CI size: the answer-only warm start
+    reproduces its collusion-leaning demonstrator (exact e* of the demonstrator's table, 7 with 3 prices and 2
+    rounds: within 0.5 of it, canonical answers' mass ≥ 0.9), and one step of the adaptive arm trains and is
+    measured exactly. Two rounds (10 joint histories, not the recipe's 91) keep it to minutes on a shared CPU."""
+    import copy
+
+    from envs.tabular import analysis
+    from sepo.study.organism import load_recipe, run_one, warm_start
+
+    recipe = copy.deepcopy(load_recipe("configs/experiments/bertrand_organism/study.yaml"))
+    recipe["output_dir"] = str(tmp_path)
+    recipe["train"].update(num_generations=2, per_device_train_batch_size=16, beta=0.0)
+    recipe["train"]["game_params"]["bertrand"]["num_rounds"] = 2
+    params = recipe["train"]["game_params"]["bertrand"]
+    demo = analysis("bertrand").demonstrator(recipe["warm_start"]["demonstrator"], params)
+    demo_e = analysis("bertrand").exploitability(demo, params)
+    # by hand: the mix opens at 3 (both members do), then charges 3 w.p. 3/4 and the rival's last price w.p. 1/4;
+    # the rival charges 2 every round: 8 in round 1, then 3/4 · 8 + 1/4 · 0 (a tie at 2) = 6: (8 + 6) / 2
+    assert demo_e == pytest.approx(7.0)
+    start = str(warm_start(recipe, tmp_path))
+    run = run_one(recipe, "per_pool_adaptive", 0, 1, tmp_path / "adaptive.json", start)
+    first = run["checkpoints"][0]
+    assert first["step"] == 0 and abs(first["e_star"] - demo_e) <= 0.5, first
+    assert first["canonical_mass"] >= 0.9, first
