@@ -68,7 +68,7 @@ class SEPOConfig(GRPOConfig):
     _DEPRECATED_KEYS = {"pools_dir": "pool_dir"}  # one name across sepo train / sepo eval / fmsp export
 
     # --- overridden GRPO defaults (the method's SEPO stage) ---------------------------------------------
-    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (some recipes of configs/sepo/: 3e-6)."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (some recipes: 3e-6)."})
     lr_scheduler_type: str = field(default="constant", metadata={"help": "The method used a constant rate."})
     beta: float = field(default=0.1, metadata={"help": "KL coefficient against the adapter-disabled model."})
     num_generations: int | None = field(default=4, metadata={"help": "G: rollouts per (pool, opponent) group."})
@@ -82,8 +82,7 @@ class SEPOConfig(GRPOConfig):
     )
 
     # --- games and pools --------------------------------------------------------------------------------
-    games: list[str] = field(default_factory=lambda: first_games(1),
-                             metadata={"help": "Games mixed in the run (default: the first registered game)."})
+    games: list[str] = field(default_factory=lambda: first_games(1), metadata={"help": "Games mixed in the run."})
     game_params: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "Per-game parameter overrides: {game: {param: value}}."}
     )
