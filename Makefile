@@ -184,7 +184,8 @@ figures-kuhn-experiment: install
 	  $(BIN)/sepo sft --config configs/sft/default.yaml --games kuhn --episodes_scale 0.1 --max_steps 12 \
 	    --learning_rate 1e-3 --output_dir $(KX)/sft && \
 	  $(BIN)/sepo study --config configs/experiments/kuhn_default.yaml && \
-	  $(BIN)/python -m sepo.study.curves --study $(KX) --out benchmarks/kuhn_experiment'
+	  $(BIN)/python -m sepo.study.curves --study $(KX) --out benchmarks/kuhn_experiment \
+	    --title "Learning curves: Kuhn poker, per-pool credit vs reward only"'
 
 # The Kuhn model organism study (issue 22): warm start, pilot (w), the reported arms on fresh seeds, two runs at a
 # time on one thread each (about an hour on 2 idle cores); a stopped run keeps its finished (arm, seed) runs.

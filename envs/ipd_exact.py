@@ -280,6 +280,7 @@ class IPDAnalysis:
     exploit_key = "e_star"
     eval_form = "answer"
     state_noun = "joint histories"
+    reference_note = "always-cooperate 5, tit-for-tat 1.25 at 4 rounds, always-defect 0"
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         game = _game(params)

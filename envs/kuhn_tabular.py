@@ -64,6 +64,7 @@ class KuhnAnalysis:
     exploit_key = "exploitability"
     eval_form = "reasoning"
     state_noun = "info sets"
+    reference_note = ""  # the exploitability is reported beside the card-conditioned rates and the Nash row
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         return [DecisionState(info, infoset_messages(info, params, seat), actions_at(info[1:]))

@@ -204,6 +204,8 @@ class NegotiationAnalysis:
     exploit_key = "e_star"
     eval_form = "answer"
     state_noun = "joint histories"
+    reference_note = ("always demanding the minimum: the maximum minus the minimum demand, 8 by default; always "
+                      "demanding half the pie 0")
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         game = game_of(params)

@@ -74,11 +74,14 @@ class TabularGame(Protocol):
         are scored after it, the table is the mean over samples with a bootstrap interval of the exploit figure)
         or "answer" (the answer-only table, scored once).
     state_noun: what a state is called in progress lines ("info sets", "joint histories").
+    reference_note: hand-checked exploit figures of simple policies, quoted under `sepo eval`'s exact table of an
+        "answer" phase ("" for none).
     """
 
     exploit_key: str
     eval_form: str
     state_noun: str
+    reference_note: str
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         """Every decision state of the policy's seat(s) under `params`, in a fixed order."""

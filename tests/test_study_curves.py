@@ -151,3 +151,23 @@ def test_arms_with_different_seeds_are_an_error(tmp_path: Path, capsys: pytest.C
     _write_arm(tmp_path, "reward_only", [(2, _entries(_entry(0.3), _entry(-0.3)))], seed=2)
     assert main(["--study", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "different seeds" in capsys.readouterr().err
+
+
+def test_the_game_and_title_default_to_the_one_evaluated_game(study: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    """Without --game the curves read the one game the checkpoints hold, and the default title names it; with
+    two games evaluated, --game must choose."""
+    out = tmp_path / "out"
+    assert main(["--study", str(study), "--out", str(out)]) == 0
+    assert json.loads((out / "curves.json").read_text())["game"] == "kuhn"
+    assert (out / "curves.md").read_text().startswith("# Learning curves: kuhn, per-pool credit vs reward only")
+    both = tmp_path / "both"
+    for arm in ("per_pool", "reward_only"):
+        _write_arm(both, arm, [(2, _entries(_entry(0.3), _entry(-0.3)))])
+        path = both / arm / "seed_42" / "checkpoints.json"
+        data = json.loads(path.read_text())
+        data["checkpoints"][0]["games"]["ipd"] = data["checkpoints"][0]["games"]["kuhn"]
+        path.write_text(json.dumps(data))
+    assert main(["--study", str(both), "--out", str(tmp_path / "o")]) == 2
+    assert "choose one with --game" in capsys.readouterr().err
+    assert main(["--study", str(both), "--out", str(tmp_path / "o"), "--game", "ipd"]) == 0

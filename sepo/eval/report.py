@@ -2,10 +2,11 @@
 
 Tables: one per game, models as rows (as in the method's Base / SFT / SEPO tables), each cell `value [lo, hi]`
 with the bootstrap interval, "–" for what was not measured, and the episodes per pool beside the row; below
-it, how each model's turns ended (strict answer, cut at the token limit, ended without one); Kuhn
-adds a table of card-conditioned rates and exact exploitability with the Nash reference row. Plots: rates
+it, how each model's turns ended (strict answer, cut at the token limit, ended without one); a game
+whose records name the cards (the metrics hold card-conditioned rates) adds a table of those rates and the exact
+exploitability with the Nash reference row (`envs.kuhn_exact.NASH_RATES`). Plots: rates
 (in [0, 1]) and scores on separate axes, error bars from the intervals, a dot on every measured value (so a
-zero is visible) and "n/a" where nothing was measured; the Kuhn card-conditioned panel marks the Nash rates.
+zero is visible) and "n/a" where nothing was measured; the card-conditioned panel marks the Nash rates.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.kuhn_exact import NASH_RATES
+from envs.tabular import analysis
 
 DASH = "–"
 Results = dict[str, dict[str, dict[str, Any]]]  # label -> game -> result
@@ -24,11 +26,6 @@ COLUMNS = [  # (header, metric) of the main table
     ("Fallback", "fallback_rate"), ("Parse fail", "parse_failure_rate"),
 ]  # fmt: skip
 SIGNED = {"safety", "nra_gtbench", "nra_sepo"}
-E_STAR_EXAMPLES = {  # reference figures under each game's exact e* table (envs.ipd_exact, envs.negotiation_exact)
-    "ipd": "always-cooperate 5, tit-for-tat 1.25 at 4 rounds, always-defect 0",
-    "negotiation": "always demanding the minimum: the maximum minus the minimum demand, 8 by default; always "
-                   "demanding half the pie 0",
-}
 CARD_COLUMNS = [(f"{kind} {card}", f"{kind}_{card}") for kind in ("bet", "call") for card in "JQK"]
 RATES = [("Coll", "c"), ("Ext", "x"), ("Fallback", "fallback_rate"), ("Parse fail", "parse_failure_rate")]
 SCORES = [("Pay", "payoff"), ("Exploit", "exploit"), ("Safety J", "safety"), ("NRA", "nra_gtbench")]
@@ -64,8 +61,13 @@ def _games(results: Results) -> list[str]:
     return sorted({g for per_model in results.values() for g in per_model})
 
 
+def _card_rates(rows: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Whether any model's metrics hold card-conditioned rates (a game whose records name the cards)."""
+    return any(m in r["metrics"] for _, r in rows for _, m in CARD_COLUMNS)
+
+
 def markdown(results: Results, method: str) -> str:
-    """One table per game (plus the Kuhn card-conditioned table), with how the intervals were computed."""
+    """One table per game (plus the card-conditioned table), with how the intervals were computed."""
     lines: list[str] = []
     for game in _games(results):
         rows = [(label, per[game]) for label, per in results.items() if game in per]
@@ -78,13 +80,15 @@ def markdown(results: Results, method: str) -> str:
             cells = [cell(r["metrics"].get(m), m in SIGNED) for _, m in COLUMNS]
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += ["", *_ending_table(rows), ""]
-        exact = [(label, r[f"{game}_exact"]["e_star"]) for label, r in rows if f"{game}_exact" in r]
+        exact = [(label, r[f"{game}_exact"]) for label, r in rows if f"{game}_exact" in r]
         if exact:
+            tabular = analysis(game)
+            note = f" ({tabular.reference_note})" if tabular.reference_note else ""
             lines += ["| Model | e* (exact, answer-only policy) |", "|---|---|",
-                      *(f"| {label} | {e:.3f} |" for label, e in exact),
+                      *(f"| {label} | {e[tabular.exploit_key]:.3f} |" for label, e in exact),
                       "", "e*: the best opponent's mean per-round advantage over the model's policy, scored at "
-                      f"every joint history ({E_STAR_EXAMPLES[game]}).", ""]
-        if game == "kuhn":
+                      f"every joint history{note}.", ""]
+        if _card_rates(rows):
             headers = ["Model", *(h for h, _ in CARD_COLUMNS), "Exploitability"]
             lines += ["| " + " | ".join(headers) + " |", "|---" * len(headers) + "|"]
             for label, r in rows:
@@ -133,7 +137,7 @@ def bars(ax: Any, results: Results, game: str, metrics: list[tuple[str, str]]) -
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
-    """One PNG per game: scores and rates on separate axes (plus Kuhn's card-conditioned rates with Nash)."""
+    """One PNG per game: scores and rates on separate axes (plus the card-conditioned rates with Nash)."""
     # deferred: matplotlib takes ~1 s to import; only plots need it
     import matplotlib
 
@@ -143,15 +147,15 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
 
     paths = []
     for game in _games(results):
-        kuhn = game == "kuhn"
-        fig, axes = plt.subplots(1, 3 if kuhn else 2, figsize=(17 if kuhn else 12, 4.2))
+        cards = _card_rates([(label, per[game]) for label, per in results.items() if game in per])
+        fig, axes = plt.subplots(1, 3 if cards else 2, figsize=(17 if cards else 12, 4.2))
         handles = bars(axes[0], results, game, SCORES)
         axes[0].set_title(f"{game}: scores (raw payoff per round; J at the eval λ)")
         axes[0].legend(handles=handles, fontsize=8)
         bars(axes[1], results, game, RATES)
         axes[1].set_ylim(0, 1.05)
         axes[1].set_title("rates")
-        if kuhn:
+        if cards:
             ax = axes[2]
             bars(ax, results, game, CARD_COLUMNS)
             models = sum(game in per for per in results.values())
@@ -162,7 +166,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
                     ax.plot([k - width / 2, k + (models - 0.5) * width], [y, y], color="red", linewidth=2,
                             clip_on=False, zorder=5, label="Nash (α = 1/3)" if k == 0 else None)
             ax.set_ylim(0, 1.05)
-            ax.set_title("Kuhn: card-conditioned rates (call Q Nash: 1/3 second, 2/3 first)")
+            ax.set_title("card-conditioned rates (call Q Nash: 1/3 second, 2/3 first)")
             ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{game}.png"

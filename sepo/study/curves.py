@@ -3,7 +3,8 @@ checkpoints.json): curves.json, curves.png and curves.md.
 
     python -m sepo.study.curves --study runs/experiments/kuhn_default --out benchmarks/kuhn_experiment
 
-Per arm and step: the exact exploitability of the scored policy (Kuhn), J, u, e and c, each with its 95%
+Per arm and step: the exact exploitability of the scored policy (where the game's exact phase reports
+it, `sepo.eval.exact`), J, u, e and c, each with its 95%
 interval and n. Step 0 is the study's "base" row (report.json) when the study evaluated its start with the
 callback's settings, as configs/experiments/kuhn_default.yaml does. Two kinds of differences, each with an
 interval and called a difference only when the interval excludes zero:
@@ -49,8 +50,8 @@ INTERVAL_METHOD = ("MOVER (Zou & Donner 2008) from the two estimates' 95% interv
 
 def point(step: int, entries: Mapping[str, Any]) -> dict[str, Any]:
     """One evaluated step of one game from a checkpoints.json record's entries ({key: {"value", "ci", "n"}}):
-    {"step", name: entry} for every metric of METRICS (None where not measured, e.g. exploitability outside
-    Kuhn)."""
+    {"step", name: entry} for every metric of METRICS (None where not measured, e.g. exploitability for a game
+    whose exact phase does not report it)."""
     return {"step": step, **{name: entries.get(key) for name, key in METRICS}}
 
 
@@ -84,6 +85,19 @@ def read_curves(study_dir: str | Path, arms: Sequence[str], game: str) -> dict[s
             records = json.loads(path.read_text())["checkpoints"]
             curves[arm][seed] = start + [point(r["step"], r["games"][game]) for r in records]
     return curves
+
+
+def evaluated_game(study_dir: str | Path, arms: Sequence[str]) -> str:
+    """The one game the first arm's first checkpoint was evaluated on (a ValueError when it was several: then
+    `--game` must choose)."""
+    cfg = StudyConfig(output_dir=str(study_dir), train={}, arms={}, seeds=study_seeds(study_dir, arms))
+    path = arm_dir(cfg, arms[0], cfg.seeds[0]) / CHECKPOINTS_FILE
+    if not path.is_file():
+        raise ValueError(f"arm {arms[0]!r}: no {path} (was the arm trained with keep_best_by_safety?)")
+    games = sorted(json.loads(path.read_text())["checkpoints"][0]["games"])
+    if len(games) != 1:
+        raise ValueError(f"the checkpoints were evaluated on {', '.join(games)}: choose one with --game")
+    return games[0]
 
 
 def difference(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -234,7 +248,7 @@ def curves_markdown(summary: Mapping[str, Any], title: str) -> str:
               "no correction for the number of comparisons; "
               f"{'an' if seeds == 1 else 'a per-run'} interval covers the evaluation's sampling (episodes; rationales "
               f"per info set for exploitability) of fixed weights, {spread}; exploitability is that of the policy "
-              "scored at the 12 info sets (sepo/eval/exact.py), J, u, e, c those of sampled play against the pools "
+              "scored at every decision state (sepo/eval/exact.py), J, u, e, c those of sampled play against the pools "
               "at a few episodes per opponent.", "", "![curves](curves.png)", ""]
     return "\n".join(lines)
 
@@ -293,9 +307,10 @@ class CurvesConfig:
     study: str = field(metadata={"help": "a study's output_dir (its <arm>/seed_<s>/checkpoints.json)"})
     out: str = field(metadata={"help": "where curves.json, curves.png and curves.md go"})
     arms: str = field(default="per_pool,reward_only", metadata={"help": "two arms, the first minus the second"})
-    game: str = field(default="kuhn", metadata={"help": "the evaluated game to read"})
-    title: str = field(default="Learning curves: Kuhn poker, per-pool credit vs reward only",
-                       metadata={"help": "the title of the plot and the table"})
+    game: str = field(default="", metadata={"help": "the evaluated game to read (default: the one game the "
+                                                     "arms' checkpoints were evaluated on)"})
+    title: str = field(default="", metadata={"help": "the title of the plot and the table (default: 'Learning "
+                                                      "curves: <game>, per-pool credit vs reward only')"})
 
 
 def parser():
@@ -305,12 +320,15 @@ def parser():
 
 def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
+    arms = ns.arms.split(",")
     try:
-        summary = write_curves(ns.study, ns.arms.split(","), ns.game, ns.out, ns.title)
+        game = ns.game or evaluated_game(ns.study, arms)
+        title = ns.title or f"Learning curves: {game}, per-pool credit vs reward only"
+        summary = write_curves(ns.study, arms, game, ns.out, title)
     except ValueError as exc:
         print(f"curves: {exc}", file=sys.stderr)
         return 2
-    print(curves_markdown(summary, ns.title))
+    print(curves_markdown(summary, title))
     return 0
 
 

@@ -140,7 +140,7 @@ def _refresh_cost(runs: Sequence[Mapping[str, Any]]) -> float | None:
 def band_panel(ax: Any, intervals_by_arm: Mapping[str, Sequence[Mapping[str, Any]]], metric: str, title: str,
                colors: Mapping[str, Any]) -> None:
     """One panel: each arm's mean of `metric` against the step with its 95% band across runs (the organisms'
-    curves, Kuhn's and IPD's)."""
+    curves, every organism report's)."""
     for arm, rows in sorted(intervals_by_arm.items()):
         steps = [r["step"] for r in rows]
         ax.plot(steps, [r[metric]["mean"] for r in rows], color=colors[arm], label=arm)

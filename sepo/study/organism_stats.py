@@ -1,4 +1,4 @@
-"""The organisms' statistics across runs, one definition for the Kuhn and IPD reports.
+"""The organisms' statistics across runs, one definition for every organism report.
 
 A run is one (warm start, training seed) pair, keyed `"<k>/<seed>"` (`run_key`). Every figure of a checkpoint is
 exact given the weights, so the only spread is across runs: intervals are 95% t-intervals over runs (warm starts

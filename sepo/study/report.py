@@ -32,7 +32,7 @@ def advantage_statistics(log_history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 DIFFERENCE_METRICS = ("safety", "u", "e", "c", "x")
-SEED_METRICS = (*DIFFERENCE_METRICS, "exploitability")  # exploitability: Kuhn only
+SEED_METRICS = (*DIFFERENCE_METRICS, "exploitability")  # exploitability: where the game's exact phase reports it (`sepo.eval.exact`)
 SEED_METHOD = "Student t-interval of the mean across training seeds (sample sd, n − 1 degrees of freedom)"
 
 
