@@ -296,6 +296,8 @@ class BertrandAnalysis:
     exploit_key = "e_star"
     eval_form = "answer"
     state_noun = "joint histories"
+    reference_note = ("defaults, 4 rounds: always the monopoly price 24, price matching 17.5, always the competitive "
+                      "price 0")
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         game = game_of(params)

@@ -5,7 +5,6 @@ recomputed from the rules or the stored episodes, not read back from the code un
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
@@ -143,29 +142,19 @@ def _compact_eval(tmp_path, tiny_model_dir):
 COMPACT = {"num_rounds": 2, "num_prices": 3, "demand": 6, "prompt_style": "compact"}
 
 
-def test_sepo_eval_measures_the_exact_e_star_of_a_compact_pricing_policy(tmp_path, tiny_model_dir):
+def test_sepo_eval_reports_the_exact_e_star_of_a_compact_pricing_policy(tmp_path, tiny_model_dir):
     """On the compact prompt `sepo eval` scores the answer-only policy at every joint price history (10 with 3
-    prices and 2 rounds) through the game's registered analysis and stores its e*, which is the backward
-    induction's on the stored table. results.json is written before the report, whose failure the next test
-    records (strict xfail), so it is not this test's concern."""
-    from envs.bertrand_exact import exploitability, full_keys
+    prices and 2 rounds) through the game's registered analysis, stores its e* (the backward induction's on the
+    stored table) and reports it with the analysis's reference figures."""
+    from envs.bertrand_exact import ANALYSIS, exploitability, full_keys
 
-    with contextlib.suppress(KeyError):
-        _compact_eval(tmp_path, tiny_model_dir)
-    exact = json.loads((tmp_path / "eval" / "results.json").read_text())["results"]["Tiny"]["bertrand"]
-    exact = exact["bertrand_exact"]
+    out = _compact_eval(tmp_path, tiny_model_dir)
+    exact = json.loads((out / "results.json").read_text())["results"]["Tiny"]["bertrand"]["bertrand_exact"]
     game = BertrandDuopoly(**COMPACT)
     assert sorted(exact["policy"]) == sorted(full_keys(game))
     assert exact["e_star"] == pytest.approx(exploitability(exact["policy"], game), abs=1e-12)
-
-
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="sepo/eval/report.py keeps reference e* figures per game "
-                   "(E_STAR_EXAMPLES, no entry for a game registered after it): the report of a compact "
-                   "evaluation of this game fails; outside the files this game may touch")
-def test_sepo_eval_reports_the_exact_e_star_of_a_compact_pricing_policy(tmp_path, tiny_model_dir):
-    out = _compact_eval(tmp_path, tiny_model_dir)
-    exact = json.loads((out / "results.json").read_text())["results"]["Tiny"]["bertrand"]["bertrand_exact"]
-    assert f"| Tiny | {exact['e_star']:.3f} |" in (out / "results.md").read_text()
+    report = (out / "results.md").read_text()
+    assert f"| Tiny | {exact['e_star']:.3f} |" in report and ANALYSIS.reference_note in report
 
 
 def test_the_adaptive_exact_exploiter_trains_in_compact_bertrand(tiny_model_dir, tmp_path):
