@@ -37,6 +37,7 @@ GAMES: dict[str, str] = {
     "negotiation": "envs.negotiation",
     "negotiation_multi": "envs.negotiation_multi",
     "kuhn": "envs.kuhn",
+    "bertrand": "envs.bertrand",
 }
 
 

@@ -202,7 +202,7 @@ def test_eval_with_a_pool_dir_plays_the_member_in_the_sandbox(tiny_model_dir, tm
     assert not any("Defector" in getattr(m, "__dict__", {}) for m in list(sys.modules.values()))  # never imported here
 
 
-@pytest.mark.parametrize("game", ["auction", "ipd", "kuhn", "negotiation", "negotiation_multi"])
+@pytest.mark.parametrize("game", ["auction", "ipd", "kuhn", "negotiation", "negotiation_multi", "bertrand"])
 def test_eval_recipes_parse_with_the_method_protocol(game):
     from trl import TrlParser
 

@@ -232,6 +232,7 @@ FIRST_DECISION = {
     "negotiation": ([str(d) for d in range(1, 10)], {"num_rounds": 1}),
     "negotiation_multi": ([str([b, h, a]) for b in (0, 1) for h in (0, 1) for a in (0, 1)], {"num_rounds": 1}),
     "kuhn": (["PASS", "BET"], {"num_hands": 1}),
+    "bertrand": (["1", "2", "3", "4", "5"], {"num_rounds": 1}),
 }
 FIRST_ILLEGAL = {"negotiation_multi": ["[5, 0, 0]", "[0, 5, 5]", "[1, 1]", "[1, 1, 1, 1]"]}
 MAX_TURN_TOKENS = 256

@@ -50,6 +50,11 @@ ROLE_POOLS = {
         "exploit": ("always_bet", "max_exploiter"),
         "collusive": ("loose_aggressive",),
     },
+    "bertrand": {  # the project's own game (docs/games.md, the Bertrand section), not the paper's
+        "training": ("competitive", "tit_for_tat", "midpoint", "random"),
+        "exploit": ("undercut", "match_then_undercut"),
+        "collusive": ("always_monopoly", "grim_trigger"),
+    },
 }
 OVERLAPS = {  # name -> its roles, per game
     "negotiation": {"fair": ("training", "collusive"), "hardball": ("training", "exploit")},

@@ -21,8 +21,9 @@ from sepo.grpo.adaptive import AdaptiveExploiter, check_adaptive, oracle
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"kuhn": {}, "ipd": {"num_rounds": 3, "prompt_style": "compact"},
          "negotiation": {"pie": 4, "min_demand": 1, "max_demand": 3, "greedy_demand": 3, "num_rounds": 2,
-                         "prompt_style": "compact"}}
-GAME_WORD = re.compile(r"\b(ipd|kuhn|auction|negotiation|negotiation_multi)\b", re.IGNORECASE)
+                         "prompt_style": "compact"},
+         "bertrand": {"num_rounds": 2, "num_prices": 3, "demand": 6, "prompt_style": "compact"}}
+GAME_WORD = re.compile(r"\b(ipd|kuhn|auction|negotiation|negotiation_multi|bertrand)\b", re.IGNORECASE)
 GENERIC = ("sepo/eval/exact.py", "sepo/eval/evaluate.py", "sepo/grpo/adaptive.py", "sepo/study/organism_games.py",
            "sepo/study/organism.py")
 
@@ -35,8 +36,8 @@ def _random_rows(states, rng):
     return rows
 
 
-def test_the_three_games_declare_an_analysis():
-    assert set(exact_games()) == {"kuhn", "ipd", "negotiation"}
+def test_the_games_with_an_exact_analysis_declare_it():
+    assert set(exact_games()) == {"kuhn", "ipd", "negotiation", "bertrand"}
     assert analysis("auction") is None
 
 
