@@ -4,18 +4,17 @@ Tables: one per game, models as rows (as in the method's Base / SFT / SEPO table
 with the bootstrap interval, "–" for what was not measured, and the episodes per pool beside the row; below
 it, how each model's turns ended (strict answer, cut at the token limit, ended without one); a game
 whose records name the cards (the metrics hold card-conditioned rates) adds a table of those rates and the exact
-exploitability with the Nash reference row (the `NASH_RATES` of the game's exact module). Plots: rates
+exploitability with the Nash reference row (the game's exact analysis's `card_nash_rates`). Plots: rates
 (in [0, 1]) and scores on separate axes, error bars from the intervals, a dot on every measured value (so a
 zero is visible) and "n/a" where nothing was measured; the card-conditioned panel marks the Nash rates.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
-from envs.tabular import analysis, exact_module
+from envs.tabular import analysis
 
 DASH = "–"
 Results = dict[str, dict[str, dict[str, Any]]]  # label -> game -> result
@@ -67,12 +66,11 @@ def _card_rates(rows: list[tuple[str, dict[str, Any]]]) -> bool:
 
 
 def nash_rates(game: str) -> dict[str, float]:
-    """The Nash reference rates of `game`'s card-conditioned table: the `NASH_RATES` of the exact module its
-    registration names (a game that reports card rates without them is an error, not a table without Nash)."""
-    module = exact_module(game)
-    rates = None if module is None else getattr(importlib.import_module(module), "NASH_RATES", None)
+    """The Nash reference rates of `game`'s card-conditioned table: its exact analysis's `card_nash_rates` (a
+    game that reports card rates without them is an error, not a table without a Nash row)."""
+    rates = getattr(analysis(game), "card_nash_rates", None)
     if rates is None:
-        raise ValueError(f"game {game!r} reports card-conditioned rates, but no exact module of it defines NASH_RATES")
+        raise ValueError(f"game {game!r} reports card-conditioned rates, but its exact analysis has no card_nash_rates")
     return rates
 
 
