@@ -16,7 +16,14 @@ from typing import Any
 from envs import make_game
 from envs.base import Strategy
 from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState, actions_at
-from envs.kuhn_exact import both_responses, expected_hand, exploitability, game_value, validate_policy
+from envs.kuhn_exact import (
+    NASH_RATES,
+    both_responses,
+    expected_hand,
+    exploitability,
+    game_value,
+    validate_policy,
+)
 from envs.strategies.kuhn import STRATEGIES, PlaysTable
 from envs.tabular import DecisionState, Expectation, Messages, Params, Response, mixture
 
@@ -65,6 +72,7 @@ class KuhnAnalysis:
     eval_form = "reasoning"
     state_noun = "info sets"
     reference_note = ""  # the exploitability is reported beside the card-conditioned rates and the Nash row
+    card_nash_rates = NASH_RATES  # the Nash row of `sepo eval`'s card-conditioned table (`sepo.eval.report`)
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         return [DecisionState(info, infoset_messages(info, params, seat), actions_at(info[1:]))

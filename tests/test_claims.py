@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+import yaml
+
 from envs.ipd_exact import full_keys
-from sepo.study.claims import IPD, KUHN, claims
+from sepo.study.claims import SPEC as SPEC_FILE
+from sepo.study.claims import check, claims, load_claims
+
+SPEC = load_claims()
+KUHN, IPD = next(c.records for c in SPEC.claims if c.check == "below_warm_start")
 
 
 def interval(mean: float, low: float, high: float) -> dict:
@@ -55,3 +63,28 @@ def test_a_game_that_reproduces_and_one_that_does_not_say_which(tmp_path):
                            "arms": {"per_pool": {"seeds": {}}}})
     row = claims(tmp_path)[1]
     assert row["verdict"] == "reproduced in IPD only"
+
+
+def test_the_checks_read_the_records_the_claims_file_names(tmp_path):
+    """Moving a claim's record (configs/claims.yaml) moves what its check reads."""
+    write(tmp_path, "elsewhere/ipd.json", ipd_record(per_pool_high=3.9, best_high=1.4))
+    claim = next(c for c in SPEC.claims if c.check == "best_arm_reaches")
+    assert check(claim, tmp_path)["verdict"] == "not run"
+    moved = dataclasses.replace(claim, records=["elsewhere/ipd.json"])
+    assert check(moved, tmp_path)["verdict"] == "reproduced"
+    assert check(moved, tmp_path)["file"] == "elsewhere/ipd.json"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"check": "no_such_check"}, "unknown check 'no_such_check'"),
+    ({"args": {"game": "kuhn"}}, "missing a required argument"),
+    ({"colour": "red"}, "unexpected keyword argument 'colour'"),
+])
+def test_a_bad_claim_is_a_one_line_error_naming_it(tmp_path, edit, message):
+    doc = yaml.safe_load(SPEC_FILE.read_text())
+    doc["claims"][2].update(edit)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValueError, match="claim 2: ") as err:
+        load_claims(path)
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -1,9 +1,9 @@
 """Every number `sepo eval` reports for one model on one game, with its bootstrap interval and episode count.
 
 Point estimates come from `sepo.objective.aggregate` (payoff, u, exploit, e, c, x, J, welfare, robust, NRA in
-both forms) plus the fallback and parse-failure rates, the card-conditioned bet / call rates (Kuhn) and the
-action frequencies per pool; the interval of each is the bootstrap of the same function over episodes
-(`sepo.eval.stats`). Nothing unmeasured gets a number: a metric whose pool was not played, a rate with no
+both forms) plus the fallback and parse-failure rates, the card-conditioned bet / call rates (where the records
+name the cards) and the action frequencies per pool; the interval of each is the bootstrap of the same function
+over episodes (`sepo.eval.stats`). Nothing unmeasured gets a number: a metric whose pool was not played, a rate with no
 opportunity, the method's NRA when every opponent was skipped, and J when one of its terms (with a non-zero
 λ) is missing are all None, which the JSON writes as null and the tables as "–".
 Each metric is stored as {"value", "ci": [lo, hi] or null, "n"}: n is the number of episodes it rests on.

@@ -4,7 +4,7 @@ Tables: one per game, models as rows (as in the method's Base / SFT / SEPO table
 with the bootstrap interval, "–" for what was not measured, and the episodes per pool beside the row; below
 it, how each model's turns ended (strict answer, cut at the token limit, ended without one); a game
 whose records name the cards (the metrics hold card-conditioned rates) adds a table of those rates and the exact
-exploitability with the Nash reference row (`envs.kuhn_exact.NASH_RATES`). Plots: rates
+exploitability with the Nash reference row (the game's exact analysis's `card_nash_rates`). Plots: rates
 (in [0, 1]) and scores on separate axes, error bars from the intervals, a dot on every measured value (so a
 zero is visible) and "n/a" where nothing was measured; the card-conditioned panel marks the Nash rates.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envs.kuhn_exact import NASH_RATES
 from envs.tabular import analysis
 
 DASH = "–"
@@ -66,6 +65,15 @@ def _card_rates(rows: list[tuple[str, dict[str, Any]]]) -> bool:
     return any(m in r["metrics"] for _, r in rows for _, m in CARD_COLUMNS)
 
 
+def nash_rates(game: str) -> dict[str, float]:
+    """The Nash reference rates of `game`'s card-conditioned table: its exact analysis's `card_nash_rates` (a
+    game that reports card rates without them is an error, not a table without a Nash row)."""
+    rates = getattr(analysis(game), "card_nash_rates", None)
+    if rates is None:
+        raise ValueError(f"game {game!r} reports card-conditioned rates, but its exact analysis has no card_nash_rates")
+    return rates
+
+
 def markdown(results: Results, method: str) -> str:
     """One table per game (plus the card-conditioned table), with how the intervals were computed."""
     lines: list[str] = []
@@ -94,7 +102,7 @@ def markdown(results: Results, method: str) -> str:
             for label, r in rows:
                 cells = [cell(r["metrics"].get(m), digits=2) for _, m in CARD_COLUMNS]
                 lines.append(f"| {label} | " + " | ".join(cells) + f" | {cell(r.get('exploitability'))} |")
-            nash = [f"{NASH_RATES[m]:.2f}" for _, m in CARD_COLUMNS]
+            nash = [f"{nash_rates(game)[m]:.2f}" for _, m in CARD_COLUMNS]
             lines += ["| Nash (α = 1/3) | " + " | ".join(nash) + " | 0.000 |", "",
                       "Call Q at Nash: 1/3 when second to act, 2/3 when first to act (after pass-bet). "
                       "Exploitability: chips per hand of the measured policy (NashConv / 2), interval over "
@@ -160,8 +168,9 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             bars(ax, results, game, CARD_COLUMNS)
             models = sum(game in per for per in results.values())
             width = 0.8 / max(1, models)
+            nash = nash_rates(game)
             for k, (_, name) in enumerate(CARD_COLUMNS):
-                marks = [NASH_RATES[name], 2 / 3] if name == "call_Q" else [NASH_RATES[name]]
+                marks = [nash[name], 2 / 3] if name == "call_Q" else [nash[name]]
                 for y in marks:  # across the whole group of bars, drawn over the axis line when 0
                     ax.plot([k - width / 2, k + (models - 0.5) * width], [y, y], color="red", linewidth=2,
                             clip_on=False, zorder=5, label="Nash (α = 1/3)" if k == 0 else None)

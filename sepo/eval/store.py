@@ -1,7 +1,7 @@
 """Where `sepo eval` keeps what it has played, so a rerun (after a crash or `kill -9`) resumes it.
 
     <output_dir>/episodes/<model>/<game>/<pool>.<opponent>.json   one unit's episode rows
-    <output_dir>/episodes/<model>/<game>/kuhn_exact.json           the Kuhn policy's reasoning-sample scores
+    <output_dir>/episodes/<model>/<game>/<game>_exact.json         the game's exact phase (`sepo.eval.exact`)
 
 Each file is written atomically (`sepo.files`) the moment its unit finishes, with the fingerprint of what
 decides its content: the model (its path and the size and modification time of its weight and config files),
@@ -45,7 +45,7 @@ def safe_name(name: str) -> str:
 
 
 def shard_path(output_dir: str | Path, label: str, game: str, name: str) -> Path:
-    """The file of one stored unit (`name` is `<pool>.<opponent>` or `kuhn_exact`)."""
+    """The file of one stored unit (`name` is `<pool>.<opponent>` or `<game>_exact`)."""
     return Path(output_dir) / "episodes" / safe_name(label) / game / f"{safe_name(name)}.json"
 
 

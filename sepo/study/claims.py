@@ -1,24 +1,27 @@
 """The method's published claims, checked against this project's committed records: reproduced, not reproduced,
 or not testable at this scale.
 
-`python -m sepo.study.claims --out benchmarks/claims` reads the committed records (the Kuhn organism, the IPD
-organism, the Kuhn SFT table) and writes claims.json and claims.md: for each claim, the figures that bear on it
-(recomputed from the stored policy tables where the record holds them), the verdict, and the command and file
-they come from. The verdicts follow rules stated beside each claim, fixed before the IPD record existed; a
-missing record reads "not run".
+`python -m sepo.study.claims --out benchmarks/claims` reads the claims (configs/claims.yaml: each claim's text,
+its verdict rule, the generic check below that applies the rule, the check's arguments, the command and the
+records) and the committed records they name, and writes claims.json and claims.md: for each claim, the figures
+that bear on it (recomputed from the stored policy tables where the record holds them), the verdict, and the
+command and files they come from. A missing record reads "not run".
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from envs import make_game
-from envs.ipd_exact import exploitability as ipd_e_star
-from envs.ipd_exact import markov_keys
+from envs.tabular import analysis
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.eval.exact import exact_pool_metrics
@@ -27,133 +30,175 @@ from sepo.files import write_json_atomic, write_text_atomic
 from sepo.study.organism_stats import fmt
 
 PROG = "python -m sepo.study.claims"
-KUHN = "benchmarks/kuhn_organism/results.json"
-IPD = "benchmarks/ipd_organism/results.json"
-KUHN_SFT = "benchmarks/kuhn_sft/results.json"
-SFT_EVAL = "runs/figures/kuhn_sft/eval/results.json"  # the copy inside the Kuhn SFT record
+SPEC = Path(__file__).resolve().parents[2] / "configs" / "claims.yaml"  # this checkout's claims
+NOT_RUN = (None, "not run")
+
+Record = dict[str, Any]
+Outcome = tuple[str | None, str]  # (the figures, or None when there are none to show; the verdict)
 
 
-def _load(root: Path, path: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Claim:
+    """One claim of configs/claims.yaml: its text, rule, check (a name in `CHECKS`) and the check's arguments."""
+
+    claim: str
+    rule: str
+    check: str
+    command: str
+    records: list[str]  # read from the checkout in this order, shown in the table's record column
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+def _exploit_key(game: str) -> str:
+    """The name a game's results give its exact exploit figure (its tabular analysis's `exploit_key`)."""
+    tabular = analysis(game)
+    if tabular is None:
+        raise ValueError(f"claims: game {game!r} has no exact analysis (envs.tabular)")
+    return tabular.exploit_key
+
+
+def _ci(figure: dict[str, Any]) -> str:
+    """An eval metric {"value", "ci": [lo, hi]} as `value [lo, hi]`."""
+    return f"{figure['value']:.3f} [{figure['ci'][0]:.3f}, {figure['ci'][1]:.3f}]"
+
+
+def interval_above(records: list[Record | None], embedded: str, game: str, lower: str, upper: str, figures: str,
+                   met: str) -> Outcome:
+    """Reproduced (`met`) when model `upper`'s exact exploit interval lies above model `lower`'s, both read from
+    the eval results embedded in the record at `embedded`."""
+    if records[0] is None:
+        return NOT_RUN
+    results = records[0]["figures"]["files"][embedded]["results"]
+    low, high = (results[m][game][_exploit_key(game)] for m in (lower, upper))
+    return (figures.format(lower=_ci(low), upper=_ci(high)),
+            met if high["ci"][0] > low["ci"][1] else "not reproduced")
+
+
+def below_warm_start(records: list[Record | None], arm: str, games: list[dict[str, str]]) -> Outcome:
+    """In each game whose record measured it, whether the 95% interval of `arm`'s final exact exploit figure
+    minus its own warm start's lies below 0; `games` (game, name, figures) pairs with the records in order."""
+    rows, verdicts = [], []
+    for record, game in zip(records, games, strict=True):
+        if record is None or arm not in record.get("change_from_warm_start", {}):
+            continue
+        key, change = _exploit_key(game["game"]), record["change_from_warm_start"][arm]
+        rows.append(game["figures"].format(
+            final=fmt(record["intervals"][arm][-1][key]), change=fmt(change),
+            warm_starts=", ".join(f"{w[key]:.3f}" for w in record["warm_starts"])))
+        verdicts.append((game["name"], change["high"] < 0))
+    if not rows:
+        return NOT_RUN
+    held = [name for name, ok in verdicts if ok]
+    verdict = ("reproduced" if len(held) == len(verdicts) else "not reproduced" if not held
+               else "reproduced in " + ", ".join(held) + " only")
+    return "; ".join(rows), verdict
+
+
+def zero_advantage(records: list[Record | None], game: str, params: dict[str, Any], arm: str, below: float,
+                   figures: str) -> Outcome:
+    """The exploit-pool advantage e of `arm`'s best checkpoint by exact J in each run, recomputed exactly from the
+    stored tables of `game` under `params`: reproduced when its interval across runs includes 0 and lies below
+    `below`."""
+    record = records[0]
+    if record is None or not record["arms"][arm]["seeds"]:
+        return NOT_RUN
+    played = make_game(game, **params)
+    values = [exact_pool_metrics(max(checkpoints, key=lambda c: c["J"])["policy"], played).e
+              for checkpoints in record["arms"][arm]["seeds"].values()]
+    e = t_interval(values)
+    return (figures.format(e=fmt(e), runs=len(values)),
+            "reproduced" if e["low"] <= 0.0 and e["high"] < below else "not reproduced")
+
+
+def best_arm_reaches(records: list[Record | None], game: str, params: dict[str, Any], references: list[str],
+                     computed: str, arm_prefix: str, start_above: float, final_at_most: float,
+                     figures: str) -> Outcome:
+    """The exact exploit figures of the game's scripted `references` (computed here), then: reproduced when the
+    arm whose name begins with `arm_prefix` (lowest final mean) has a final interval at or below `final_at_most`,
+    from a best warm start above `start_above`."""
+    tabular = analysis(game)
+    key = _exploit_key(game)
+    shown = computed.format(**{name: tabular.exploitability(tabular.demonstrator({name: 1.0}, params), params)
+                               for name in references})
+    record = records[0]
+    arms = [a for a in (record or {}).get("intervals", {}) if a.startswith(arm_prefix)]
+    if not arms:
+        return shown, "not run"
+    best = min(arms, key=lambda a: record["intervals"][a][-1][key]["mean"])
+    final = record["intervals"][best][-1][key]
+    start = min(w[key] for w in record["warm_starts"])
+    return (f"{shown}; " + figures.format(start=start, arm=best, final=fmt(final)),
+            "reproduced" if final["high"] <= final_at_most and start > start_above else "not reproduced")
+
+
+def stated(records: list[Record | None], figures: str, verdict: str) -> Outcome:
+    """A claim this project cannot test yet: its figures and verdict are as configured."""
+    return figures, verdict
+
+
+CHECKS: dict[str, Callable[..., Outcome]] = {check.__name__: check for check in (
+    interval_above, below_warm_start, zero_advantage, best_arm_reaches, stated)}
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    """A claims file: the heading of the table's list of rules, and the claims in table order."""
+
+    rules_heading: str
+    claims: list[Claim]
+
+
+def load_claims(path: str | Path = SPEC) -> ClaimsFile:
+    """The claims of a claims file (configs/claims.yaml); a bad entry is a one-line error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"claims file {str(path)!r} not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(data) - {"rules_heading", "claims"})
+    entries = data.get("claims")
+    if unknown or not isinstance(entries, list) or not entries or not isinstance(data.get("rules_heading"), str):
+        raise ValueError(f"{path}: needs `rules_heading` (text) and `claims` (a non-empty list) only, "
+                         f"got {sorted(data)}")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            claim = Claim(**entry)
+            inspect.signature(CHECKS[claim.check]).bind(claim.records, **claim.args)
+        except KeyError as err:
+            raise ValueError(f"{path}: claim {i}: unknown check {err}; valid: {', '.join(CHECKS)}") from None
+        except TypeError as err:
+            raise ValueError(f"{path}: claim {i}: {err}") from None
+        out.append(claim)
+    return ClaimsFile(rules_heading=data["rules_heading"], claims=out)
+
+
+def _load(root: Path, path: str) -> Record | None:
     file = root / path
     return json.loads(file.read_text()) if file.exists() else None
 
 
-def sft_degrades(root: Path) -> dict[str, Any]:
-    """Claim 1. Rule: reproduced when SFT's exact exploitability interval lies above Base's on the same model."""
-    record = _load(root, KUHN_SFT)
-    if record is None:
-        return {"verdict": "not run"}
-    kuhn = record["figures"]["files"][SFT_EVAL]["results"]
-    base, sft = (kuhn[m]["kuhn"]["exploitability"] for m in ("Base", "SFT"))
-    above = sft["ci"][0] > base["ci"][1]
-    return {"figures": f"exact exploitability (embedded SmolLM2, chat Kuhn, one SFT run): Base {base['value']:.3f} "
-                       f"[{base['ci'][0]:.3f}, {base['ci'][1]:.3f}], SFT {sft['value']:.3f} [{sft['ci'][0]:.3f}, "
-                       f"{sft['ci'][1]:.3f}] (intervals over reasoning samples, not over SFT seeds)",
-            "verdict": "reproduced on one SFT run" if above else "not reproduced", "command": "make figures-kuhn-sft",
-            "file": KUHN_SFT}
+def check(claim: Claim, root: Path) -> dict[str, Any]:
+    """One claim's row from the records under `root`: figures, command and records only where it has figures."""
+    figures, verdict = CHECKS[claim.check]([_load(root, r) for r in claim.records], **claim.args)
+    row: dict[str, Any] = {"claim": claim.claim, "rule": claim.rule}
+    if figures is None:
+        return {**row, "verdict": verdict}
+    return {**row, "figures": figures, "verdict": verdict, "command": claim.command,
+            "file": ", ".join(claim.records) or "–"}
 
 
-def sepo_corrects(root: Path) -> dict[str, Any]:
-    """Claim 2. Rule: in each game, reproduced when per_pool's final exact exploit figure lies below the warm
-    start's (the SFT checkpoint's): the 95% interval of each run's final minus its own warm start below 0 (both
-    organisms run from two warm starts)."""
-    rows, verdicts = [], []
-    kuhn = _load(root, KUHN)
-    if kuhn is not None:
-        e = kuhn["intervals"]["per_pool"][-1]["exploitability"]
-        change = kuhn["change_from_warm_start"]["per_pool"]
-        rows.append(f"Kuhn organism: per_pool final exploitability {fmt(e)} from warm starts of "
-                    + ", ".join(f"{w['exploitability']:.3f}" for w in kuhn["warm_starts"])
-                    + f"; change from the run's own warm start {fmt(change)}")
-        verdicts.append(change["high"] < 0)
-    ipd = _load(root, IPD)
-    if ipd is not None and "per_pool" in ipd.get("change_from_warm_start", {}):
-        e = ipd["intervals"]["per_pool"][-1]["e_star"]
-        change = ipd["change_from_warm_start"]["per_pool"]
-        rows.append(f"IPD organism: per_pool final e* {fmt(e)} from warm starts of e* "
-                    + ", ".join(f"{w['e_star']:.3f}" for w in ipd["warm_starts"])
-                    + f"; change from the run's own warm start {fmt(change)}")
-        verdicts.append(change["high"] < 0)
-    if not rows:
-        return {"verdict": "not run"}
-    verdict = ("reproduced" if all(verdicts) else "not reproduced" if not any(verdicts)
-               else "reproduced in " + ", ".join(g for g, v in zip(("Kuhn", "IPD"), verdicts) if v) + " only")
-    return {"figures": "; ".join(rows), "verdict": verdict, "command": "make figures-kuhn-organism, "
-            "make figures-ipd-organism", "file": f"{KUHN}, {IPD}"}
+def claims(root: Path, spec: str | Path = SPEC) -> list[dict[str, Any]]:
+    """Every claim's row, from the claims in `spec` and the records under `root`."""
+    return [check(claim, root) for claim in load_claims(spec).claims]
 
 
-def kuhn_zero_exploit_advantage(root: Path) -> dict[str, Any]:
-    """Claim 3. The exploit-pool advantage e (the objective's, clipped per opponent) of per_pool's best checkpoint
-    by exact J, recomputed from the stored tables. Rule: reproduced when its interval across seeds includes 0
-    and lies below 0.01 chips per hand."""
-    kuhn = _load(root, KUHN)
-    if kuhn is None or not kuhn["arms"]["per_pool"]["seeds"]:
-        return {"verdict": "not run"}
-    game = make_game("kuhn", num_hands=1, first_mover="random", prompt_style="compact")
-    values = []
-    for checkpoints in kuhn["arms"]["per_pool"]["seeds"].values():
-        best = max(checkpoints, key=lambda c: c["J"])
-        values.append(exact_pool_metrics(best["policy"], game).e)
-    e = t_interval(values)
-    return {"figures": f"per_pool's best checkpoint by exact J: exploit-pool advantage e {fmt(e)} (chips per hand, "
-                       f"{len(values)} runs: warm starts x training seeds)",
-            "verdict": "reproduced" if e["low"] <= 0.0 and e["high"] < 0.01 else "not reproduced",
-            "command": "make figures-kuhn-organism; python -m sepo.study.claims", "file": KUHN}
-
-
-def ipd_five_to_one_quarter(root: Path) -> dict[str, Any]:
-    """Claim 4. The figures 5.000 and 1.250 are e* of always-cooperate and tit-for-tat over 4 rounds (computed
-    here). Rule: reproduced when the best SEPO arm's final e* interval lies at or below 1.5 from a warm start
-    above 3.5."""
-    keys = markov_keys(4)
-    all_c = ipd_e_star(dict.fromkeys(keys, 1.0), 4)
-    tft = ipd_e_star({k: 1.0 if k.endswith(("--", "C")) else 0.0 for k in keys}, 4)
-    figures = f"computed: always-cooperate e* {all_c:.3f}, tit-for-tat e* {tft:.3f} (T = 4)"
-    ipd = _load(root, IPD)
-    sepo_arms = [a for a in (ipd or {}).get("intervals", {}) if a.startswith("per_pool")]
-    if not sepo_arms:
-        return {"figures": figures, "verdict": "not run", "command": "make figures-ipd-organism", "file": IPD}
-    best = min(sepo_arms, key=lambda a: ipd["intervals"][a][-1]["e_star"]["mean"])
-    e = ipd["intervals"][best][-1]["e_star"]
-    start = min(w["e_star"] for w in ipd["warm_starts"])
-    return {"figures": f"{figures}; IPD organism: warm start e* {start:.3f}, best SEPO arm ({best}) final {fmt(e)}",
-            "verdict": "reproduced" if e["high"] <= 1.5 and start > 3.5 else "not reproduced",
-            "command": "make figures-ipd-organism", "file": IPD}
-
-
-def negotiation_nra(root: Path) -> dict[str, Any]:
-    """Claim 5: single-issue negotiation has an exact exploiter (`envs.negotiation_exact`), but no negotiation
-    organism has been trained and measured with it yet."""
-    return {"figures": "no negotiation study here: the exact exploiter of compact single-issue negotiation exists "
-                       "(envs/negotiation_exact.py), no organism has been trained against it",
-            "verdict": "not testable at this scale", "command": "–", "file": "–"}
-
-
-CLAIMS = (
-    ("SFT alone degrades exploit resistance", sft_degrades),
-    ("SEPO corrects the SFT regression (exploit resistance better than the SFT start)", sepo_corrects),
-    ("Kuhn: zero exploit-pool advantage at the best checkpoint", kuhn_zero_exploit_advantage),
-    ("IPD (Qwen): exploitability 5.000 -> 1.250", ipd_five_to_one_quarter),
-    ("Negotiation: the only positive NRA of any configuration", negotiation_nra),
-)
-
-
-def claims(root: Path) -> list[dict[str, Any]]:
-    """Every claim's row, from the records under `root`."""
-    return [{"claim": name, "rule": _rule(check.__doc__ or ""), **check(root)} for name, check in CLAIMS]
-
-
-def _rule(doc: str) -> str:
-    """The verdict's rule, as a check's docstring states it after "Rule:" (empty when it states none)."""
-    return " ".join(doc.split("Rule:", 1)[1].split()) if "Rule:" in doc else ""
-
-
-def markdown(rows: list[dict[str, Any]]) -> str:
+def markdown(rows: list[dict[str, Any]], rules_heading: str) -> str:
+    """The table of `rows`, then each claim's rule under `rules_heading`."""
     lines = ["# The method's claims against this project's records", "",
              "| claim | figures here | verdict | command | record |", "|---|---|---|---|---|"]
     lines += [f"| {r['claim']} | {r.get('figures', '–')} | **{r['verdict']}** | `{r.get('command', '–')}` | "
               f"{r.get('file', '–')} |" for r in rows]
-    lines += ["", "Rules (fixed before the IPD record existed):", ""]
+    lines += ["", rules_heading, ""]
     lines += [f"- {r['claim']}: {r['rule']}" for r in rows if r["rule"]]
     return "\n".join(lines) + "\n"
 
@@ -164,16 +209,18 @@ class ClaimsCommand:
 
     out: str = field(metadata={"help": "where claims.json and claims.md go (benchmarks/claims)"})
     root: str = field(default=".", metadata={"help": "the checkout whose committed records are read"})
+    claims: str = field(default="configs/claims.yaml", metadata={"help": "the claims and their checks"})
 
 
 def main(argv: list[str] | None = None) -> int:
     (ns,) = RecipeParser((ClaimsCommand,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
         sys.argv[1:] if argv is None else argv)
-    rows = claims(Path(ns.root))
+    rows = claims(Path(ns.root), ns.claims)
+    table = markdown(rows, load_claims(ns.claims).rules_heading)
     out = Path(ns.out)
     write_json_atomic(out / "claims.json", rows)
-    write_text_atomic(out / "claims.md", markdown(rows))
-    print(markdown(rows))
+    write_text_atomic(out / "claims.md", table)
+    print(table)
     return 0
 
 

@@ -1,13 +1,13 @@
 """Learning curves of a study's arms from their per-checkpoint evaluations (the training callback's
 checkpoints.json): curves.json, curves.png and curves.md.
 
-    python -m sepo.study.curves --study runs/experiments/kuhn_default --out benchmarks/kuhn_experiment
+    python -m sepo.study.curves --study <the study recipe's output_dir> --out <folder>
 
 Per arm and step: the exact exploitability of the scored policy (where the game's exact phase reports
-it, `sepo.eval.exact`), J, u, e and c, each with its 95%
-interval and n. Step 0 is the study's "base" row (report.json) when the study evaluated its start with the
-callback's settings, as configs/experiments/kuhn_default.yaml does. Two kinds of differences, each with an
-interval and called a difference only when the interval excludes zero:
+it, `sepo.eval.exact`), J, u, e and c, each with its 95% interval and n. Step 0 is the study's "base" row
+(report.json) when the study evaluated its start with the callback's settings (the recipe's `eval_base: true`,
+as the recipes in configs/experiments/ set it). Two kinds of differences, each with an interval and called a
+difference only when the interval excludes zero:
   - each arm's last evaluated step minus its step 0 (did training move the metric?);
   - the first arm minus the second at every trained step both evaluated (did the arms move it differently?;
     step 0 is their shared start, so it is left out).
