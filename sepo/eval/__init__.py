@@ -7,8 +7,8 @@
     stats.py        stratified percentile bootstrap over episodes, paired differences
     exact.py        the exact phase of any game with a tabular analysis (envs.tabular): the scored policy at
                     every decision state, its exploit figure, exact pool metrics
-    kuhn_optimum.py exact optima of the organism arms' objectives over one game's tabular policies
-    kuhn_played.py  one game's played policy through the rollout engine beside its scored one
+    optimum.py      exact optima of the organism arms' objectives over one game's tabular policies
+    played.py       one game's played policy through the rollout engine beside its scored one
     store.py        per-batch storage with fingerprints, so a rerun resumes
     report.py       results.md tables and the per-game plots
     checkpoints.py  per-checkpoint evaluation: checkpoints.json, the best by evaluated J, the plot per step
