@@ -14,7 +14,7 @@ def test_policy_space_round_trips_where_a_game_declares_its_equilibria():
     spaces = []
     for game in exact_games():
         if not hasattr(analysis(game), "equilibria"):
-            with pytest.raises(ValueError, match=repr(game)):
+            with pytest.raises(ValueError):  # no equilibria, or too many states to list
                 policy_space(game)
             continue
         space = policy_space(game)
