@@ -92,7 +92,7 @@ def bench(settings: ExactEvalSettings, threads: int = 1) -> dict[str, Any]:
     rows = play_batch(batch, 1, cfg.seed, {}, backend, renderer, sampling, factories)
     rollout_s = time.perf_counter() - start
 
-    samples = getattr(cfg, f"{game}_rationale_samples")  # the eval recipe's key, as sepo.eval.evaluate reads it
+    samples = cfg.rationale_samples  # the eval recipe's key, as sepo.eval.evaluate reads it
     start = time.perf_counter()
     scored = [p.ids for s in range(samples) for p in reasoning_prompts(backend, renderer, sampling, s, game)]
     legal = [list(s.legal) for s in states] * samples

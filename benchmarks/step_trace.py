@@ -1,13 +1,14 @@
 """The module jumps of one SEPO-GRPO step, from dataset row to loss: how many files a reader follows.
 
-One training step of `SEPOTrainer` on a tiny CPU Llama (two IPD rounds, four rollouts against one opponent, HF
-generation) runs under `sys.setprofile`, from the step's start to its end (a callback's `on_step_begin` and
-`on_step_end`). Only frames of the `sepo` package count; TRL's, transformers', torch's and the games' (`envs`)
-frames are transparent (and so are comprehensions and dataclasses' generated methods, which are part of the
-function they sit in or have no code in a file), so a `sepo` function that TRL calls back is reached from the nearest `sepo` frame below
-it (the seam). Each distinct call (caller function, callee function) counts once, however often and by whatever
-route it is made: a loop over rounds or episodes that calls the same function from the same place is read once.
-A jump is such a call from one module into another; a module's entries are the jumps into it.
+One training step of `SEPOTrainer` on a tiny CPU Llama (the game, rounds and one opponent per pool of
+configs/benchmarks/step_trace.yaml, four rollouts against each opponent, HF generation) runs under `sys.setprofile`,
+from the step's start to its end (a callback's `on_step_begin` and `on_step_end`). Only frames of the `sepo` package
+count; TRL's, transformers', torch's and the games' (`envs`) frames are transparent (and so are comprehensions and
+dataclasses' generated methods, which are part of the function they sit in or have no code in a file), so a `sepo`
+function that TRL calls back is reached from the nearest `sepo` frame below it (the seam). Each distinct call
+(caller function, callee function) counts once, however often and by whatever route it is made: a loop over rounds
+or episodes that calls the same function from the same place is read once. A jump is such a call from one module
+into another; a module's entries are the jumps into it.
 
     python -m benchmarks.step_trace [--out benchmarks/step_trace/trace.txt]
 
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from benchmarks.settings import game_settings
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 
@@ -35,6 +37,15 @@ PACKAGE = "sepo"
 TRANSPARENT = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")  # part of the function they sit in
 
 Frame = tuple[str, str]  # (module, function qualname)
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The traced step's games, their parameters and pool mix (configs/benchmarks/step_trace.yaml)."""
+
+    games: list[str]
+    game_params: dict[str, Any]
+    pool_mix: dict[str, Any]
 
 
 @dataclass
@@ -106,11 +117,11 @@ def trace_step(workdir: Path) -> Trace:
     from sepo.tiny_models import save_tiny_model
 
     model = save_tiny_model(workdir / "model")
+    step = game_settings(StepSettings, "step_trace")
     args = SEPOConfig(
         output_dir=str(workdir / "run"), use_cpu=True, bf16=False, report_to="none", max_steps=1, logging_steps=1,
-        save_strategy="no", gradient_checkpointing=False, games=["ipd"], game_params={"ipd": {"num_rounds": 2}},
-        num_generations=4, pool_mix={"training": ["tit_for_tat"], "exploit": ["always_defect"],
-                                     "collusive": "all"},
+        save_strategy="no", gradient_checkpointing=False, games=step.games, game_params=step.game_params,
+        num_generations=4, pool_mix=step.pool_mix,
         per_device_train_batch_size=12, max_turn_tokens=8, max_completion_length=128, seed=0)
     tracer = StepTrace()
     trainer = SEPOTrainer(model=str(model), args=args, callbacks=[tracer])

@@ -22,10 +22,19 @@ from envs.kuhn_exact import (
     expected_hand,
     exploitability,
     game_value,
+    nash_policy,
     validate_policy,
 )
 from envs.strategies.kuhn import STRATEGIES, PlaysTable
-from envs.tabular import DecisionState, Expectation, Messages, Params, Response, mixture
+from envs.tabular import DecisionState, Expectation, Messages, Params, PlayedSetup, Response, mixture
+
+PLAYED_PASSIVE = "kuhn_played_passive"  # the opponent that makes "p" histories and ends hands the LLM opens
+PLAYED_AGGRESSIVE = "always_bet"  # the scripted strategy that makes "b" and "pb" histories
+
+
+def passive_opponent() -> PlaysTable:
+    """The opponent that always plays the passive action (PASS with no bet pending, FOLD facing one)."""
+    return PlaysTable({info: {actions_at(info[1:])[0]: 1.0, actions_at(info[1:])[1]: 0.0} for info in INFO_STATES})
 
 
 def _game(params: Params) -> KuhnPoker:
@@ -123,6 +132,31 @@ class KuhnAnalysis:
             raise ValueError(f"kuhn pool member {name!r} has no behaviour table; its figures cannot be exact")
         payoff, fold = expected_hand(table, opponent_table)
         return [Expectation(own=payoff, opp=-payoff, collusion=fold, externality=0.0)]
+
+    def played_setup(self, key: str, params: Params, seat: int = 0) -> PlayedSetup:
+        """The played measure's episode for information set `key` (one-hand Kuhn with a random first mover):
+        the deal gives the LLM the set's card and the position its history implies; an opponent that always
+        plays the passive action puts the LLM at "Xp" as second mover and ends the hand after the LLM acts
+        first; `always_bet` puts it at "Xb" and, after the LLM's PASS (an opening), at "Xpb"."""
+        game = _game(params)
+        if game.num_rounds != 1 or game.first_mover_rule != "random":
+            raise ValueError("the played policy needs one-hand Kuhn with a random first mover (num_hands: 1, "
+                             f"first_mover: random); got {game.params}")
+        card, history = key[0], key[1:]
+        first_mover = seat if len(history) % 2 == 0 else 1 - seat
+        return PlayedSetup(
+            opponent=PLAYED_PASSIVE if history in ("", "p") else PLAYED_AGGRESSIVE,
+            reaches=lambda state: state.deals[0][seat] == card and game.first_mover(0, state) == first_mover,
+            openings=("PASS",) if history == "pb" else ())
+
+    def played_opponents(self) -> dict[str, Callable[[], Strategy]]:
+        """The played measure's opponents beside the registered strategies."""
+        return {PLAYED_PASSIVE: passive_opponent}
+
+    def equilibria(self, params: Params) -> list[dict[str, dict[str, float]]]:
+        """Members of the classic hand's Nash family (alpha 0, 1/6, 1/3; the last the default `nash_policy`):
+        the starts of `sepo.eval.optimum`'s ascent and its Nash reference line."""
+        return [nash_policy(alpha) for alpha in (0.0, 1 / 6, 1 / 3)]
 
     def demonstrator(self, weights: Mapping[str, float], params: Params) -> dict[str, Any]:
         """sum_k w_k * table_k of scripted Kuhn strategies, per information set."""

@@ -150,3 +150,15 @@ def mixture(weights: Mapping[str, float]) -> None:
     """Refuse demonstrator weights that do not sum to 1."""
     if abs(sum(weights.values()) - 1.0) > 1e-9:
         raise ValueError(f"demonstrator weights must sum to 1, got {dict(weights)}")
+
+
+@dataclass(frozen=True)
+class PlayedSetup:
+    """How the played measure (`sepo.eval.played`) puts the LLM's first free decision at one decision state
+    with a real episode: the opponent that makes the state's history (a registered strategy or one of the
+    analysis' `played_opponents`), which episode start reaches it (`reaches(state)` on the game's initial
+    state: the deal, the first mover), and the LLM's own earlier actions as openings (canonical text)."""
+
+    opponent: str
+    reaches: Callable[[Any], bool]
+    openings: tuple[str, ...] = ()

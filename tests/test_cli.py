@@ -149,6 +149,22 @@ def test_eval_model_and_output_paths_are_checked(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_eval_retired_per_game_keys_name_their_new_form(tmp_path, capsys):
+    """`<game>_exact` and `<game>_rationale_samples` (one key per game before `exact`, `exact_skip` and
+    `rationale_samples` served every game) are refused with the key that replaces them, on the command line
+    and in a recipe."""
+    from envs.tabular import exact_games
+
+    model = not_a_model(tmp_path)
+    for game in exact_games():
+        assert f"unknown option --{game}_exact (renamed: use exact_skip: [{game}]" in error_of(
+            capsys, sepo(["eval", "--models", model, f"--{game}_exact", "false"]))
+        recipe = tmp_path / f"{game}.yaml"
+        recipe.write_text(f"models: [{model}]\n{game}_rationale_samples: 2\n")
+        assert f"line 2: unknown key '{game}_rationale_samples' (renamed: use rationale_samples)" in error_of(
+            capsys, sepo(["eval", "--config", str(recipe)]))
+
+
 
 def test_sft_flags_are_checked(tmp_path, capsys):
     base = ["sft", "--config", str(REPO / "configs" / "sft" / "default.yaml"), "--output_dir", str(tmp_path / "o"),
@@ -306,7 +322,7 @@ def test_eval_help_prints_each_default_once(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert text.startswith("usage: sepo eval [--config RECIPE.yaml]")
     assert "--dtype STR model dtype, e.g. bfloat16 (default: as saved) --" in text  # not "... (default: None)"
-    assert "--no_kuhn_exact set kuhn_exact to false (same as --kuhn_exact false)" in text
+    assert "--no_exact set exact to false (same as --exact false)" in text
     assert "--episodes_per_opponent INT episodes per (pool, opponent), >= 1 (default: 16)" in text
 
 

@@ -87,7 +87,7 @@ def run(table, tmp_path, tiny_model_dir, **kw):
 
 def test_exact_phase_recovers_the_table_and_its_exploitability(tmp_path, tiny_model_dir):
     table = random_table(7)
-    result, _, double = run(table, tmp_path, tiny_model_dir, episodes_per_opponent=1, kuhn_rationale_samples=3)
+    result, _, double = run(table, tmp_path, tiny_model_dir, episodes_per_opponent=1, rationale_samples=3)
     assert sorted(set(double.scored_infosets)) == sorted(INFO_STATES)  # every info set was scored, 3 times
     assert len(double.scored_infosets) == 3 * len(INFO_STATES)
     for info in INFO_STATES:
@@ -101,7 +101,7 @@ def test_exact_phase_recovers_the_table_and_its_exploitability(tmp_path, tiny_mo
 
 
 def test_card_conditioned_rates_of_play_equal_the_table(tmp_path, tiny_model_dir):
-    result, stored, _ = run(pure_table(), tmp_path, tiny_model_dir, episodes_per_opponent=4, kuhn_exact=False)
+    result, stored, _ = run(pure_table(), tmp_path, tiny_model_dir, episodes_per_opponent=4, exact_skip=["kuhn"])
     m = result["metrics"]
     assert m["parse_failure_rate"]["value"] == 0.0 and m["fallback_rate"]["value"] == 0.0
     expected = {"bet_J": 0.0, "bet_Q": 1.0, "bet_K": 1.0, "call_J": 0.0, "call_Q": 1.0, "call_K": 1.0}

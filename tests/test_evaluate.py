@@ -19,7 +19,7 @@ from sepo.eval.report import DASH
 def _cfg(model_dir, out, **kw) -> EvalConfig:
     base = dict(models=[f"Tiny={model_dir}"], games=["ipd"], game_params={"ipd": {"num_rounds": 3}},
                 episodes_per_opponent=2, max_turn_tokens=8, output_dir=str(out), progress=False,
-                kuhn_rationale_samples=2, bootstrap_resamples=200)
+                rationale_samples=2, bootstrap_resamples=200)
     base.update(kw)
     return EvalConfig(**base)
 
@@ -193,7 +193,7 @@ def test_eval_with_a_pool_dir_plays_the_member_in_the_sandbox(tiny_model_dir, tm
               "description": "", "source": {}, "sha256": hashlib.sha256(code.encode()).hexdigest(), "view": "dict"}  # fmt: skip
     (tmp_path / "pool" / "manifest.json").write_text(json.dumps({"format": "sepo-pool-manifest/1", "members": [member]}))
     assert main(["--models", f"Tiny={tiny_model_dir}", "--games", "ipd", "--pools", "exploit", "--episodes_per_opponent",
-                 "1", "--max_turn_tokens", "8", "--kuhn_rationale_samples", "1", "--progress", "false",
+                 "1", "--max_turn_tokens", "8", "--rationale_samples", "1", "--progress", "false",
                  "--pool_dir", str(tmp_path / "pool"), "--output_dir", str(tmp_path / "eval")]) == 0  # fmt: skip
     ipd = json.loads((tmp_path / "eval" / "results.json").read_text())["results"]["Tiny"]["ipd"]
     assert ipd["episodes"]["exploit"] == 3  # always_defect, alternating_defect and the exported member

@@ -17,7 +17,7 @@ from envs.kuhn import CARDS, INFO_STATES, KuhnPoker, KuhnState
 from envs.kuhn_exact import expected_hand, fold_probabilities, game_value, nash_policy
 from envs.strategies.kuhn import STRATEGIES
 from sepo.eval.exact import exact_pool_metrics
-from sepo.eval.kuhn_optimum import table_of
+from sepo.eval.optimum import policy_space
 from sepo.pools import POOL_NAMES, load_pools
 
 HANDS = 20_000
@@ -28,7 +28,7 @@ def _table(name: str) -> dict[str, dict[str, float]]:
 
 
 def _random_policy(rng: random.Random) -> dict[str, dict[str, float]]:
-    return table_of([rng.random() for _ in INFO_STATES])  # the same draws, in INFO_STATES order
+    return policy_space("kuhn").table_of([rng.random() for _ in INFO_STATES])  # the same draws, in INFO_STATES order
 
 
 def _sample(row, rng: random.Random) -> str:

@@ -133,17 +133,17 @@ def test_the_played_episodes_reach_each_information_set_at_its_scored_prompt(tin
     holds that one sampled decision."""
     from envs.kuhn_tabular import infoset_messages
     from sepo.backends.hf import HFBackend
-    from sepo.eval.kuhn_played import OPPONENTS, infoset_episode
+    from sepo.eval.played import infoset_episode, opponents
     from sepo.generation import SamplingSpec
     from sepo.rollout.chat import ChatRenderer
     from sepo.rollout.engine import play_episodes
 
     backend = HFBackend.from_model(str(tiny_model), device="cpu")
     renderer = ChatRenderer(backend.tokenizer)
-    setups = [infoset_episode(info, PARAMS) for info in INFO_STATES]
+    setups = [infoset_episode("kuhn", info, PARAMS) for info in INFO_STATES]
     assert [o for _, o in setups] == [()] * 9 + [("PASS",)] * 3
     results = play_episodes([s for s, _ in setups], backend, renderer,
-                            SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=4, seed=1), opponents=OPPONENTS,
+                            SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=4, seed=1), opponents=opponents("kuhn"),
                             openings=[o for _, o in setups])
     for info, (_, opening), (record, traj) in zip(INFO_STATES, setups, results):
         assert len(record.turns) == len(opening) + 1, info  # the opening, then the one sampled decision

@@ -7,16 +7,16 @@ kernels of Qwen 3.5's linear attention (pure Python; the device has Triton), che
 PyTorch reference before any part and unwired if they fail there (`linear_attention_kernels`). Random-weight
 4B-shaped bf16 models, no downloads. The parts, in order of value (the first is the headline):
 
-  grpo_step        one full SEPO-GRPO step of the paper recipe (configs/sepo/ipd_qwen35_4b.yaml: IPD, 8
-                   rounds, G = 4, the whole pool mix = 28 episodes, 256-token turns, LoRA r16 on q/k/v/o,
+  grpo_step        one full SEPO-GRPO step of the paper recipe (`recipe` in configs/benchmarks/gpu_check.yaml:
+                   8 rounds, G = 4, the whole pool mix = 28 episodes, 256-token turns, LoRA r16 on q/k/v/o,
                    gradient checkpointing, beta 0.1) on the HF backend, on the 4B Qwen 3.5 build with its real
                    248,320-token vocabulary: 1 warm-up step, then 2 timed steps; every figure is per step
                    (a mean, never a sum), split into generation / SEPO's own work / logprob forwards /
                    backward / optimizer, with peak memory. From it, `prediction`: the wall time of 100 steps.
                    `--step-arch auto` (default): on the 4B Llama shape instead, stated in `step_arch`, where
                    Qwen 3.5's linear attention would run the slow PyTorch reference (its kernels failed).
-  rollout          (llama) KV reuse on a real GPU: the 4B Llama shape with the Qwen 3.5 vocabulary, 128 IPD
-                   episodes x 4 rounds x 256-token turns, batched with KV reuse vs batched re-encoding vs one
+  rollout          (llama) KV reuse on a real GPU: the 4B Llama shape with the Qwen 3.5 vocabulary, 128
+                   episodes (configs/benchmarks/rollout.yaml's game) x 4 rounds x 256-token turns, batched with KV reuse vs batched re-encoding vs one
                    episode at a time (timed on 1, extrapolated). A full-attention model whose batched arm
                    never stored its cache FAILS this part (KV reuse silently off).
   decode           (llama) decode tokens/s through the project's HF backend (`HFBackend.generate` inside a
@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 import signal
 import sys
@@ -68,6 +69,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from benchmarks.settings import game_settings
 from sepo.config.provenance import git_sha, machine_info
 from sepo.config.recipes import RecipeParser  # transformers' argument parser: on the device
 from sepo.config.subcommands import report_usage_errors
@@ -79,8 +81,21 @@ from sepo.generation import Prompt, SamplingSpec
 # marked "deferred: after versions()": `main` first checks every REQUIRED package with `versions()`, which names
 # the remedy (`make gpu-wheels`) instead of a bare ImportError, and sets TRL_EXPERIMENTAL_SILENCE before trl loads.
 
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """The check's game settings (configs/benchmarks/gpu_check.yaml): the recipe the grpo_step part times and
+    the game parameters and pool mix `--tiny` shrinks it to (one opponent per pool, few rounds)."""
+
+    recipe: str
+    tiny_game_params: dict[str, Any]
+    tiny_pool_mix: dict[str, Any]
+
+
 SCHEMA = "sepo-gpu-check/2"
-RECIPE = "configs/sepo/ipd_qwen35_4b.yaml"
+SETTINGS = game_settings(CheckSettings, "gpu_check")
+RECIPE = SETTINGS.recipe
 BUDGET_S = 330.0  # no part starts after this many seconds from the start, and none runs past it
 GRACE_S = 15.0  # the step part stops itself at its box's end; the hard stop (SIGALRM) waits this much longer
 GOAL_HOURS_PER_100_STEPS = 1.0  # the project's goal: 100 steps of the paper recipe in at most 1 h on one H200
@@ -282,10 +297,10 @@ def part_grpo_step(ctx: Context) -> dict[str, Any]:
     arch = ctx.step_arch
     overrides = {"use_vllm": "false", "report_to": "none", "max_steps": "3", "save_strategy": "no",
                  "keep_best_by_safety": "false", "logging_steps": "1", "disable_tqdm": "true"}
-    if ctx.tiny:  # the same recipe, shrunk: one opponent per pool, 2 rounds, 8-token turns, fp32 on the CPU
-        overrides |= {"use_cpu": "true", "bf16": "false", "max_turn_tokens": "8", "game_params": '{"ipd": {"num_rounds": 2}}',
-                      "pool_mix": '{"training": ["tit_for_tat"], "exploit": ["always_defect"], "collusive": "all"}',
-                      "gradient_accumulation_steps": "3"}
+    if ctx.tiny:  # the same recipe, shrunk (SETTINGS: one opponent per pool, few rounds), 8-token turns, fp32 on the CPU
+        overrides |= {"use_cpu": "true", "bf16": "false", "max_turn_tokens": "8",
+                      "game_params": json.dumps(SETTINGS.tiny_game_params),
+                      "pool_mix": json.dumps(SETTINGS.tiny_pool_mix), "gradient_accumulation_steps": "3"}
     watch = Stopwatch(cuda=ctx.cuda)
     model, tok = build_model(ctx, arch)
     tok.padding_side = "left"

@@ -5,7 +5,7 @@ fallback cue (`sepo.rollout.fallback`) in the same assistant turn; here the next
 a `LogitsProcessor`), then the end-of-turn token is forced. Actions are tokenised *in context* (after the cue)
 and also with/without a leading space, so the trie contains the token sequences the model would naturally use.
 Scoring gives the exact probability of each legal action as the continuation (used for tabular policies,
-e.g. Kuhn exploitability).
+e.g. a game's exact exploitability).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def score_actions(
     over its tokenisations (with/without leading space, in context); probabilities are normalised over the
     choices of each prompt. Each prompt is encoded once (`batch_size` prompts per forward pass, left-padded)
     and every continuation is scored on a copy of its key/value cache, so a prompt with k tokenisations of
-    its choices costs one prompt pass, not k (the Kuhn exact phase scores 6-8 continuations per prompt).
+    its choices costs one prompt pass, not k (a two-action exact phase scores 6-8 continuations per prompt).
     """
     conts: list[list[tuple[int, list[int]]]] = []  # per prompt: (choice index, continuation ids + end-of-turn)
     for i, (prompt, acts) in enumerate(zip(prompts, choices, strict=True)):

@@ -28,9 +28,18 @@ def debug_enabled() -> bool:
     return os.environ.get("SEPO_DEBUG", "").lower() not in ("", "0", "false", "no")
 
 
+# `sepo eval`'s per-game keys before one set served every game with an exact analysis: old key -> its new form
+RETIRED_KEYS = {
+    **{f"{game}_exact": f"exact_skip: [{game}] (or exact: false for every game)" for game in GAMES},
+    **{f"{game}_rationale_samples": "rationale_samples" for game in GAMES},
+}
+
+
 def did_you_mean(word: str, options: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the shortest of `options` that `word` begins (abbreviations are not accepted),
-    else the closest by spelling; '' when none is close."""
+    else the closest by spelling; '' when none is close. A retired key (`RETIRED_KEYS`) is told its new form."""
+    if word.lstrip("-") in RETIRED_KEYS:
+        return f" (renamed: use {RETIRED_KEYS[word.lstrip('-')]})"
     options = list(options)
     match = sorted((o for o in options if o.startswith(word) and o != word), key=len)[:1]
     if not match:  # spelling compared without an option's leading dashes, which every option shares

@@ -7,13 +7,11 @@
     stats.py        stratified percentile bootstrap over episodes, paired differences
     exact.py        the exact phase of any game with a tabular analysis (envs.tabular): the scored policy at
                     every decision state, its exploit figure, exact pool metrics
+    optimum.py      exact optima of the organism arms' objectives over one game's tabular policies
+    played.py       one game's played policy through the rollout engine beside its scored one
     store.py        per-batch storage with fingerprints, so a rerun resumes
     report.py       results.md tables and the per-game plots
     checkpoints.py  per-checkpoint evaluation: checkpoints.json, the best by evaluated J, the plot per step
     wandb_log.py    metrics with intervals, plots and sample episodes to wandb
     progress.py     progress bars with totals
-
-Two more modules, each named after the one game it serves, hold that game's exact organism figures: the optima
-of the arms' objectives over its tabular policies, and its played policy through the rollout engine beside its
-scored one.
 """

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import envs
+from envs.tabular import exact_games
 from sepo.backends import BACKENDS
 from sepo.config.checks import (
     COUNT,
@@ -26,7 +27,7 @@ from sepo.pools import POOL_NAMES
 
 EVAL_RANGES = {
     "episodes_per_opponent": COUNT, "batch_episodes": COUNT, "max_turn_tokens": COUNT,
-    "kuhn_rationale_samples": COUNT, "bootstrap_resamples": Range(100, 1_000_000, integer=True),
+    "rationale_samples": COUNT, "bootstrap_resamples": Range(100, 1_000_000, integer=True),
     "seed": NON_NEGATIVE_INT, "torch_threads": OPTIONAL_COUNT,
     "confidence": Range(0, 1, low_open=True, high_open=True), "top_p": Range(0, 1, low_open=True),
 }  # fmt: skip
@@ -75,13 +76,13 @@ class EvalConfig:
     rng_key: str = field(default="", metadata={"help": "secret key of sandboxed pool members' rngs; empty: made "
                                                        "once, kept in output_dir/rng_key.json"})
     use_eval_lambdas: bool = field(default=True, metadata={"help": "the game's evaluation λ where it has them"})
-    kuhn_exact: bool = field(default=True, metadata={"help": "measure the Kuhn policy and its exploitability"})
-    kuhn_rationale_samples: int = field(default=4, metadata={"help": "sampled rationales per info set, >= 1"})
-    ipd_exact: bool = field(default=True, metadata={"help": "IPD with the compact prompt: score the answer-only "
-                                                            "policy at every joint history and report its exact e*"})
-    negotiation_exact: bool = field(default=True, metadata={"help": "single-issue negotiation with the compact "
-                                                                    "prompt: the same for every joint history of "
-                                                                    "demands (at most 1,365 histories)"})
+    exact: bool = field(default=True, metadata={
+        "help": "score each game's policy at every decision state where the game registers an exact analysis "
+                "(envs.tabular) and report its exact exploitability"})
+    exact_skip: list[str] = field(default_factory=list, metadata={
+        "help": "games whose exact phase is skipped although `exact` is on"})
+    rationale_samples: int = field(default=4, metadata={
+        "help": "sampled rationales per decision state where the exact phase scores after reasoning, >= 1"})
     bootstrap_resamples: int = field(default=1000, metadata={"help": "bootstrap resamples per interval"})
     confidence: float = field(default=0.95, metadata={"help": "confidence level of every interval, in (0, 1)"})
     save_transcripts: bool = field(default=False, metadata={"help": "every episode to transcripts/*.jsonl"})
@@ -99,6 +100,8 @@ class EvalConfig:
         self.models = _as_list(self.models)
         self.games = check_names("game", _as_list(self.games), envs.GAMES)
         self.pools = check_names("pool", _as_list(self.pools), POOL_NAMES)
+        skip = _as_list(self.exact_skip)
+        self.exact_skip = check_names("exact_skip", skip, exact_games()) if skip else []
         if isinstance(self.game_params, str):
             try:
                 self.game_params = json.loads(self.game_params)
@@ -112,6 +115,10 @@ class EvalConfig:
         check_ranges(self, EVAL_RANGES)
         if not self.greedy:
             TEMPERATURE.check("temperature", self.temperature)
+
+    def runs_exact(self, game: str) -> bool:
+        """Whether `game`'s exact phase is asked for (`exact` on, `game` not in `exact_skip`)."""
+        return self.exact and game not in self.exact_skip
 
     def sampling(self) -> SamplingSpec:
         """The decoding settings of every model turn (each call's seed is derived from `seed`)."""

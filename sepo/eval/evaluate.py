@@ -142,11 +142,11 @@ def _stored_phase(cfg: EvalConfig, label: str, game: str, key: str, where: str, 
 
 
 def _exact_phase(game: str, cfg: EvalConfig) -> TabularGame | None:
-    """The game's exact analysis when its exact phase runs: the game declares one (`envs.tabular`), its flag
-    (`--<game>_exact`) is on, and the analysis applies to the evaluated parameters (the prompt a function of the
-    decision state, few enough states to score them all)."""
+    """The game's exact analysis when its exact phase runs: the game declares one (`envs.tabular`), the phase
+    is asked for (`exact` on, the game not in `exact_skip`), and the analysis applies to the evaluated
+    parameters (the prompt a function of the decision state, few enough states to score them all)."""
     tabular = analysis(game)
-    if tabular is None or not getattr(cfg, f"{game}_exact", True):
+    if tabular is None or not cfg.runs_exact(game):
         return None
     return tabular if tabular.applies(cfg.game_params.get(game, {})) else None
 
@@ -164,11 +164,11 @@ def _answer_exact(tabular: TabularGame, game: str, label: str, stamp: list[Any],
 
 def _reasoning_exact(tabular: TabularGame, game: str, label: str, stamp: list[Any], cfg: EvalConfig,
                      live: Loader, done: int, total: int) -> dict[str, Any]:
-    """The policy after the model's own reasoning at every decision state (`<game>_rationale_samples` samples,
+    """The policy after the model's own reasoning at every decision state (`rationale_samples` samples,
     `sepo.eval.exact.score_samples`), its exact exploit figure with a bootstrap interval, and which prompt it
     scores (`<game>_prompt`); stored as one shard like the episodes."""
     params = cfg.game_params.get(game)
-    samples_per_state = getattr(cfg, f"{game}_rationale_samples")
+    samples_per_state = cfg.rationale_samples
     decoding = {k: v for k, v in cfg.play_settings().items()  # what the exact phase depends on
                 if k not in ("episodes_per_opponent", "batch_episodes", "pools_dir")}
     samples = _stored_phase(

@@ -14,7 +14,7 @@ legal actions; the rest goes to text the rollout parses through aliases or the f
 A recipe may name a pretrained model instead (`model: {name_or_path: default}`, resolved as `sepo train`
 resolves it; `configs/experiments/lm_kuhn/`): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
 its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (where
-`sepo.eval.kuhn_played` applies), every
+`sepo.eval.played` applies), every
 final checkpoint also records the policy the model plays through the rollout engine (`played_record`).
 
 Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
@@ -335,17 +335,15 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
 def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: Any, policy: Mapping[str, Any],
                   seed: int) -> dict[str, Any]:
     """Measured = played, on a final checkpoint: the model sampled through the rollout engine at every
-    information set (`sepo.eval.kuhn_played`; `played.samples` per set, the run's turn length and fallback, at
+    information set (`sepo.eval.played`; `played.samples` per set, the run's turn length and fallback, at
     temperature 1), with the largest gap to the scored `policy` and the seconds it took."""
     # deferred: the rollout engine and the played measure's strategies are only needed on a final checkpoint
-    from sepo.eval.kuhn_played import GAME, played_policy, played_sampling
+    from sepo.eval.played import played_policy, played_sampling
     from sepo.grpo.rollouts import rollout_sampling
 
-    if organism_game(recipe).name != GAME:
-        raise ValueError(f"`played:` samples {GAME}'s information sets; this recipe's game has no played measure")
     spec = recipe["played"]
     t0 = time.perf_counter()
-    out = played_policy(backend, renderer, played_sampling(rollout_sampling(args)), game_params(recipe),
+    out = played_policy(organism_game(recipe).name, backend, renderer, played_sampling(rollout_sampling(args)), game_params(recipe),
                         int(spec["samples"]), seat=args.seat, fallback=args.fallback,
                         batch=int(spec.get("batch", 256)), seed=seed)
     gap = max(abs(out["played"][info][a] - p) for info, row in policy.items() for a, p in row.items())

@@ -5,7 +5,7 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.or
 
 - results.json: per arm its resolved config and, per training seed, its checkpoints (step, exploitability,
   game value, J, u, the 12-info-set policy); the warm start; the computed references (Nash, uniform play,
-  each arm's exact optimum, `sepo.eval.kuhn_optimum`); the exact frontier; and per arm and step the mean with
+  each arm's exact optimum, `sepo.eval.optimum`); the exact frontier; and per arm and step the mean with
   a 95% t-interval across training seeds (not evaluation episodes: every figure is exact given the weights).
 - curves.png: exploitability, game value, J and u_train against steps with those intervals and reference
   lines, and the payoff-exploitability plane: each arm's final (u_train, exploitability) beside the frontier.
@@ -27,7 +27,7 @@ from envs import make_game
 from envs.kuhn_exact import exploitability
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
-from sepo.eval.kuhn_optimum import references
+from sepo.eval.optimum import references
 from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.objective import resolve_lambdas
@@ -51,15 +51,15 @@ FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
 
 
-def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
-    """`sepo.eval.kuhn_optimum.references` (minutes of exact optimisation), kept in `path` with the λ and weights
+def cached_references(path: Path, game: str, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
+    """`sepo.eval.optimum.references` of `game` (minutes of exact optimisation), kept in `path` with the λ and weights
     it was computed for, and recomputed when either differs."""
     key = {"lambdas": asdict(lambdas), "weights": list(weights)}
     if path.exists():
         stored = json.loads(path.read_text())
         if stored.get("key") == key:
             return stored["references"]
-    refs = references(lambdas, weights)
+    refs = references(game, lambdas, weights)
     write_json_atomic(path, {"key": key, "references": refs})
     return refs
 
@@ -84,8 +84,9 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
                            "exploitability": exploitability(first["policy"]), "game_value": first["game_value"],
                            "J": first["J"], "u_train": first["u_train"],
                            **({"canonical_mass": first["canonical_mass"]} if "canonical_mass" in first else {})})
-    lambdas = resolve_lambdas(make_game(organism_game(recipe).name, **game_params(recipe)))
-    refs = cached_references(out / "references.json", lambdas, FRONTIER_WEIGHTS)
+    game = organism_game(recipe).name
+    lambdas = resolve_lambdas(make_game(game, **game_params(recipe)))
+    refs = cached_references(out / "references.json", game, lambdas, FRONTIER_WEIGHTS)
     choice_path = root / "runs" / "pilot" / "choice.json"
     design_choice = root / "runs" / "design" / "choice.json"
     extra = {"model": model_name(recipe)} if pretrained(recipe) else {}
@@ -278,7 +279,7 @@ def played_markdown(results: Mapping[str, Any]) -> list[str]:
     lines = ["", "## Measured = played (final checkpoints)", "",
              "Scored: P(canonical answer + end-of-turn), normalised over the legal actions. Played: the rollout "
              "engine's actions at temperature 1 (its decoding, aliases and constrained fallback), n samples per "
-             "information set (`sepo.eval.kuhn_played`).", "",
+             "information set (`sepo.eval.played`).", "",
              "| arm | seed | exploitability (scored) | exploitability (played) | min canonical mass | "
              "max |played − scored| | n | max fallback rate |", "|---|---|---|---|---|---|---|---|"]
     for arm, seed, c in finals:
@@ -311,7 +312,7 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
               "in one thing of the recipe):", ""]
     lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
-    lines += ["", "References (computed, `sepo.eval.kuhn_optimum`): Nash "
+    lines += ["", "References (computed, `sepo.eval.optimum`): Nash "
               f"{refs['nash']:.3f}; uniform play {refs['uniform']:.4f}; reward_only's optimum (best responses to "
               f"the training mix, a tie set) {refs['reward_only']['low']:.3f}–{refs['reward_only']['high']:.3f}; "
               f"per_pool's optimum (J, training λ, fixed pools) {refs['per_pool']['exploitability']:.3f}; "

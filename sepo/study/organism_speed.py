@@ -9,7 +9,7 @@ warm start (the base model, or `--start`), logging every step, and writes:
 - per step: wall and CPU seconds (this process, from one step's end to the next: generation, scoring, backward,
   optimizer, and the final exact evaluation in the last step), TRL's `step_time` and SEPO's sepo/time/* split
   (generation, rollout, advantages) and the adaptive exploiter's refresh;
-- the played measure (`sepo.eval.kuhn_played`) on the final weights with `--played-samples` per information set
+- the played measure (`sepo.eval.played`) on the final weights with `--played-samples` per information set
   (in the last step's seconds): its wall seconds per sample;
 - the load average before and after, and the machine's core count: on a shared machine wall seconds include
   other jobs' share, CPU seconds do not.
