@@ -12,9 +12,9 @@ with the canonical-answer mass (the probability the model puts on the canonical 
 legal actions; the rest goes to text the rollout parses through aliases or the fallback).
 
 A recipe may name a pretrained model instead (`model: {name_or_path: default}`, resolved as `sepo train`
-resolves it; `configs/experiments/lm_kuhn/`): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
-its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (where
-`sepo.eval.kuhn_played` applies), every
+resolves it; e.g. the SmolLM2 study in configs/experiments/): its warm start is a LoRA SFT (`warm_start.use_peft`,
+merged) and its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (whose
+`module` is a played measure of the recipe's game), every
 final checkpoint also records the policy the model plays through the rollout engine (`played_record`).
 
 Phases, fixed before anything runs: `design` (variants of the shared design, e.g. learning-rate schedule,
@@ -25,12 +25,14 @@ reported arms on fresh seeds, for each warm start). Runs go in parallel processe
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
 > 0), so a stopped study keeps what it finished and a rerun skips it; a run killed midway resumes from its last
 checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl` there.
-`sepo.study.organism_report` and `sepo.study.ipd_report` turn the runs into the records (the recipe names which).
+The report modules of sepo/study (`sepo.study.organism_report` for one-hand games, the multi-round games' table
+report beside it) turn the runs into the records (the Makefile's organism targets name which).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import multiprocessing
 import os
@@ -98,6 +100,8 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
         organism_game(recipe)
     except ValueError as exc:
         raise UsageError(f"organism recipe {path}: {exc}") from None
+    if recipe.get("played") and "module" not in recipe["played"]:
+        raise UsageError(f"organism recipe {path}: played needs 'module' (the played measure of the recipe's game)")
     return recipe
 
 
@@ -335,19 +339,21 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
 def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: Any, policy: Mapping[str, Any],
                   seed: int) -> dict[str, Any]:
     """Measured = played, on a final checkpoint: the model sampled through the rollout engine at every
-    information set (`sepo.eval.kuhn_played`; `played.samples` per set, the run's turn length and fallback, at
-    temperature 1), with the largest gap to the scored `policy` and the seconds it took."""
+    information set (the module `played.module` names, its `played_policy` and `played_sampling`;
+    `played.samples` per set, the run's turn length and fallback, at temperature 1), with the largest gap to
+    the scored `policy` and the seconds it took."""
     # deferred: the rollout engine and the played measure's strategies are only needed on a final checkpoint
-    from sepo.eval.kuhn_played import GAME, played_policy, played_sampling
     from sepo.grpo.rollouts import rollout_sampling
 
-    if organism_game(recipe).name != GAME:
-        raise ValueError(f"`played:` samples {GAME}'s information sets; this recipe's game has no played measure")
     spec = recipe["played"]
+    measure = importlib.import_module(spec["module"])
+    if organism_game(recipe).name != measure.GAME:
+        raise ValueError(f"`played:` samples {measure.GAME}'s information sets; this recipe's game has no played "
+                         "measure")
     t0 = time.perf_counter()
-    out = played_policy(backend, renderer, played_sampling(rollout_sampling(args)), game_params(recipe),
-                        int(spec["samples"]), seat=args.seat, fallback=args.fallback,
-                        batch=int(spec.get("batch", 256)), seed=seed)
+    out = measure.played_policy(backend, renderer, measure.played_sampling(rollout_sampling(args)),
+                                game_params(recipe), int(spec["samples"]), seat=args.seat, fallback=args.fallback,
+                                batch=int(spec.get("batch", 256)), seed=seed)
     gap = max(abs(out["played"][info][a] - p) for info, row in policy.items() for a, p in row.items())
     return {**out, "played_gap": gap, "played_s": time.perf_counter() - t0}
 
@@ -507,7 +513,7 @@ class OrganismCommand:
     """The keys of `python -m sepo.study.organism`; its `config` is the study recipe (`load_recipe`), not a
     recipe of these keys."""
 
-    config: str = field(metadata={"help": "the study recipe (configs/experiments/kuhn_organism/)"})
+    config: str = field(metadata={"help": "the study recipe (configs/experiments/*/study.yaml)"})
     workers: int = field(default=2, metadata={"help": "parallel runs (one thread each)"})
     phase: str = field(default="all", metadata={"help": "all = pilot then report (with the design's choice when the "
                                                          "recipe's rule makes it); design runs only when named",

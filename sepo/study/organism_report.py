@@ -1,12 +1,13 @@
-"""The Kuhn organism study's report: results.json, curves.png and curves.md from the finished runs.
+"""The report of a one-hand organism (exploit figure: exploitability): results.json, curves.png and curves.md.
 
-`python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml --out
-benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.organism`), and writes:
+`python -m sepo.study.organism_report --config configs/experiments/<study>/study.yaml --out benchmarks/<study>`
+(the Makefile's organism targets) reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.organism`), and writes:
 
 - results.json: per arm its resolved config and, per training seed, its checkpoints (step, exploitability,
-  game value, J, u, the 12-info-set policy); the warm start; the computed references (Nash, uniform play,
-  each arm's exact optimum, `sepo.eval.kuhn_optimum`); the exact frontier; and per arm and step the mean with
-  a 95% t-interval across training seeds (not evaluation episodes: every figure is exact given the weights).
+  game value, J, u, the policy at every information set); the warm start; the computed references (Nash,
+  uniform play, each arm's exact optimum: the module the recipe's `references` names, its `references`); the
+  exact frontier; and per arm and step the mean with a 95% t-interval across training seeds (not evaluation
+  episodes: every figure is exact given the weights).
 - curves.png: exploitability, game value, J and u_train against steps with those intervals and reference
   lines, and the payoff-exploitability plane: each arm's final (u_train, exploitability) beside the frontier.
 - curves.md: the final checkpoints' table and the issue's goals, each marked met or missed as measured.
@@ -16,18 +17,18 @@ benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.or
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs import make_game
-from envs.kuhn_exact import exploitability
+from envs import game_spec, make_game
+from sepo.config.checks import UsageError
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
-from sepo.eval.kuhn_optimum import references
 from sepo.eval.stats import t_interval
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
 from sepo.objective import resolve_lambdas
@@ -51,15 +52,37 @@ FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
 
 
-def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
-    """`sepo.eval.kuhn_optimum.references` (minutes of exact optimisation), kept in `path` with the λ and weights
-    it was computed for, and recomputed when either differs."""
+@dataclass(frozen=True)
+class Wording:
+    """What the report's text says that is the game's or the recipe's: the title (the recipe's `title`, else the
+    game's, `game_spec`), the game's title for design.md, the module of the references (the recipe's
+    `references`) and of the played measure (the recipe's `played.module`, None without `played:`)."""
+
+    title: str
+    game_title: str
+    references: str
+    played: str | None
+
+
+def wording(recipe: Mapping[str, Any]) -> Wording:
+    """The report's wording for `recipe` (a UsageError when it names no `references` module)."""
+    if not recipe.get("references"):
+        raise UsageError("organism recipe: missing key 'references' (the module whose `references` the report "
+                         "draws: the exact optima and frontier)")
+    game_title = game_spec(organism_game(recipe).name).title
+    return Wording(recipe.get("title") or f"{game_title} model organism", game_title, str(recipe["references"]),
+                   (recipe.get("played") or {}).get("module"))
+
+
+def cached_references(path: Path, module: str, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
+    """`references(lambdas, weights)` of `module` (the recipe's `references`: minutes of exact optimisation),
+    kept in `path` with the λ and weights it was computed for, and recomputed when either differs."""
     key = {"lambdas": asdict(lambdas), "weights": list(weights)}
     if path.exists():
         stored = json.loads(path.read_text())
         if stored.get("key") == key:
             return stored["references"]
-    refs = references(lambdas, weights)
+    refs = importlib.import_module(module).references(lambdas, weights)
     write_json_atomic(path, {"key": key, "references": refs})
     return refs
 
@@ -67,6 +90,7 @@ def cached_references(path: Path, lambdas: Any, weights: Sequence[float]) -> dic
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice). Runs are keyed
     `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+    analysis, params = organism_game(recipe).tabular, game_params(recipe)
     finished_runs = finished(root, "report")
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
             for arm, seeds in finished_runs.items()}
@@ -81,11 +105,11 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)
         if first is not None:
             starts.append({"index": k, "dir": str(warm_start_dir(root, k)), "policy": first["policy"],
-                           "exploitability": exploitability(first["policy"]), "game_value": first["game_value"],
+                           "exploitability": analysis.exploitability(first["policy"], params), "game_value": first["game_value"],
                            "J": first["J"], "u_train": first["u_train"],
                            **({"canonical_mass": first["canonical_mass"]} if "canonical_mass" in first else {})})
-    lambdas = resolve_lambdas(make_game(organism_game(recipe).name, **game_params(recipe)))
-    refs = cached_references(out / "references.json", lambdas, FRONTIER_WEIGHTS)
+    lambdas = resolve_lambdas(make_game(organism_game(recipe).name, **params))
+    refs = cached_references(out / "references.json", wording(recipe).references, lambdas, FRONTIER_WEIGHTS)
     choice_path = root / "runs" / "pilot" / "choice.json"
     design_choice = root / "runs" / "design" / "choice.json"
     extra = {"model": model_name(recipe)} if pretrained(recipe) else {}
@@ -270,15 +294,16 @@ def played_goals(results: Mapping[str, Any], limits: Mapping[str, Any]) -> list[
              "per information set)")]
 
 
-def played_markdown(results: Mapping[str, Any]) -> list[str]:
-    """The measured-vs-played table of the final checkpoints (empty when they carry no played table)."""
+def played_markdown(results: Mapping[str, Any], words: Wording, exploitability: Callable[[Any], float]) -> list[str]:
+    """The measured-vs-played table of the final checkpoints (empty when they carry no played table);
+    `exploitability` of a played table (the game's analysis, at the recipe's parameters)."""
     finals = [f for f in final_checkpoints(results) if "played" in f[2]]
     if not finals:
         return []
     lines = ["", "## Measured = played (final checkpoints)", "",
              "Scored: P(canonical answer + end-of-turn), normalised over the legal actions. Played: the rollout "
              "engine's actions at temperature 1 (its decoding, aliases and constrained fallback), n samples per "
-             "information set (`sepo.eval.kuhn_played`).", "",
+             f"information set (`{words.played}`).", "",
              "| arm | seed | exploitability (scored) | exploitability (played) | min canonical mass | "
              "max |played − scored| | n | max fallback rate |", "|---|---|---|---|---|---|---|---|"]
     for arm, seed, c in finals:
@@ -288,10 +313,10 @@ def played_markdown(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(results: Mapping[str, Any]) -> str:
+def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callable[[Any], float]) -> str:
     """curves.md: final checkpoints with 95% intervals across training seeds, references and goals."""
     refs = results["references"]
-    title = results.get("title", "Kuhn model organism")
+    title = words.title
     metrics = [m for m in METRICS if all(m in rows[-1] for rows in results["intervals"].values())]
     header = {"exploitability": "exploitability", "game_value": "game value", "J": "J (fixed pools, eval λ)",
               "u_train": "u_train", "canonical_mass": "canonical mass (lowest info set)"}
@@ -311,7 +336,7 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
               "in one thing of the recipe):", ""]
     lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
-    lines += ["", "References (computed, `sepo.eval.kuhn_optimum`): Nash "
+    lines += ["", f"References (computed, `{words.references}`): Nash "
               f"{refs['nash']:.3f}; uniform play {refs['uniform']:.4f}; reward_only's optimum (best responses to "
               f"the training mix, a tie set) {refs['reward_only']['low']:.3f}–{refs['reward_only']['high']:.3f}; "
               f"per_pool's optimum (J, training λ, fixed pools) {refs['per_pool']['exploitability']:.3f}; "
@@ -327,16 +352,16 @@ def markdown(results: Mapping[str, Any]) -> str:
         lines += ["", f"Design (rule: {d['rule']}): mean final exploitability by variant "
                   + ", ".join(f"{n}: {v:.3f}" for n, v in d["mean_final"].items()) + f"; chosen {d['chosen']}"
                   + ("" if d["floor_met"] else " (no variant kept the canonical-mass floor)") + "."]
-    lines += played_markdown(results)
+    lines += played_markdown(results, words, exploitability)
     lines += ["", "## Goals, as measured", ""]
     lines += [f"- {'MET' if met else 'MISSED' if met is not None else 'NOT RUN'}: {goal} — {figures}"
               for goal, met, figures in goals(results)]
     return "\n".join(lines) + "\n"
 
 
-def design_markdown(results: Mapping[str, Any]) -> str:
+def design_markdown(results: Mapping[str, Any], words: Wording) -> str:
     """design.md: the design phase's table (pilot seeds; nothing here is a reported seed)."""
-    lines = ["# Kuhn organism: design variants (pilot seeds only)", "",
+    lines = [f"# {words.game_title} organism: design variants (pilot seeds only)", "",
              "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", "",
              "| variant | arm | keys | seed | min (step) | final | s/step |", "|---|---|---|---|---|---|---|"]
     for name, v in results["design"].items():
@@ -353,7 +378,7 @@ class OrganismReportCommand:
     """The keys of `python -m sepo.study.organism_report`; its `config` is the study recipe (as
     `sepo.study.organism` reads it), not a recipe of these keys."""
 
-    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/kuhn_organism/)"})
+    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where results.json, curves.png and curves.md go"})
 
 
@@ -367,13 +392,15 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = build_results(recipe, Path(recipe["output_dir"]), out)
+    results, words = build_results(recipe, Path(recipe["output_dir"]), out), wording(recipe)
+    analysis, params = organism_game(recipe).tabular, game_params(recipe)
+    text = markdown(results, words, lambda table: analysis.exploitability(table, params))
     write_json_atomic(out / "results.json", results)
     plot(results, out / "curves.png")
-    write_text_atomic(out / "curves.md", markdown(results))
+    write_text_atomic(out / "curves.md", text)
     if results["design"]:
-        write_text_atomic(out / "design.md", design_markdown(results))
-    print(markdown(results))
+        write_text_atomic(out / "design.md", design_markdown(results, words))
+    print(text)
     return 0
 
 
