@@ -135,3 +135,23 @@ def test_measured_equals_played_goals_are_read_off_every_final_checkpoint():
     (_, mass_ok, figures), (_, gap_ok, _) = played_goals(results, limits)
     assert mass_ok is False and "reward_only seed 3001" in figures and gap_ok is False
     assert played_goals(results, {}) == []  # the organism's recipe sets no such goal
+
+
+def test_the_report_is_worded_from_the_registry_and_the_recipe(tmp_path):
+    """The title is the game's registered title unless the recipe has its own; the references and played
+    modules are the recipe's, and a recipe without either key is a one-line error naming it."""
+    from sepo.config.checks import UsageError
+    from sepo.study.organism_report import wording
+
+    recipe = load_recipe(RECIPE)
+    words = wording(recipe)
+    assert words.title == "Kuhn model organism" and words.game_title == "Kuhn"
+    assert (words.references, words.played) == (recipe["references"], recipe["played"]["module"])
+    assert wording(load_recipe(LM_RECIPE)).title == load_recipe(LM_RECIPE)["title"]
+    with pytest.raises(UsageError, match="'references'"):
+        wording({k: v for k, v in recipe.items() if k != "references"})
+    text = RECIPE.read_text().replace("  module: sepo.eval.", "  #module: sepo.eval.")
+    assert text != RECIPE.read_text()
+    (tmp_path / "study.yaml").write_text(text)
+    with pytest.raises(UsageError, match="played needs 'module'"):
+        load_recipe(tmp_path / "study.yaml")
