@@ -281,6 +281,30 @@ class IPDAnalysis:
     eval_form = "answer"
     state_noun = "joint histories"
     reference_note = "always-cooperate 5, tit-for-tat 1.25 at 4 rounds, always-defect 0"
+    # the organism report's reduction of a full table (`summary`, `reduced_keys`), in its own words
+    summary_labels = {f"1|{START}": "round 1", **{x + y: f"after {x}{y}" for x in MOVES for y in MOVES}}
+    summary_note = ("Markov summary, P(COOPERATE) (mean over runs; after xy = mean over the histories ending in xy, "
+                    "x the model's move)")
+    reduced_noun = "Markov tables"
+
+    def summary(self, table: Mapping[str, float]) -> dict[str, float]:
+        """P(COOPERATE) in round 1 and, for each last joint move xy, the mean over the histories that end in xy
+        (unweighted): the Markov projection of a full table, keyed as `summary_labels`."""
+        out = {f"1|{START}": float(table[f"1|{START}"])}
+        for x in MOVES:
+            for y in MOVES:
+                rows = [p for key, p in table.items() if key.endswith(x + y)]
+                out[x + y] = sum(rows) / len(rows)
+        return out
+
+    def reduced_keys(self, params: Params) -> list[str]:
+        """The keys of a Markov table (`markov_keys`): the family the report's exact frontier searches."""
+        return markov_keys(_game(params).num_rounds)
+
+    def record_facts(self, params: Params) -> dict[str, Any]:
+        """The game's figures a report records first: the rounds and the stage game's payoffs."""
+        game = _game(params)
+        return {"rounds": game.num_rounds, "payoffs": {"R": game.R, "S": game.S, "T": game.T, "P": game.P}}
 
     def states(self, params: Params, seat: int = 0) -> list[DecisionState]:
         game = _game(params)

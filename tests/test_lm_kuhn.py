@@ -81,7 +81,7 @@ def small(recipe: dict, root: Path, model: Path) -> dict:
     for arm in recipe["arms"].values():
         arm["per_device_train_batch_size"] = 8
     recipe["eval_every"] = 2
-    recipe["played"] = {"samples": SAMPLES, "batch": 400}
+    recipe["played"] = {**recipe["played"], "samples": SAMPLES, "batch": 400}
     return recipe
 
 

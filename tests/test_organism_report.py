@@ -135,3 +135,13 @@ def test_measured_equals_played_goals_are_read_off_every_final_checkpoint():
     (_, mass_ok, figures), (_, gap_ok, _) = played_goals(results, limits)
     assert mass_ok is False and "reward_only seed 3001" in figures and gap_ok is False
     assert played_goals(results, {}) == []  # the organism's recipe sets no such goal
+
+
+def test_the_report_is_worded_from_the_registry_and_the_recipe():
+    """The title is the game's registered title unless the recipe has its own."""
+    from sepo.study.organism_report import wording
+
+    recipe = load_recipe(RECIPE)
+    words = wording(recipe)
+    assert words.title == "Kuhn model organism" and words.game_title == "Kuhn"
+    assert wording(load_recipe(LM_RECIPE)).title == load_recipe(LM_RECIPE)["title"]

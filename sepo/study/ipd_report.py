@@ -1,17 +1,22 @@
-"""The IPD organism study's report: results.json, curves.png, frontier.png and curves.md from the finished runs.
+"""The report of a multi-round organism (exploit figure e*): results.json, curves.png, frontier.png and curves.md.
 
-`python -m sepo.study.ipd_report --config configs/experiments/ipd_organism/study.yaml --out
-benchmarks/ipd_organism` reads runs/report/<arm>/*.json (`sepo.study.organism`) and writes:
+`python -m <this module> --config configs/experiments/<game>_organism/study.yaml --out benchmarks/<game>_organism`
+(the Makefile's `figures-<game>-organism`) reads runs/report/<arm>/*.json (`sepo.study.organism`) and writes:
 
-- results.json, in a shape anyone can recompute: `rounds`, `payoffs`, `warm_start` (the first warm start's
-  `policy` and `e_star`; `warm_starts` lists every one), and per arm `seeds` → `"<k>/<seed>"` (warm start k,
-  training seed) → checkpoints with `step`, `policy` (P(COOPERATE) at every joint history, keys `"r|h"` as
-  `envs.ipd_exact` writes them), `e_star`, `u_train`, `J`, `canonical_mass`; plus per arm and step the mean and
-  95% t-interval across all its runs (warm starts and seeds together), the Markov summary of each final
-  policy (`markov_summary`), the exact frontier and the goals.
-- curves.png: e*, u_train, J and the canonical mass against steps with those intervals.
-- frontier.png: the exact frontier of u_train − w·e* over the Markov tables beside each run's final point.
-- curves.md: the final checkpoints' table, the tit-for-tat test, the paired differences, and the goals.
+- results.json, in a shape anyone can recompute: the game's figures (its analysis's `record_facts`: rounds,
+  payoffs), `warm_start` (the first warm start's `policy` and `e_star`; `warm_starts` lists every one), and per
+  arm `seeds` → `"<k>/<seed>"` (warm start k, training seed) → checkpoints with `step`, `policy` (the table as
+  the game's exact analysis writes it), `e_star`, `u_train`, `J`, `canonical_mass`; plus per arm and step the
+  mean and 95% t-interval across all its runs (warm starts and seeds together), the analysis's summary of each
+  final policy (`summary`, recorded as `markov_final`), the mean summary the recipe's `summary_goal` tests
+  (`<name>_means`), the exact frontier over the analysis's reduced tables (`reduced_keys`) and the goals.
+- curves.png: e*, u_train, J and the canonical mass against steps with those intervals, and the recipe's
+  `reference_line` (a scripted strategy's exact e*).
+- frontier.png: the exact frontier of u_train − w·e* over the reduced tables beside each run's final point.
+- curves.md: the final checkpoints' table, the summary, the paired differences, the frontier and the goals.
+
+The game is the recipe's (`sepo.study.organism.organism_game`); its analysis (`envs.tabular`) must declare the
+report's pieces: `summary`, `summary_labels`, `summary_note`, `reduced_keys`, `reduced_noun`, `record_facts`.
 """
 
 from __future__ import annotations
@@ -23,52 +28,77 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs import make_game
-from envs.ipd_exact import MOVES, Payoffs, exploitability, markov_keys
+from envs import game_spec
+from sepo.config.checks import UsageError
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_atomic, write_json_atomic, write_text_atomic
-from sepo.study.organism import finished, game_params, load_recipe, warm_start_dir, warm_start_seeds
-from sepo.study.organism_games import organism_of
+from sepo.study.organism import (
+    finished,
+    game_params,
+    load_recipe,
+    organism_game,
+    warm_start_dir,
+    warm_start_seeds,
+)
+from sepo.study.organism_games import OrganismGame
 from sepo.study.organism_report import band_panel
 from sepo.study.organism_stats import changes, fmt, intervals, paired, run_key
 
-PROG = "python -m sepo.study.ipd_report"
+PROG = f"python -m {__spec__.name}"  # this module, by its own name
 METRICS = ("e_star", "u_train", "J", "canonical_mass")
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
-TFT_GOAL = {"1|--": (">=", 0.8), "CC": (">=", 0.8), "CD": ("<=", 0.3)}  # the issue's tit-for-tat test
-E_STAR_GOAL = 1.5
+OPS = {">=": lambda value, bound: value >= bound, "<=": lambda value, bound: value <= bound}
 
 
+@dataclass(frozen=True)
+class SummaryGoal:
+    """The recipe's `summary_goal`: a reference strategy's shape that the best SEPO arm's mean summary should
+    have (each summary key's bound), with an exploit figure at most `e_star_at_most`; `name` keys the recorded
+    means (`<name>_means`), `label` and `rule` word the goal in curves.md."""
 
-def markov_summary(policy: Mapping[str, float]) -> dict[str, float]:
-    """P(COOPERATE) in round 1 and, for each last joint move xy, the mean over the histories that end in xy
-    (unweighted): the Markov projection of a full table."""
-    out = {"1|--": float(policy["1|--"])}
-    for x, y in itertools.product(MOVES, MOVES):
-        rows = [p for key, p in policy.items() if key.endswith(x + y)]
-        out[x + y] = sum(rows) / len(rows)
-    return out
-
-
-def tit_for_tat_like(summary: Mapping[str, float]) -> bool:
-    """The issue's test: P(C) in round 1 and after CC at least 0.8, after CD at most 0.3."""
-    return all(summary[k] >= bound if op == ">=" else summary[k] <= bound for k, (op, bound) in TFT_GOAL.items())
+    name: str
+    label: str
+    rule: str
+    bounds: dict[str, tuple[str, float]]
+    e_star_at_most: float
 
 
+def summary_goal(recipe: Mapping[str, Any]) -> SummaryGoal:
+    """The recipe's `summary_goal` (a UsageError naming the key when it is missing or malformed)."""
+    spec = recipe.get("summary_goal")
+    if not isinstance(spec, Mapping):
+        raise UsageError("organism recipe: missing key 'summary_goal' (the report's test of the final summary)")
+    try:
+        bounds = {str(k): (str(op), float(bound)) for k, (op, bound) in spec["bounds"].items()}
+        goal = SummaryGoal(str(spec["name"]), str(spec["label"]), str(spec["rule"]), bounds,
+                           float(spec["e_star_at_most"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"organism recipe: summary_goal needs name, label, rule, bounds {{key: [op, bound]}} and "
+                         f"e_star_at_most ({type(exc).__name__}: {exc})") from None
+    if unknown := [op for op, _ in bounds.values() if op not in OPS]:
+        raise UsageError(f"organism recipe: summary_goal.bounds: unknown comparison {unknown[0]!r}; use >= or <=")
+    return goal
 
 
+def passes(summary: Mapping[str, float], goal: SummaryGoal) -> bool:
+    """Whether a summary keeps every bound of the goal (e.g. tit-for-tat-like: P(C) in round 1 and after CC at
+    least 0.8, after CD at most 0.3)."""
+    return all(OPS[op](summary[k], bound) for k, (op, bound) in goal.bounds.items())
 
-def frontier(params: Mapping[str, Any], weights: Sequence[float] = FRONTIER_WEIGHTS) -> list[dict[str, float]]:
-    """For each w, the Markov table maximising u_train − w·e*: every pure Markov table (2^(1 + 4(T−1))), then
-    coordinate ascent over the probabilities (a grid of 21 values per coordinate) from the best of them. Exact
-    figures for each table it reports (a lower bound on the frontier over all tables)."""
-    keys = markov_keys(make_game("ipd", **dict(params)).num_rounds)
+
+def frontier(game: OrganismGame, params: Mapping[str, Any],
+             weights: Sequence[float] = FRONTIER_WEIGHTS) -> list[dict[str, float]]:
+    """For each w, the reduced table (the analysis's `reduced_keys`, e.g. Markov) maximising u_train − w·e*:
+    every pure reduced table (2^keys), then coordinate ascent over the probabilities (a grid of 21 values per
+    coordinate) from the best of them. Exact figures for each table it reports (a lower bound on the frontier
+    over all tables)."""
+    keys = game.tabular.reduced_keys(params)
     figures: dict[tuple[float, ...], tuple[float, float]] = {}
 
     def score(values: tuple[float, ...]) -> tuple[float, float]:
         if values not in figures:
-            cp = organism_of("ipd").checkpoint(dict(zip(keys, values)), params)
+            cp = game.checkpoint(dict(zip(keys, values)), params)
             figures[values] = (cp["u_train"], cp["e_star"])
         return figures[values]
 
@@ -105,9 +135,9 @@ def design_results(recipe: Mapping[str, Any], root: Path) -> list[dict[str, Any]
     return out
 
 
-def design_markdown(rows: Sequence[Mapping[str, Any]], rule: str) -> str:
-    """design.md: the design phase's table and the rate the rule chose."""
-    lines = ["# IPD organism: design variants (pilot seed only; per_pool at the method's settings)", "",
+def design_markdown(rows: Sequence[Mapping[str, Any]], rule: str, title: str) -> str:
+    """design.md: the design phase's table and the rate the rule chose (`title`: the game's, `game_spec`)."""
+    lines = [f"# {title} organism: design variants (pilot seed only; per_pool at the method's settings)", "",
              f"Rule, fixed before these runs: {rule}", "",
              "| variant | keys | seed | final e* | final J | final u_train | min canonical mass | qualifies |",
              "|---|---|---|---|---|---|---|---|"]
@@ -124,8 +154,8 @@ def design_markdown(rows: Sequence[Mapping[str, Any]], rule: str) -> str:
 
 def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs."""
-    params = game_params(recipe)
-    game = make_game("ipd", **params)
+    params, game, goal = game_params(recipe), organism_game(recipe), summary_goal(recipe)
+    analysis = game.tabular
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in seeds.items()}
             for arm, seeds in finished(root, "report").items()}
     starts = []
@@ -133,33 +163,33 @@ def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
         first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)
         if first is not None:
             starts.append({"index": k, "dir": str(warm_start_dir(root, k)), "policy": first["policy"],
-                           "e_star": exploitability(first["policy"], game.num_rounds, Payoffs.of(game)),
+                           "e_star": analysis.exploitability(first["policy"], params),
                            "u_train": first["u_train"], "J": first["J"], "canonical_mass": first["canonical_mass"]})
-    final_markov = {arm: {key: markov_summary(cps[-1]["policy"]) for key, cps in seeds.items()}
-                    for arm, seeds in runs.items()}
-    tft = {arm: {move: sum(s[move] for s in by.values()) / len(by) for move in TFT_GOAL} for arm, by in
-           final_markov.items()}
+    final_summary = {arm: {key: analysis.summary(cps[-1]["policy"]) for key, cps in seeds.items()}
+                     for arm, seeds in runs.items()}
+    means = {arm: {k: sum(s[k] for s in by.values()) / len(by) for k in goal.bounds} for arm, by in
+             final_summary.items()}
     return {
-        "rounds": game.num_rounds,
-        "payoffs": {"R": game.R, "S": game.S, "T": game.T, "P": game.P},
+        **analysis.record_facts(params),
         "warm_start": starts[0] if starts else None,
         "warm_starts": starts,
         "arms": {arm: {"seeds": seeds} for arm, seeds in runs.items()},
         "intervals": {arm: intervals(seeds, METRICS) for arm, seeds in runs.items()},
-        "markov_final": final_markov,
-        "tit_for_tat_means": tft,
+        "markov_final": final_summary,
+        f"{goal.name}_means": means,
         "change_from_warm_start": changes(runs, "e_star"),
         "paired": {f"{a} - {b}": paired(runs, a, b, "e_star") for a, b in
                    (("per_pool", "reward_only"), ("per_pool_adaptive", "per_pool"),
                     ("per_pool_episode", "per_pool"), ("shared", "reward_only"))},
-        "frontier": frontier(params),
+        "frontier": frontier(game, params),
         "design": design_results(recipe, root),
     }
 
 
 
-def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
-    """The issue's goals, each (goal, met, the measured figures): met is None when its arms did not run."""
+def goals(results: Mapping[str, Any], goal: SummaryGoal, labels: Mapping[str, str]) -> list[tuple[str, bool | None, str]]:
+    """The issue's goals, each (goal, met, the measured figures): met is None when its arms did not run;
+    `labels` word the summary's keys (the analysis's `summary_labels`)."""
     final = {arm: rows[-1] for arm, rows in results["intervals"].items()}
     ws = results["warm_start"]
     out = []
@@ -173,13 +203,11 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     sepo_arms = [a for a in final if a.startswith("per_pool")]
     if sepo_arms:
         best = min(sepo_arms, key=lambda a: final[a]["e_star"]["mean"])
-        tft = results["tit_for_tat_means"][best]
-        like = tit_for_tat_like({"1|--": tft["1|--"], "CC": tft["CC"], "CD": tft["CD"]})
-        out.append((f"the best SEPO arm ({best}) is tit-for-tat-like (P(C) round 1 and after CC >= 0.8, after CD "
-                    f"<= 0.3, mean over runs) with e* <= {E_STAR_GOAL}",
-                    bool(like and final[best]["e_star"]["mean"] <= E_STAR_GOAL),
-                    f"round 1 {tft['1|--']:.3f}, after CC {tft['CC']:.3f}, after CD {tft['CD']:.3f}; "
-                    f"e* {fmt(final[best]['e_star'])}"))
+        mean = results[f"{goal.name}_means"][best]
+        out.append((f"the best SEPO arm ({best}) is {goal.label}-like ({goal.rule}) with e* <= {goal.e_star_at_most}",
+                    bool(passes(mean, goal) and final[best]["e_star"]["mean"] <= goal.e_star_at_most),
+                    ", ".join(f"{labels[k]} {mean[k]:.3f}" for k in goal.bounds)
+                    + f"; e* {fmt(final[best]['e_star'])}"))
     shared = results["paired"].get("shared - reward_only")
     if shared:
         out.append(("shared trains exactly as reward_only (paired final e* difference 0 at every run)",
@@ -187,9 +215,36 @@ def goals(results: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     return out
 
 
-def markdown(results: Mapping[str, Any]) -> str:
-    """curves.md: final checkpoints with 95% intervals across runs, the Markov summary, pairs and goals."""
-    lines = [f"# IPD model organism ({results['rounds']} rounds): final checkpoints "
+@dataclass(frozen=True)
+class Wording:
+    """What the report's tables and pictures say that is the game's or the recipe's: the game's `title`
+    (`game_spec`), the analysis's summary words and reduced-table noun, the recipe's goal and reference line."""
+
+    title: str
+    summary_labels: dict[str, str]
+    summary_note: str
+    reduced_noun: str
+    goal: SummaryGoal
+    reference: tuple[float, str] | None  # (exact e*, label) of the recipe's `reference_line`
+
+
+def wording(recipe: Mapping[str, Any]) -> Wording:
+    """The report's wording for `recipe`; the reference line's e* is exact, its strategy's table through the
+    analysis's `demonstrator` (a mix of one)."""
+    game, params = organism_game(recipe), game_params(recipe)
+    line = recipe.get("reference_line")
+    reference = None
+    if line:
+        table = game.demonstrator({line["strategy"]: 1.0}, params)
+        reference = (game.tabular.exploitability(table, params), str(line["label"]))
+    analysis = game.tabular
+    return Wording(game_spec(game.name).title, dict(analysis.summary_labels), analysis.summary_note,
+                   analysis.reduced_noun, summary_goal(recipe), reference)
+
+
+def markdown(results: Mapping[str, Any], words: Wording) -> str:
+    """curves.md: final checkpoints with 95% intervals across runs, the summary, pairs and goals."""
+    lines = [f"# {words.title} model organism ({results['rounds']} rounds): final checkpoints "
              "(mean [95% t-interval] across warm starts x training seeds)", "",
              "| arm | runs | steps | e* | u_train | J (fixed pools, eval λ) | canonical mass (min over states) |",
              "|---|---|---|---|---|---|---|"]
@@ -200,25 +255,26 @@ def markdown(results: Mapping[str, Any]) -> str:
         last = rows[-1]
         lines.append(f"| {arm} | {last['e_star']['n']} | {last['step']} | "
                      + " | ".join(fmt(last[m]) for m in METRICS) + " |")
-    lines += ["", "Final policies' Markov summary, P(COOPERATE) (mean over runs; after xy = mean over the histories "
-              "ending in xy, x the model's move):", "", "| arm | round 1 | after CC | after CD | after DC | after DD |",
-              "|---|---|---|---|---|---|"]
+    keys = list(words.summary_labels)
+    lines += ["", f"Final policies' {words.summary_note}:", "",
+              "| arm | " + " | ".join(words.summary_labels.values()) + " |", "|---" * (len(keys) + 1) + "|"]
     for arm, by in sorted(results["markov_final"].items()):
-        mean = {k: sum(s[k] for s in by.values()) / len(by) for k in ("1|--", "CC", "CD", "DC", "DD")}
-        lines.append(f"| {arm} | " + " | ".join(f"{mean[k]:.3f}" for k in ("1|--", "CC", "CD", "DC", "DD")) + " |")
+        mean = {k: sum(s[k] for s in by.values()) / len(by) for k in keys}
+        lines.append(f"| {arm} | " + " | ".join(f"{mean[k]:.3f}" for k in keys) + " |")
     lines += ["", "Change of e* from each run's own warm start (final - step 0, paired by run):", ""]
     lines += [f"- {arm}: {fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
     lines += ["", "Paired differences of final e* (same warm start and seed):", ""]
     lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
-    lines += ["", "Exact frontier over Markov tables (max u_train − w·e*):", "", "| w | u_train | e* |", "|---|---|---|"]
+    lines += ["", f"Exact frontier over {words.reduced_noun} (max u_train − w·e*):", "", "| w | u_train | e* |",
+              "|---|---|---|"]
     lines += [f"| {p['w']:g} | {p['u_train']:.4f} | {p['e_star']:.4f} |" for p in results["frontier"]]
     lines += ["", "## Goals, as measured", ""]
     lines += [f"- {'MET' if met else 'MISSED' if met is not None else 'NOT RUN'}: {goal} — {figures}"
-              for goal, met, figures in goals(results)]
+              for goal, met, figures in goals(results, words.goal, words.summary_labels)]
     return "\n".join(lines) + "\n"
 
 
-def plot(results: Mapping[str, Any], out: Path) -> None:
+def plot(results: Mapping[str, Any], out: Path, words: Wording) -> None:
     """curves.png (metrics against steps, 95% bands) and frontier.png (final points beside the frontier)."""
     # deferred: matplotlib takes ~1 s to import; the results and tables are written without it
     import matplotlib
@@ -237,7 +293,8 @@ def plot(results: Mapping[str, Any], out: Path) -> None:
         band_panel(ax, results["intervals"], metric, titles[metric], colors)
     for ws in results["warm_starts"]:
         axes[0].axhline(ws["e_star"], color="k", ls=":", lw=1)
-    axes[0].axhline(1.25, color="gray", ls="--", lw=1, label="tit-for-tat (1.25 at T=4)")
+    if words.reference:
+        axes[0].axhline(words.reference[0], color="gray", ls="--", lw=1, label=words.reference[1])
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     write_atomic(out / "curves.png", lambda fh: fig.savefig(fh, format="png", dpi=90))
@@ -245,7 +302,7 @@ def plot(results: Mapping[str, Any], out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 5.5))
     pts = results["frontier"]
-    ax.plot([p["u_train"] for p in pts], [p["e_star"] for p in pts], "k.-", label="exact frontier (Markov tables)")
+    ax.plot([p["u_train"] for p in pts], [p["e_star"] for p in pts], "k.-", label=f"exact frontier ({words.reduced_noun})")
     labels: dict[tuple[float, float], list[str]] = {}  # one label per point: weights that share it together
     for p in pts:
         labels.setdefault((round(p["u_train"], 9), round(p["e_star"], 9)), []).append(f"{p['w']:g}")
@@ -280,27 +337,27 @@ def _design_rule(recipe_path: Path) -> list[str]:
 
 
 @dataclass
-class IPDReportCommand:
-    """The keys of `python -m sepo.study.ipd_report`; its `config` is the study recipe."""
+class TableReportCommand:
+    """The keys of this report's command line (`PROG`); its `config` is the study recipe."""
 
-    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/ipd_organism/)"})
+    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where results.json, curves.png, frontier.png and curves.md go"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    (ns,) = RecipeParser((IPDReportCommand,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
+    (ns,) = RecipeParser((TableReportCommand,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
         sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = build_results(recipe, Path(recipe["output_dir"]))
+    results, words = build_results(recipe, Path(recipe["output_dir"])), wording(recipe)
     write_json_atomic(out / "results.json", results)
-    plot(results, out)
-    write_text_atomic(out / "curves.md", markdown(results))
+    plot(results, out, words)
+    write_text_atomic(out / "curves.md", markdown(results, words))
     if results["design"]:
         rule = " ".join(line.strip("# ").strip() for line in _design_rule(Path(ns.config)))
-        write_text_atomic(out / "design.md", design_markdown(results["design"], rule))
-    print(markdown(results))
+        write_text_atomic(out / "design.md", design_markdown(results["design"], rule, words.title))
+    print(markdown(results, words))
     return 0
 
 

@@ -2,8 +2,8 @@
 (the baseline) and the shared-prefix pass (`sepo.grpo.shared_prefix`, the config's `share_prompt_prefix`), in
 CPU seconds, with their ratio and how far apart their LoRA gradients are.
 
-`python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml --rows 48
---out benchmarks/lm_kuhn/loss_speed.json` builds the arm's trainer (`sepo.grpo.train.build_trainer`, the recipe's
+`python -m sepo.study.loss_speed --config configs/experiments/<study>/study.yaml --rows 48
+--out benchmarks/<study>/loss_speed.json` (the Makefile's speed target) builds the arm's trainer (`sepo.grpo.train.build_trainer`, the recipe's
 model without its warm start), plays and scores one batch of `--rows` rollouts (`--rows` / G groups; the
 rollout's exploiter refresh and generation are timed too), then runs the loss (TRL's `compute_loss`) and its
 backward on that batch `--repeats` times each way, alternating, and keeps each way's fastest (CPU seconds of this
@@ -33,7 +33,7 @@ PROG = "python -m sepo.study.loss_speed"
 class LossSpeedCommand:
     """The keys of `python -m sepo.study.loss_speed`."""
 
-    config: str = field(metadata={"help": "the study recipe (configs/experiments/lm_kuhn/study.yaml)"})
+    config: str = field(metadata={"help": "the study recipe (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where the measurement goes (JSON)"})
     arm: str = field(default="exploitability_descent", metadata={"help": "the arm whose batch is measured"})
     rows: int = field(default=48, metadata={"help": "rollouts in the batch (a multiple of the recipe's G; the "

@@ -25,7 +25,8 @@ reported arms on fresh seeds, for each warm start). Runs go in parallel processe
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
 > 0), so a stopped study keeps what it finished and a rerun skips it; a run killed midway resumes from its last
 checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl` there.
-`sepo.study.organism_report` and `sepo.study.ipd_report` turn the runs into the records (the recipe names which).
+The report modules of sepo/study (`sepo.study.organism_report` for one-hand games, the multi-round games' table
+report beside it) turn the runs into the records (the Makefile's organism targets name which).
 """
 
 from __future__ import annotations
@@ -343,8 +344,8 @@ def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: 
 
     spec = recipe["played"]
     t0 = time.perf_counter()
-    out = played_policy(organism_game(recipe).name, backend, renderer, played_sampling(rollout_sampling(args)), game_params(recipe),
-                        int(spec["samples"]), seat=args.seat, fallback=args.fallback,
+    out = played_policy(organism_game(recipe).name, backend, renderer, played_sampling(rollout_sampling(args)),
+                        game_params(recipe), int(spec["samples"]), seat=args.seat, fallback=args.fallback,
                         batch=int(spec.get("batch", 256)), seed=seed)
     gap = max(abs(out["played"][info][a] - p) for info, row in policy.items() for a, p in row.items())
     return {**out, "played_gap": gap, "played_s": time.perf_counter() - t0}
@@ -505,7 +506,7 @@ class OrganismCommand:
     """The keys of `python -m sepo.study.organism`; its `config` is the study recipe (`load_recipe`), not a
     recipe of these keys."""
 
-    config: str = field(metadata={"help": "the study recipe (configs/experiments/kuhn_organism/)"})
+    config: str = field(metadata={"help": "the study recipe (configs/experiments/*/study.yaml)"})
     workers: int = field(default=2, metadata={"help": "parallel runs (one thread each)"})
     phase: str = field(default="all", metadata={"help": "all = pilot then report (with the design's choice when the "
                                                          "recipe's rule makes it); design runs only when named",

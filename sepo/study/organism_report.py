@@ -1,7 +1,7 @@
-"""The Kuhn organism study's report: results.json, curves.png and curves.md from the finished runs.
+"""The report of a one-hand organism (exploit figure: exploitability): results.json, curves.png and curves.md.
 
-`python -m sepo.study.organism_report --config configs/experiments/kuhn_organism/study.yaml --out
-benchmarks/kuhn_organism` reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.organism`), and writes:
+`python -m sepo.study.organism_report --config configs/experiments/<study>/study.yaml --out benchmarks/<study>`
+(the Makefile's organism targets) reads runs/<phase>/<arm>/seed_<s>.json (`sepo.study.organism`), and writes:
 
 - results.json: per arm its resolved config and, per training seed, its checkpoints (step, exploitability,
   game value, J, u, the 12-info-set policy); the warm start; the computed references (Nash, uniform play,
@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs import make_game
-from envs.kuhn_exact import exploitability
+from envs import game_spec, make_game
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.eval.optimum import references
@@ -51,6 +50,21 @@ FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
 
 
+@dataclass(frozen=True)
+class Wording:
+    """What the report's text says that is the game's or the recipe's: the title (the recipe's `title`, else the
+    game's, `game_spec`) and the game's title for design.md."""
+
+    title: str
+    game_title: str
+
+
+def wording(recipe: Mapping[str, Any]) -> Wording:
+    """The report's wording for `recipe`."""
+    game_title = game_spec(organism_game(recipe).name).title
+    return Wording(recipe.get("title") or f"{game_title} model organism", game_title)
+
+
 def cached_references(path: Path, game: str, lambdas: Any, weights: Sequence[float]) -> dict[str, Any]:
     """`sepo.eval.optimum.references` of `game` (minutes of exact optimisation), kept in `path` with the λ and weights
     it was computed for, and recomputed when either differs."""
@@ -67,6 +81,7 @@ def cached_references(path: Path, game: str, lambdas: Any, weights: Sequence[flo
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice). Runs are keyed
     `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+    analysis, params = organism_game(recipe).tabular, game_params(recipe)
     finished_runs = finished(root, "report")
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
             for arm, seeds in finished_runs.items()}
@@ -81,7 +96,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)
         if first is not None:
             starts.append({"index": k, "dir": str(warm_start_dir(root, k)), "policy": first["policy"],
-                           "exploitability": exploitability(first["policy"]), "game_value": first["game_value"],
+                           "exploitability": analysis.exploitability(first["policy"], params), "game_value": first["game_value"],
                            "J": first["J"], "u_train": first["u_train"],
                            **({"canonical_mass": first["canonical_mass"]} if "canonical_mass" in first else {})})
     game = organism_game(recipe).name
@@ -271,8 +286,9 @@ def played_goals(results: Mapping[str, Any], limits: Mapping[str, Any]) -> list[
              "per information set)")]
 
 
-def played_markdown(results: Mapping[str, Any]) -> list[str]:
-    """The measured-vs-played table of the final checkpoints (empty when they carry no played table)."""
+def played_markdown(results: Mapping[str, Any], words: Wording, exploitability: Callable[[Any], float]) -> list[str]:
+    """The measured-vs-played table of the final checkpoints (empty when they carry no played table);
+    `exploitability` of a played table (the game's analysis, at the recipe's parameters)."""
     finals = [f for f in final_checkpoints(results) if "played" in f[2]]
     if not finals:
         return []
@@ -289,10 +305,10 @@ def played_markdown(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(results: Mapping[str, Any]) -> str:
+def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callable[[Any], float]) -> str:
     """curves.md: final checkpoints with 95% intervals across training seeds, references and goals."""
     refs = results["references"]
-    title = results.get("title", "Kuhn model organism")
+    title = words.title
     metrics = [m for m in METRICS if all(m in rows[-1] for rows in results["intervals"].values())]
     header = {"exploitability": "exploitability", "game_value": "game value", "J": "J (fixed pools, eval λ)",
               "u_train": "u_train", "canonical_mass": "canonical mass (lowest info set)"}
@@ -328,16 +344,16 @@ def markdown(results: Mapping[str, Any]) -> str:
         lines += ["", f"Design (rule: {d['rule']}): mean final exploitability by variant "
                   + ", ".join(f"{n}: {v:.3f}" for n, v in d["mean_final"].items()) + f"; chosen {d['chosen']}"
                   + ("" if d["floor_met"] else " (no variant kept the canonical-mass floor)") + "."]
-    lines += played_markdown(results)
+    lines += played_markdown(results, words, exploitability)
     lines += ["", "## Goals, as measured", ""]
     lines += [f"- {'MET' if met else 'MISSED' if met is not None else 'NOT RUN'}: {goal} — {figures}"
               for goal, met, figures in goals(results)]
     return "\n".join(lines) + "\n"
 
 
-def design_markdown(results: Mapping[str, Any]) -> str:
+def design_markdown(results: Mapping[str, Any], words: Wording) -> str:
     """design.md: the design phase's table (pilot seeds; nothing here is a reported seed)."""
-    lines = ["# Kuhn organism: design variants (pilot seeds only)", "",
+    lines = [f"# {words.game_title} organism: design variants (pilot seeds only)", "",
              "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", "",
              "| variant | arm | keys | seed | min (step) | final | s/step |", "|---|---|---|---|---|---|---|"]
     for name, v in results["design"].items():
@@ -354,7 +370,7 @@ class OrganismReportCommand:
     """The keys of `python -m sepo.study.organism_report`; its `config` is the study recipe (as
     `sepo.study.organism` reads it), not a recipe of these keys."""
 
-    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/kuhn_organism/)"})
+    config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where results.json, curves.png and curves.md go"})
 
 
@@ -368,13 +384,15 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = build_results(recipe, Path(recipe["output_dir"]), out)
+    results, words = build_results(recipe, Path(recipe["output_dir"]), out), wording(recipe)
+    analysis, params = organism_game(recipe).tabular, game_params(recipe)
+    text = markdown(results, words, lambda table: analysis.exploitability(table, params))
     write_json_atomic(out / "results.json", results)
     plot(results, out / "curves.png")
-    write_text_atomic(out / "curves.md", markdown(results))
+    write_text_atomic(out / "curves.md", text)
     if results["design"]:
-        write_text_atomic(out / "design.md", design_markdown(results))
-    print(markdown(results))
+        write_text_atomic(out / "design.md", design_markdown(results, words))
+    print(text)
     return 0
 
 

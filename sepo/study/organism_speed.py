@@ -1,8 +1,8 @@
 """Seconds per SEPO-GRPO step of an organism recipe, and where they go: a few steps of one arm, then the played
 measure's cost per sample.
 
-`python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml --arm exploitability_descent
---steps 3 --out benchmarks/lm_kuhn/speed.json` trains `--steps` steps of the arm (`sepo.study.organism.run_one`:
+`python -m sepo.study.organism_speed --config configs/experiments/<study>/study.yaml --arm exploitability_descent
+--steps 3 --out benchmarks/<study>/speed.json` (the Makefile's speed target) trains `--steps` steps of the arm (`sepo.study.organism.run_one`:
 the real trainer, its exact evaluation at step 0 and at the end) from the recipe's model as it is, without the
 warm start (the base model, or `--start`), logging every step, and writes:
 
@@ -66,7 +66,7 @@ def step_clock() -> Any:
 class SpeedCommand:
     """The keys of `python -m sepo.study.organism_speed`."""
 
-    config: str = field(metadata={"help": "the study recipe (configs/experiments/lm_kuhn/study.yaml)"})
+    config: str = field(metadata={"help": "the study recipe (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where the measurement goes (JSON)"})
     arm: str = field(default="exploitability_descent", metadata={"help": "the arm whose steps are timed"})
     steps: int = field(default=3, metadata={"help": "steps to time"})

@@ -14,6 +14,7 @@ from typing import Any
 
 from envs import make_game
 from envs.base import Lambdas
+from sepo.config.checks import first_games
 from sepo.config.provenance import machine
 from sepo.config.recipes import RecipeParser
 from sepo.eval.checkpoints import CHECKPOINTS_FILE
@@ -98,6 +99,11 @@ def eval_labels(run: str, checkpoints: dict[str, Any]) -> dict[str, str]:
     return {"final": run, "best": f"{run}@best" if separate else run}
 
 
+def trained_games(cfg: StudyConfig) -> list[str]:
+    """The games the study trains on: its train keys' `games`, else SEPOConfig's default (`first_games(1)`)."""
+    return list(cfg.train.get("games", first_games(1)))
+
+
 def evaluate_arms(cfg: StudyConfig, runs: dict[str, dict[int, str]],
                   checkpoints: dict[str, dict[str, Any]]) -> tuple:
     """`sepo eval` of the base model (optional) and every (arm, seed)'s final and best checkpoints (runs: arm
@@ -110,7 +116,7 @@ def evaluate_arms(cfg: StudyConfig, runs: dict[str, dict[int, str]],
             models.append((labels["final"], str(arm_dir(cfg, arm, seed))))
             if labels["best"] != labels["final"]:
                 models.append((labels["best"], checkpoints[run]["best_dir"]))
-    keys = {"games": list(cfg.train.get("games", ["ipd"])),
+    keys = {"games": trained_games(cfg),
             "game_params": dict(cfg.train.get("game_params") or {}), **cfg.eval, "models": [f"{label}={model}" for label, model in models],
             "output_dir": str(Path(cfg.output_dir) / "eval")}  # the trained game unless `eval` says otherwise
     ecfg = EvalConfig(**keys)
@@ -177,7 +183,7 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
             _say(f"{run}: what {arm_dir(cfg, arm, seed)} held (other keys, or --retrain) is kept as {moved}")
         summaries[run] = train_arm(cfg, arm, seed, resume)
         _say(f"{run} trained in {summaries[run]['train_seconds']:.0f} s")
-    game = list(cfg.train.get("games", ["ipd"]))[0]
+    game = trained_games(cfg)[0]
     checkpoints = {runs[arm][seed]: arm_checkpoints(cfg, arm, seed) for arm, seed in todo}
     checkpoints = {run: {**ck, "labels": eval_labels(run, ck)} for run, ck in checkpoints.items()}
     _say("evaluating " + ", ".join((["base"] if cfg.eval_base else []) + list(checkpoints)) + " (final and best)")
@@ -186,7 +192,7 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
     _say("exact checks on the recorded rollouts")
     report = {
         "config": config_name,
-        "games": list(cfg.train.get("games", ["ipd"])),
+        "games": trained_games(cfg),
         "model": cfg.train.get("model_name_or_path"),
         "machine": machine(),
         "arms": summaries,
@@ -212,7 +218,7 @@ def run_study(cfg: StudyConfig, config_name: str, arms: Sequence[str] | None = N
 class StudyCommand:
     """The keys of `sepo study`; its `config` is the study recipe (`StudyConfig`), not a recipe of these keys."""
 
-    config: str = field(metadata={"help": "a study recipe, e.g. configs/study/ipd_default.yaml"})
+    config: str = field(metadata={"help": "a study recipe (configs/study/*.yaml)"})
     output_dir: str | None = field(default=None, metadata={"help": "override the recipe's output_dir (default: the recipe's)"})
     arms: str | None = field(default=None, metadata={"help": "comma-separated subset of the recipe's arms (default: all)"})
     report_only: bool = field(
