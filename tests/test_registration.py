@@ -126,7 +126,6 @@ def test_the_registration_consumers_name_no_game():
     assert offenders(paths) == []
 
 
-@pytest.mark.skip(reason="enabled when issue 37's branches merge")
 def test_no_module_outside_envs_names_a_game():
     modules = guarded_modules()
     assert len(modules) > 50  # the walk found the packages

@@ -12,7 +12,7 @@ with the canonical-answer mass (the probability the model puts on the canonical 
 legal actions; the rest goes to text the rollout parses through aliases or the fallback).
 
 A recipe may name a pretrained model instead (`model: {name_or_path: default}`, resolved as `sepo train`
-resolves it; `configs/experiments/lm_kuhn/`): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
+resolves it; e.g. the SmolLM2 study in configs/experiments/): its warm start is a LoRA SFT (`warm_start.use_peft`, merged) and
 its runs train LoRA adapters (`use_peft` and the LoRA keys among the train keys). With `played:` (where
 `sepo.eval.played` applies), every
 final checkpoint also records the policy the model plays through the rollout engine (`played_record`).
