@@ -6,7 +6,18 @@ from __future__ import annotations
 import pytest
 
 import envs
-from benchmarks import behaviour, engine, exact_eval, games, organism_step, overhead, rollout, sandbox
+from benchmarks import (
+    behaviour,
+    engine,
+    exact_eval,
+    games,
+    organism_step,
+    overhead,
+    rollout,
+    sandbox,
+    step_trace,
+)
+from benchmarks.gpu import check as gpu_check
 from benchmarks.settings import CONFIGS, game_settings, load_settings, settings_path
 from envs.tabular import exact_games
 from sepo.config.checks import UsageError
@@ -17,10 +28,12 @@ SETTINGS = {
     "engine": engine.EngineSettings,
     "exact_eval": exact_eval.ExactEvalSettings,
     "games": games.GamesSettings,
+    "gpu_check": gpu_check.CheckSettings,
     "organism_step": organism_step.OrganismStepSettings,
     "overhead": overhead.OverheadSettings,
     "rollout": rollout.RolloutSettings,
     "sandbox": sandbox.SandboxSettings,
+    "step_trace": step_trace.StepSettings,
 }
 
 
