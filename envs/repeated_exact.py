@@ -1,5 +1,5 @@
 """Backward induction against a tabular policy in a repeated simultaneous-move game: one definition for every game
-with an exact exploiter of that shape (`envs.ipd_exact`, `envs.negotiation_exact`).
+with an exact exploiter of that shape (`envs.ipd_exact`; `envs.joint_tables` for Bertrand and negotiation).
 
 Both seats move at once in each of T rounds, and both moves are revealed after the round. The policy is a table
 of distributions over its moves at each joint history (a tuple of (policy's move, opponent's move) pairs). The
@@ -71,7 +71,7 @@ def joint_messages(game: Game, history: Sequence[tuple[str, str]], seat: int = 0
     In a game without private information where both moves are revealed after each round, the LLM's prompt at a
     decision is a function of the joint history whatever the prompt style: the conversation carries each earlier
     observation and the model's own earlier answers. These are the decision states' prompts of `envs.ipd_exact`
-    and `envs.negotiation_exact`."""
+    and `envs.joint_tables`."""
     state = game.new_state(random.Random(0))  # these games draw nothing
     messages = [{"role": "system", "content": game.system_prompt(seat)}]
     for own, opp in history:

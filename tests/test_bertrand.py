@@ -334,6 +334,15 @@ def test_hand_derived_e_star():
     assert exploitability(matcher, game) == 17.5
 
 
+def test_ties_go_to_the_lowest_price():
+    # cost 1: the competitive price 1 earns nothing, so against always 1 every rival price gains 0 (a tie at 1
+    # splits nothing, a dearer price sells nothing) and the rival's reply is the lowest, 1, at every key.
+    game = BertrandDuopoly(num_rounds=2, cost=1)
+    response = best_response({k: {"1": 1.0} for k in markov_keys(game)}, game)
+    assert response.value == 0.0
+    assert set(response.moves.values()) == {1}
+
+
 def test_the_best_response_attains_e_star_in_the_real_game():
     game = BertrandDuopoly(num_rounds=4)
     for name in ("tit_for_tat", "grim_trigger", "always_monopoly", "match_then_undercut"):

@@ -148,6 +148,14 @@ def play_exactly(table, game, moves) -> float:
     return total / game.num_rounds
 
 
+def test_ties_go_to_the_highest_demand():
+    # Against always 9 only a demand of 1 fits (−8); 2..9 all break down (0) and tie, so the reply is 9.
+    game = make_game("negotiation", num_rounds=2)
+    response = best_response(constant(game, 9), game)
+    assert response.value == 0.0
+    assert set(response.moves.values()) == {9}
+
+
 @pytest.mark.parametrize("params, markov", [({"num_rounds": 2}, True), ({"num_rounds": 3, "pie": 6,
                                             "max_demand": 5, "greedy_demand": 5}, True),
                                            ({"num_rounds": 3, "pie": 4, "max_demand": 3, "greedy_demand": 3}, False)])
