@@ -212,6 +212,40 @@ def test_prefix_cache_reuse_equals_a_fresh_call(arch, spec, tiny_model_dirs):
     assert min(len(p.ids) for p in prompts) > 16  # longer than Gemma 4's tiny sliding window
 
 
+@pytest.mark.parametrize("spec", [SamplingSpec(greedy=True, max_new_tokens=6),
+                                  SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=6, seed=3)],
+                         ids=["greedy", "seeded"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rows_with_one_prompt_are_prefilled_once_and_sample_as_a_fresh_call(arch, spec, tiny_model_dirs):
+    """Six rows, two per prompt (as the G rollouts of a group start), through three lock-step rounds in which
+    rows of one prompt stay alike (greedy: the same turn; sampled: the turn left out) and get the same tail
+    (two tails over three prompts, so the prompts keep their distinct count of three): every call's prefill runs once per distinct prompt (the model's
+    first forward of the call sees one row per distinct prompt), and the tokens and logprobs are a fresh call's."""
+    backend = HFBackend.from_model(tiny_model_dirs[arch], device="cpu")
+    tails = [backend.tokenizer.encode(t, add_special_tokens=False) for t in (" next", " and then some more words")]
+    prompts = [Prompt(ids=p.ids, key=i) for i, p in enumerate(_prompts(backend) * 2)]
+    first_batch = []
+    hook = backend.model.get_input_embeddings().register_forward_hook(
+        lambda module, args, out: first_batch.append(args[0].shape[0]))
+    try:
+        with backend.prefix_session() as cache:
+            for rnd in range(3):
+                first_batch.clear()
+                reused = backend.generate(prompts, spec, session=cache)
+                distinct = len({tuple(p.ids) for p in prompts})
+                assert first_batch[0] == distinct < len(prompts), (rnd, first_batch[:2])
+                fresh = backend.generate(prompts, spec)
+                assert [g.token_ids for g in reused] == [g.token_ids for g in fresh], rnd
+                for a, b in zip(reused, fresh):
+                    assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+                # greedy rows of one prompt answer alike, so their histories stay one; sampled rows answer
+                # apart, so their next prompts leave the turn out (a prompt may extend a stored row's prompt alone)
+                prompts = [Prompt(ids=p.ids + (g.token_ids if spec.greedy else []) + tails[(i + rnd) % 3 % 2],
+                                  key=p.key) for i, (p, g) in enumerate(zip(prompts, reused))]
+    finally:
+        hook.remove()
+
+
 class _CountedIds(list):
     """Token ids that count the elements read from them by indexing, slicing and iteration."""
 

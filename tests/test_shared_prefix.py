@@ -10,6 +10,7 @@ import torch
 from transformers import TrainerCallback
 
 from sepo.grpo.config import SEPOConfig
+from sepo.grpo.shared_prefix import last_real_column, plan_segments, prefix_classes
 from sepo.grpo.trainer import SEPOTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -76,6 +77,50 @@ def test_shared_prefix_pass_equals_trls_single_pass(tmp_path, tiny_model_dir):
     torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shared[1], plain[1], atol=1e-5, rtol=1e-5)
     assert shared[2].keys() == plain[2].keys() and shared[2]
+    assert any(g.abs().max() > 0 for g in plain[2].values())
+    for name in plain[2]:
+        torch.testing.assert_close(shared[2][name], plain[2][name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _answered_batch(vocab: int, pad: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """24 rows shaped like a compact game's: 3 prompts (5, 9 and 7 tokens), a 2-token answer out of two, and in
+    half the rows an environment message (12 tokens, one of two) and a second answer; many rows agree on
+    their whole completion, others part at an answer. (input_ids, attention_mask, completion width)."""
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in (5, 9, 7)]
+    answers = [torch.randint(3, vocab, (2,), generator=gen).tolist() for _ in range(2)]
+    messages = [torch.randint(3, vocab, (12,), generator=gen).tolist() for _ in range(2)]
+    width, completion = 9, 16
+    ids, mask = [], []
+    for i in range(24):
+        prompt, tail = prompts[i % 3], list(answers[(i // 3) % 2])
+        if (i // 6) % 2:
+            tail += messages[i // 12] + answers[i % 2]
+        ids.append([pad] * (width - len(prompt)) + prompt + tail + [pad] * (completion - len(tail)))
+        mask.append([0] * (width - len(prompt)) + [1] * (len(prompt) + len(tail)) + [0] * (completion - len(tail)))
+    return torch.tensor(ids), torch.tensor(mask), completion
+
+
+def test_completions_shared_segment_by_segment_equal_trls_single_pass(tmp_path, tiny_model_dir):
+    """Rows that agree past their prompt run as one, segment by segment (the planned cut has more than one
+    segment and runs fewer token slots than every row's completion would): the log-probabilities, entropies and
+    gradients are still the single pass's, including at each segment's last position, which scores the next
+    segment's first token (rows that agree up to a segment's end but not on that token run apart)."""
+    trainer = _trainer(tmp_path, tiny_model_dir)
+    tokenizer = trainer.text_tokenizer()
+    ids, mask, keep = _answered_batch(len(tokenizer), tokenizer.pad_token_id)
+    width = ids.size(1) - keep - 1
+    classes = prefix_classes(ids, mask)
+    ends = plan_segments(classes, last_real_column(mask), width)
+    slots, a = 0, width
+    for b in ends:
+        slots += len({int(classes[r, min(b, ids.size(1) - 1)]) for r in range(len(ids)) if mask[r, a:].any()}) * (b - a)
+        a = b
+    assert len(ends) > 1 and slots < int(mask[:, width:].sum()), (ends, slots)
+    shared = _logps_and_grads(trainer, ids, mask, keep, share=True)
+    plain = _logps_and_grads(trainer, ids, mask, keep, share=False)
+    torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared[1], plain[1], atol=1e-5, rtol=1e-5)
     assert any(g.abs().max() > 0 for g in plain[2].values())
     for name in plain[2]:
         torch.testing.assert_close(shared[2][name], plain[2][name], atol=1e-5, rtol=1e-4, msg=name)

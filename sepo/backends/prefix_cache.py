@@ -89,6 +89,63 @@ def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
     return call.input_ids[:, starts[-1] :]
 
 
+def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
+    """(firsts, inverse): the position of each distinct prompt's first occurrence, and for every prompt the index
+    of its distinct prompt in `firsts`."""
+    index: dict[tuple[int, ...], int] = {}
+    inverse = [index.setdefault(tuple(ids), len(index)) for ids in prompts]
+    firsts = [0] * len(index)
+    for row, i in reversed(list(enumerate(inverse))):
+        firsts[i] = row
+    return firsts, inverse
+
+
+def fresh_call(prompts: list[list[int]], pad_id: int, kinds: list[str], device: torch.device,
+               max_new_tokens: int) -> CachedCall:
+    """A call that reuses nothing: the prompts left-padded, fed in full on an empty cache of `kinds`."""
+    width = max(len(ids) for ids in prompts)
+    return CachedCall(
+        input_ids=torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in prompts], device=device),
+        attention_mask=torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=device),
+        past_key_values=build_cache(kinds, width + max_new_tokens),
+        cache_valid=torch.zeros(len(prompts), 0, dtype=torch.bool, device=device),
+        reused=[0] * len(prompts),
+    )
+
+
+def share_prefill(model: Any, call: CachedCall, inverse: list[int], max_new_tokens: int) -> CachedCall:
+    """`call`, planned for one row per distinct prompt, with every fed column but the last run here once per
+    distinct prompt and its cache copied out to every row (`inverse[i]`: row i's distinct prompt): what `generate`
+    then feeds is each row's last prompt token, from which the rows sample apart.
+
+    Rows with the same prompt have the same states, so this is the prefill `generate` would run on every row,
+    run once: the G rollouts of a group start from one prompt, and lock-step rollouts that played alike reach
+    the same history again in later rounds."""
+    rest = feed_ahead(model, call)
+    cached, fed = call.cache_valid.shape[1], call.input_ids.shape[1]
+    done = fed - rest.shape[1]
+    if rest.shape[1] > 1:
+        positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        model(input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
+              position_ids=positions[:, cached + done : cached + fed - 1], past_key_values=call.past_key_values,
+              use_cache=True, logits_to_keep=1)
+    rows = torch.tensor(inverse, device=call.input_ids.device)
+    layers = call.past_key_values.layers
+    kinds = [kind_of(layer) for layer in layers]
+    states = [(layer.conv_states[0], layer.recurrent_states[0]) if kind == "linear" else (layer.keys, layer.values)
+              for kind, layer in zip(kinds, layers)]
+    states = [(a.index_select(0, rows.to(a.device)), b.index_select(0, rows.to(b.device))) for a, b in states]
+    width = cached + fed - 1
+    mask = call.attention_mask.index_select(0, rows)
+    return CachedCall(
+        input_ids=call.input_ids.index_select(0, rows)[:, -1:],
+        attention_mask=mask,
+        past_key_values=build_cache(kinds, width + 1 + max_new_tokens, states),
+        cache_valid=mask[:, :width].bool(),
+        reused=[call.reused[i] for i in inverse],
+    )
+
+
 def _lcp(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     k = 0
