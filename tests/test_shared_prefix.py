@@ -102,21 +102,20 @@ def _answered_batch(vocab: int, pad: int) -> tuple[torch.Tensor, torch.Tensor, i
 
 
 def test_completions_shared_segment_by_segment_equal_trls_single_pass(tmp_path, tiny_model_dir):
-    """Rows that agree past their prompt run as one, segment by segment (the planned cut has more than one
-    segment and runs fewer token slots than every row's completion would): the log-probabilities, entropies and
+    """Rows that agree run as one, segment by segment (the planned cut has more than two segments and runs
+    fewer token slots than the batch has real tokens): the log-probabilities, entropies and
     gradients are still the single pass's, including at each segment's last position, which scores the next
     segment's first token (rows that agree up to a segment's end but not on that token run apart)."""
     trainer = _trainer(tmp_path, tiny_model_dir)
     tokenizer = trainer.text_tokenizer()
     ids, mask, keep = _answered_batch(len(tokenizer), tokenizer.pad_token_id)
-    width = ids.size(1) - keep - 1
     classes = prefix_classes(ids, mask)
-    ends = plan_segments(classes, last_real_column(mask), width)
-    slots, a = 0, width
+    ends, _ = plan_segments(classes, last_real_column(mask), 0)
+    slots, a = 0, 0
     for b in ends:
         slots += len({int(classes[r, min(b, ids.size(1) - 1)]) for r in range(len(ids)) if mask[r, a:].any()}) * (b - a)
         a = b
-    assert len(ends) > 1 and slots < int(mask[:, width:].sum()), (ends, slots)
+    assert len(ends) > 2 and slots < int(mask.sum()), (ends, slots)  # fewer slots than the real tokens
     shared = _logps_and_grads(trainer, ids, mask, keep, share=True)
     plain = _logps_and_grads(trainer, ids, mask, keep, share=False)
     torch.testing.assert_close(shared[0], plain[0], atol=1e-5, rtol=1e-5)

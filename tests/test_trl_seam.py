@@ -86,6 +86,46 @@ def test_per_token_logps_signature_and_the_fused_head_it_calls():
     assert "self.current_gradient_accumulation_steps" in loss
 
 
+def test_the_fused_heads_device_test_is_looked_up_when_the_head_runs():
+    """`score_labelled_positions_only` replaces `trl.trainer.utils._use_triton`: the head must read it by that
+    name at call time and pick the labelled-only rows with it."""
+    import trl.trainer.utils as trl_utils
+
+    source = _source(trl_utils.add_fused_lm_head)
+    assert "compact = _use_triton(hidden_states.device)" in source
+    assert "hidden_states[mask] if compact else" in source and "labels[mask] if compact else" in source
+    assert _params(trl_utils._use_triton) == ["device"]
+
+
+def test_the_cpu_head_projects_only_labelled_positions_with_the_full_paths_values(tiny_model_dir, monkeypatch):
+    """After `score_labelled_positions_only`, TRL's fused head on a CPU hands its kernel only the labelled
+    positions, and returns the log-probabilities and entropies the every-position path returns there (0
+    elsewhere, as before)."""
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids = torch.randint(3, model.config.vocab_size, (3, 10), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[:, :6] = -100  # a prompt
+    labels[0, 8:] = -100  # padding
+    rows = []
+    apply = trl_utils._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply",
+                        lambda hidden, *rest: rows.append(hidden.shape[0]) or apply(hidden, *rest))
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
+    with torch.no_grad():
+        full = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        trl_seam.score_labelled_positions_only()
+        trl_seam.score_labelled_positions_only()  # idempotent: wraps once
+        compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert rows == [3 * 9, int((labels[:, 1:] != -100).sum())]
+    torch.testing.assert_close(compact.log_probs, full.log_probs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(compact.entropy, full.entropy, atol=1e-5, rtol=1e-5)
+    assert full.log_probs[:, :5].abs().max() == 0 and full.log_probs[1:, 5:].abs().min() > 0
+
+
 def test_unwrap_model_for_generation_and_nanstd():
     from trl.models.utils import unwrap_model_for_generation
 

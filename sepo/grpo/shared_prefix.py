@@ -58,8 +58,8 @@ def last_real_column(attention_mask: torch.Tensor) -> list[int]:
 
 
 def plan_segments(classes: torch.Tensor, last_real: list[int], start: int,
-                  segment_cost: int = SEGMENT_COST, max_cuts: int = MAX_CUTS) -> list[int]:
-    """The segment ends after `start` (the last is the width): the cut of columns start..T that minimises
+                  segment_cost: int = SEGMENT_COST, max_cuts: int = MAX_CUTS) -> tuple[list[int], int]:
+    """(ends, slots): the segment ends after `start` (the last is the width) and the token slots they run: the cut of columns start..T that minimises
     the token slots run (per segment [a, b), its distinct rows times b - a, plus `segment_cost`), where a
     segment's distinct rows are the classes at `scored_through(b, T)` of the rows with a real token at or
     after a. Cuts are
@@ -80,7 +80,8 @@ def plan_segments(classes: torch.Tensor, last_real: list[int], start: int,
             distinct = len({at_end[scored_through(b, width)][r] for r in rows if last_real[r] >= a})
             options.append((best[a][0] + distinct * (b - a) + segment_cost, best[a][1] + [b]))
         best[b] = min(options, key=lambda option: option[0])
-    return best[width][1]
+    cost, ends = best[width]
+    return ends, cost - segment_cost * len(ends)
 
 
 def scored_through(end: int, width: int) -> int:
@@ -120,46 +121,48 @@ class PrefixSharing:
               head: Head) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """(log-probabilities, entropies) of the last `logits_to_keep` tokens of each row, as TRL's single pass
         computes them at every real position (0 at padding), with every distinct prefix run once; None (take the
-        single pass, which then costs no more) when the prompt has a single column, no two rows share their
-        prompt, or the model's cache is not full-attention."""
+        single pass) when the model's cache is not full-attention or sharing would run as many token slots."""
         total = input_ids.size(1)
-        width = total - logits_to_keep - 1
-        if width < 1 or self.full_attention is False:
+        width = total - logits_to_keep - 1  # the first position that scores a kept token
+        if width < 0 or self.full_attention is False:
             return None
-        classes = prefix_classes(input_ids, attention_mask)
-        if int(classes[:, width - 1].max()) + 1 == input_ids.size(0):
-            return None
-        prefix_rows = torch.unique(classes[:, width - 1], return_inverse=True)[1]
-        reps = torch.zeros(int(prefix_rows.max()) + 1, dtype=torch.long, device=input_ids.device)
-        reps = reps.scatter_reduce(0, prefix_rows, torch.arange(len(prefix_rows), device=input_ids.device),
-                                   reduce="amin", include_self=False)
-        prefix = model(input_ids=input_ids[reps, :width], attention_mask=attention_mask[reps, :width],
-                       use_cache=True, logits_to_keep=1)
-        cache = prefix.past_key_values
+        # deferred: only a batch that shares something builds a cache here
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config)
         self.full_attention = full_attention_cache(cache)
         if not self.full_attention:
             return None
+        classes = prefix_classes(input_ids, attention_mask)
         last_real = last_real_column(attention_mask)
+        ends, slots = plan_segments(classes, last_real, 0)
+        if slots >= input_ids.numel():
+            return None
         shifted = torch.full_like(input_ids, -100)  # column c scores the token at c + 1 where it is kept and real
-        kept = slice(width, total - 1)
-        shifted[:, kept] = input_ids[:, width + 1:].masked_fill(attention_mask[:, width + 1:] == 0, -100)
+        shifted[:, width:-1] = input_ids[:, width + 1:].masked_fill(attention_mask[:, width + 1:] == 0, -100)
         last_real_t = torch.tensor(last_real, device=input_ids.device)
-        held_reps = reps  # the rows whose states the cache holds, one per cache row
+        held_reps = None  # the rows whose states the cache holds, one per cache row
         logps, entropies = [], []
-        a = width
-        for b in plan_segments(classes, last_real, width):
+        a, first_scored = 0, None
+        for b in ends:
             active = last_real_t >= a
             seg_reps, slot = _representatives(classes[:, scored_through(b, total)], active)
-            # the cache's row for each representative: one holding its states up to column a - 1
-            before = classes[:, a - 1]
-            where = {int(c): i for i, c in enumerate(before[held_reps].tolist())}
-            cache.reorder_cache(torch.tensor([where[int(before[r])] for r in seg_reps.tolist()],
-                                             device=input_ids.device))
-            lp, ent = head(model, input_ids=input_ids[seg_reps, a:b], attention_mask=attention_mask[seg_reps, :b],
-                           shift_labels=shifted[seg_reps, a:b], past_key_values=cache)
-            logps.append(lp[slot] * active[:, None])
-            if ent is not None:
-                entropies.append(ent[slot] * active[:, None])
+            if held_reps is not None:  # each representative's cache row: one holding its states up to a - 1
+                before = classes[:, a - 1]
+                where = {int(c): i for i, c in enumerate(before[held_reps].tolist())}
+                cache.reorder_cache(torch.tensor([where[int(before[r])] for r in seg_reps.tolist()],
+                                                 device=input_ids.device))
+            inputs = {"input_ids": input_ids[seg_reps, a:b], "attention_mask": attention_mask[seg_reps, :b],
+                      "past_key_values": cache}
+            if b <= width:  # prompt columns only: nothing to score, the cache is what counts
+                model(**inputs, use_cache=True, logits_to_keep=1)
+            else:
+                lp, ent = head(model, shift_labels=shifted[seg_reps, a:b], **inputs)
+                logps.append(lp[slot] * active[:, None])
+                if ent is not None:
+                    entropies.append(ent[slot] * active[:, None])
+                first_scored = a if first_scored is None else first_scored
             held_reps, a = seg_reps, b
-        lp = torch.cat(logps, 1)[:, :logits_to_keep]
-        return lp, (torch.cat(entropies, 1)[:, :logits_to_keep] if entropies else None)
+        skip = width - first_scored
+        lp = torch.cat(logps, 1)[:, skip:skip + logits_to_keep]
+        return lp, (torch.cat(entropies, 1)[:, skip:skip + logits_to_keep] if entropies else None)

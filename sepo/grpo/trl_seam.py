@@ -15,7 +15,8 @@ TRL:
     `GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
         batch_size, compute_entropy, compute_aux_loss, **multimodal)` (replaced for text-only batches by the
         shared-prefix pass of `sepo.grpo.shared_prefix` when the config's `share_prompt_prefix` is set), and
-        the fused LM head it installs: `model(..., labels=, fused_lm_head=True)` -> `.log_probs`, `.entropy`;
+        the fused LM head it installs: `model(..., labels=, fused_lm_head=True)` -> `.log_probs`, `.entropy`,
+        and the device test inside it, `trl.trainer.utils._use_triton` (`score_labelled_positions_only`);
         `.accelerator.autocast()` around the model's calls; `._prepare_inputs(batch)` (a batch played and
         scored outside `train()`, which reads `.current_gradient_accumulation_steps`);
     `GRPOTrainer._metrics[mode]` (the per-mode lists TRL averages at each log step), `._tokenizer`,
@@ -45,7 +46,7 @@ from trl.trainer.utils import nanstd
 from sepo.grpo.shared_prefix import PrefixSharing
 
 __all__ = ["ROLLOUT_KEYS", "SCORED_KEYS", "SeamTrainer", "check_supported", "colocate_llm", "ensure_weight_sync",
-           "fused_head", "nanstd", "vllm_engine_parts", "vllm_generate"]
+           "fused_head", "nanstd", "score_labelled_positions_only", "vllm_engine_parts", "vllm_generate"]
 
 ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs")  # what TRL requires of rollout_func's result
 ENV_MASK = "env_mask"  # rollout_func's optional key: 1 on sampled tokens, 0 on environment tokens
@@ -64,6 +65,7 @@ class SeamTrainer(GRPOTrainer):
     """
 
     def __init__(self, **kwargs: Any) -> None:
+        score_labelled_positions_only()
         super().__init__(rollout_func=self._rollout_func, **kwargs)
         self._prefix_sharing = PrefixSharing()
 
@@ -168,6 +170,30 @@ def fused_head(model: Any, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor | 
     GRPOTrainer installs on its model (entropies None unless TRL asked its head for them)."""
     outputs = model(**inputs, fused_lm_head=True)
     return outputs.log_probs, outputs.entropy
+
+
+def score_labelled_positions_only() -> None:
+    """Make TRL's fused LM head project only the positions it scores on a CPU too (idempotent, process-wide).
+
+    The head (`add_fused_lm_head`, TRL 1.16) projects only the positions whose label is not -100 where Triton
+    runs, and every position elsewhere, masking afterwards, to keep tile shapes fixed for compilers (Neuron).
+    On a CPU that runs the whole vocabulary at every prompt and padding position: an answer-only SFT step of
+    the SmolLM2 Kuhn warm start (48 rows of ~67 tokens, ~3 scored each) spent about 25 of its ~60 s there.
+    The labelled-only path is the same per-position computation on fewer rows, with zeros where nothing is
+    scored, as the full path returns. The choice is `trl.trainer.utils._use_triton(device)`, looked up when the
+    head runs; the kernels inside keep their own test, so a CPU still runs PyTorch's tiles."""
+    # deferred: trl.trainer.utils is loaded with the trainers; this is called where one is built
+    import trl.trainer.utils as trl_utils
+
+    if getattr(trl_utils._use_triton, "sepo_labelled_only", False):
+        return
+    triton = trl_utils._use_triton
+
+    def labelled_only(device: torch.device) -> bool:
+        return device.type == "cpu" or triton(device)
+
+    labelled_only.sepo_labelled_only = True
+    trl_utils._use_triton = labelled_only
 
 
 # --- TRL's VLLMGeneration ------------------------------------------------------------------------------

@@ -146,6 +146,8 @@ def run_sft(config: SEPOSFTConfig) -> Path:
     # deferred: the trainer pulls in datasets (~0.6 s more than SFTConfig); only training needs it
     from trl import SFTTrainer
 
+    from sepo.grpo.trl_seam import score_labelled_positions_only
+
     dtype = (config.model_init_kwargs or {}).get("dtype") if isinstance(config.model_init_kwargs, dict) else None
     model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, dtype=dtype)
     train, valid = _datasets(config)
@@ -162,6 +164,7 @@ def run_sft(config: SEPOSFTConfig) -> Path:
     )
     if valid is None or config.eval_strategy == "no":
         valid = None
+    score_labelled_positions_only()  # the answer-only loss scores a few positions per row: on a CPU, only those
     trainer = SFTTrainer(
         model=model,
         args=config,
