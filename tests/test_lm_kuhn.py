@@ -150,3 +150,20 @@ def test_the_played_episodes_reach_each_information_set_at_its_scored_prompt(tin
         assert [t.action for t in record.turns[: len(opening)]] == list(opening)
         expected = renderer.prompt_ids(infoset_messages(info, PARAMS))
         assert (traj.prompt_ids + traj.completion_ids)[: len(expected)] == expected, info
+
+
+def test_paired_warm_starts_give_each_seed_one_start_and_every_arm_every_seed(tmp_path):
+    """`pair_warm_starts`: seed i runs from warm start i (mod their count), every arm on every seed, named as the
+    report reads them (ws<k>_seed_<s> for k > 0); without it, every seed runs from every warm start."""
+    from sepo.study.organism import phase_jobs
+
+    recipe = {"report": {"arms": ["a", "b"], "seeds": [1, 2, 3, 4], "steps": {"default": 5}, "pair_warm_starts": True}}
+    starts = [tmp_path / "w0", tmp_path / "w1", tmp_path / "w2"]
+    jobs = phase_jobs(recipe, "report", tmp_path, starts, None)
+    got = sorted((arm, seed, Path(out).name, Path(start).name) for _, arm, seed, _, out, start in jobs)
+    want = sorted((arm, seed, name, ws) for arm in ("a", "b") for seed, name, ws in
+                  [(1, "seed_1.json", "w0"), (2, "ws1_seed_2.json", "w1"), (3, "ws2_seed_3.json", "w2"),
+                   (4, "seed_4.json", "w0")])
+    assert got == want
+    recipe["report"]["pair_warm_starts"] = False
+    assert len(phase_jobs(recipe, "report", tmp_path, starts, None)) == 2 * 4 * 3

@@ -404,7 +404,9 @@ def run_name(warm_start_index: int, seed: int) -> str:
 def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequence[Path],
                w: float | None) -> list[tuple]:
     """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished: every arm x seed from
-    every warm start in `starts` (the phase's `warm_starts`, a count, limits them: the pilot may use fewer)."""
+    every warm start in `starts` (the phase's `warm_starts`, a count, limits them: the pilot may use fewer), or,
+    with `pair_warm_starts: true`, the i-th seed from warm start i (modulo their count) alone: every arm still
+    runs on every seed, and the runs span the warm starts without multiplying them."""
     spec = recipe.get(phase)
     if not spec:
         return []
@@ -415,8 +417,9 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
         arms += [(arm, int(spec["steps"].get(arm_spec, spec["steps"].get("default")))) for arm in names]
     only = spec.get("seeds_by_arm", {})  # an arm run on fewer seeds (an exact check, not an estimate)
     jobs = []  # seed by seed, every arm at each: a study stopped early still holds paired runs of every arm
-    for seed in spec["seeds"]:
-        for k, start in enumerate(starts[: int(spec.get("warm_starts", len(starts)))]):
+    used = list(enumerate(starts[: int(spec.get("warm_starts", len(starts)))]))
+    for i, seed in enumerate(spec["seeds"]):
+        for k, start in [used[i % len(used)]] if spec.get("pair_warm_starts") else used:
             for arm, steps in arms:
                 if arm in only and seed not in only[arm]:
                     continue
