@@ -167,3 +167,25 @@ def test_paired_warm_starts_give_each_seed_one_start_and_every_arm_every_seed(tm
     assert got == want
     recipe["report"]["pair_warm_starts"] = False
     assert len(phase_jobs(recipe, "report", tmp_path, starts, None)) == 2 * 4 * 3
+
+
+def test_base_is_the_pretrained_model_scored_before_sft(tiny_model, tmp_path):
+    """`base_record`: the model the recipe names, before any SFT, scored at every information set as a checkpoint
+    is (its table is the backend's own scoring of that model), written once to base.json and reused; a recipe
+    that builds its model from config has no Base."""
+    from sepo.backends.hf import HFBackend
+    from sepo.rollout.chat import ChatRenderer
+    from sepo.study.organism import base_record, load_recipe, organism_game
+
+    recipe = small(load_recipe(RECIPE), tmp_path, tiny_model)
+    base = base_record(recipe, tmp_path)
+    backend = HFBackend.from_model(str(tiny_model), device="cpu")
+    direct = organism_game(recipe).measure(backend, ChatRenderer(backend.tokenizer), PARAMS, 0)
+    assert set(base["policy"]) == set(INFO_STATES) == set(direct)
+    for info, row in direct.items():
+        assert base["policy"][info] == pytest.approx(row, abs=1e-6), info
+    assert set(base["canonical_mass_by_state"]) == set(INFO_STATES)
+    assert base["canonical_mass"] == min(base["canonical_mass_by_state"].values()) < 1
+    (tmp_path / "base.json").write_text('{"policy": "kept"}')
+    assert base_record(recipe, tmp_path) == {"policy": "kept"}  # written once, then reused
+    assert base_record({**recipe, "model": {"seed": 0}}, tmp_path / "organism") is None

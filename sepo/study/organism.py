@@ -288,7 +288,6 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     parser.apply(keys, source=f"arm {arm!r}")  # typed, as sepo train reads a recipe
     args, model_args = parser.parse([])
     check_pool_mix(args)
-    params = game_params(recipe)
     exact_file = work / "exact.jsonl"
     resumed = last_complete_checkpoint(work)
     resume_step = int(Path(resumed).name.split("-")[-1]) if resumed else -1
@@ -298,13 +297,9 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     def evaluate(model: Any, tokenizer: Any, step: int) -> None:
         renderer = ChatRenderer(tokenizer)
         backend = HFBackend(model, tokenizer, renderer.end_of_turn_id)
-        states = game.states(params)
-        prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for _, m, _ in states]
-        masses = [sum(row) for row in backend.choice_masses(prompts, [acts for _, _, acts in states])]
-        record = exact_checkpoint(recipe, game.measure(backend, renderer, params, args.seat), step)
-        record.update(canonical_mass=min(masses), canonical_mass_mean=sum(masses) / len(masses))
+        record, masses = scored_record(recipe, backend, renderer, args.seat, step)
         if step == steps and recipe.get("played"):
-            record.update(canonical_mass_by_state={key: m for (key, _, _), m in zip(states, masses)},
+            record.update(canonical_mass_by_state=masses,
                           **played_record(recipe, args, backend, renderer, record["policy"], seed))
         checkpoints.append(record)
         write_jsonl_atomic(exact_file, checkpoints)
@@ -331,6 +326,43 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
                          if "step_time" in h]}
     write_json_atomic(out, result)
     return result
+
+
+def scored_record(recipe: Mapping[str, Any], backend: Any, renderer: Any, seat: int,
+                  step: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """(record, mass by state): a checkpoint's exact figures (`exact_checkpoint`) for the policy scored at every
+    state on its training prompt, with the canonical-answer mass (lowest over the states, and mean), and that
+    mass at each state."""
+    game, params = organism_game(recipe), game_params(recipe)
+    states = game.states(params)
+    prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for _, m, _ in states]
+    masses = {key: sum(row) for (key, _, _), row in
+              zip(states, backend.choice_masses(prompts, [acts for _, _, acts in states]))}
+    record = exact_checkpoint(recipe, game.measure(backend, renderer, params, seat), step)
+    record.update(canonical_mass=min(masses.values()), canonical_mass_mean=sum(masses.values()) / len(masses))
+    return record, masses
+
+
+def base_record(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | None:
+    """The pretrained model itself, before any SFT, scored as every checkpoint is (`scored_record`, the train
+    block's seat): the Base of the claim that SFT degrades exploit resistance. Written once to root/base.json
+    (reused when present); None for a recipe that builds its model from config."""
+    name = pretrained(recipe)
+    if name is None:
+        return None
+    out = root / "base.json"
+    if out.exists():
+        return json.loads(out.read_text())
+    # deferred: the backend loads torch and transformers; a rerun with base.json written returns above
+    from sepo.backends.hf import HFBackend
+    from sepo.rollout.chat import ChatRenderer
+
+    backend = HFBackend.from_model(name, device="cpu")
+    renderer = ChatRenderer(backend.tokenizer)
+    record, masses = scored_record(recipe, backend, renderer, int(recipe["train"].get("seat", 0)), 0)
+    record.update(model=model_name(recipe), canonical_mass_by_state=masses)
+    write_json_atomic(out, record)
+    return record
 
 
 def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: Any, policy: Mapping[str, Any],
@@ -529,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
+    base_record(recipe, root)
     starts = [warm_start(recipe, root, k) for k in range(len(warm_start_seeds(recipe)))]
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":

@@ -111,6 +111,12 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         extra["title"] = recipe["title"]
     if design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
+    if (root / "base.json").exists():  # the pretrained model before SFT (`sepo.study.organism.base_record`)
+        base = json.loads((root / "base.json").read_text())
+        base["exploitability"] = analysis.exploitability(base["policy"], params)
+        extra["base"] = base
+        extra["sft_vs_base"] = {"base": base["exploitability"], "sft_seeds": len(starts),
+                                "sft": t_interval([ws["exploitability"] for ws in starts])}
     return {
         **extra,
         "arms": arms,
@@ -316,6 +322,9 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
              *([f"Model: {results['model']}.", ""] if "model" in results else []),
              "| arm | runs | steps | " + " | ".join(header[m] for m in metrics) + " | s/step |",
              "|---|---|---|" + "---|" * len(metrics) + "---|"]
+    if "base" in results:
+        lines.append("| Base (before SFT) | – | – | " + " | ".join(
+            f"{results['base'][m]:.3f}" if m in results["base"] else "–" for m in metrics) + " | – |")
     for ws in results["warm_starts"]:
         lines.append(f"| warm start {ws['index']} | – | 0 | " + " | ".join(
             f"{ws[m]:.3f}" if m in ws else "–" for m in metrics) + " | – |")
@@ -323,6 +332,10 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
         last = rows[-1]
         lines.append(f"| {arm} | {last['exploitability']['n']} | {last['step']} | " + " | ".join(
             fmt(last[m]) for m in metrics) + f" | {results['arms'][arm]['seconds_per_step']['mean']:.2f} |")
+    if "sft_vs_base" in results:
+        v = results["sft_vs_base"]
+        lines += ["", f"SFT and exploit resistance: Base (the pretrained model) {v['base']:.3f}; the SFT warm starts "
+                  f"{fmt(v['sft'])} over {v['sft_seeds']} SFT seeds."]
     lines += ["", "Final minus the run's own warm start (exploitability, paired by run):", ""]
     lines += [f"- {arm}: {fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
     lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
