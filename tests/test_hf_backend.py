@@ -407,3 +407,27 @@ def test_preallocated_layer_appends_like_dynamic_layer_and_grows():
         got, want = ours.update(k, v), ref.update(k, v)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert ours.get_seq_length() == ref.get_seq_length() == 10
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_scoring_runs_shared_prompt_prefixes_once_with_the_plain_passs_masses(arch, tiny_model_dirs, monkeypatch):
+    """Prompts of one length that share their system prompt (the exact scoring's states) run each shared prefix
+    once on a full-attention model (`shared_prompt_pass` answers), and the masses equal the plain pass's; a
+    model with sliding-window or linear-attention layers takes the plain pass."""
+    import sepo.backends.hf_decoding as hd
+
+    backend = HFBackend.from_model(tiny_model_dirs[arch], device="cpu")
+    messages = [[{"role": "system", "content": "Kuhn poker. Cards J < Q < K."},
+                 {"role": "user", "content": f"Card {card}. You act {where}."}]
+                for card in "JQK" for where in ("first", "second")]
+    prompts = [Prompt(ids=renderer_of(backend).prompt_ids(m), messages=m) for m in messages]
+    choices = [["PASS", "BET"]] * len(prompts)
+    answered = []
+    shared_pass = hd.shared_prompt_pass
+    monkeypatch.setattr(hd, "shared_prompt_pass", lambda *a: answered.append(shared_pass(*a)) or answered[-1])
+    shared = backend.choice_masses(prompts, choices)
+    assert len(answered) == 1 and (answered[0] is not None) == (arch == "llama"), arch
+    monkeypatch.setattr(hd, "shared_prompt_pass", lambda *a: None)
+    plain = backend.choice_masses(prompts, choices)
+    for s, p in zip(shared, plain):
+        assert s == pytest.approx(p, rel=1e-5, abs=1e-9)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from sepo.backends.shared_rows import last_real_column, plan_segments, prefix_classes
 from sepo.grpo.config import SEPOConfig
-from sepo.grpo.shared_prefix import last_real_column, plan_segments, prefix_classes
 from sepo.grpo.trainer import SEPOTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor
 
+from sepo.backends.shared_rows import shared_prompt_pass
+
 _CONTEXT_TOKENS = 16  # how much of the prompt's tail is re-tokenised to find in-context action tokens
 
 
@@ -148,16 +150,21 @@ def score_actions(
 
 def _score_chunk(model, prompts: list[list[int]], conts: list[list[tuple[int, list[int]]]],
                  pad: int) -> list[tuple[int, int, float]]:
-    """(prompt, choice, log-likelihood) of every continuation: one pass over the left-padded prompts, then
+    """(prompt, choice, log-likelihood) of every continuation: one pass over the left-padded prompts (each shared
+    prefix once: `sepo.backends.shared_rows.shared_prompt_pass`), then
     for k = 0, 1, ... one pass feeding every prompt's k-th continuation (right-padded) on a copy of the
     prompts' cache. The first continuation token is scored from the prompt pass's last logits."""
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
     attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    first = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
-                  use_cache=True, logits_to_keep=1)
-    first_lp = torch.log_softmax(first.logits[:, -1].float(), -1)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    shared = shared_prompt_pass(model, ids, attn, positions)
+    if shared is None:
+        first = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1)
+        shared = first.past_key_values, first.logits[:, -1]
+    prompt_cache, last_logits = shared
+    first_lp = torch.log_softmax(last_logits.float(), -1)
     lengths = attn.sum(1, keepdim=True)
     scored = []
     for k in range(max(len(c) for c in conts)):
@@ -172,7 +179,7 @@ def _score_chunk(model, prompts: list[list[int]], conts: list[list[tuple[int, li
         if fed:
             logits = model(input_ids=x, attention_mask=torch.cat([attn, mask], 1),
                            position_ids=lengths + torch.arange(fed, device=device),
-                           past_key_values=copy.deepcopy(first.past_key_values)).logits
+                           past_key_values=copy.deepcopy(prompt_cache)).logits
             logps = torch.log_softmax(logits.float(), -1)
         for b, (j, cont) in rows:
             lp = first_lp[b, cont[0]]
