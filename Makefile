@@ -222,6 +222,9 @@ figures-lm-kuhn: install
 lm-kuhn-speed: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --steps 3 --out benchmarks/lm_kuhn/speed_shared_prefix.json
+	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
+	  --arm exploitability_descent --steps 3 --start runs/experiments/lm_kuhn/warm_start/merged \
+	  --out benchmarks/lm_kuhn/speed_warm_start.json
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --rows 48 --repeats 1 --out benchmarks/lm_kuhn/loss_speed.json
 

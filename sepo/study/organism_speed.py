@@ -99,15 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         "note": "wall_s and cpu_s run from one step's end to the next (the first from the start of training, after "
                 "the exact evaluation at step 0); the last step's include the final exact evaluation and the played "
                 "measure (played.seconds). step_time is TRL's training step: the rollout (sepo/time/rollout_s: the "
-                "exploiter refresh, generation and the rest of playing) and the loss's forward and backward. The "
-                "base model, not the warm start: its turns run to the turn length and reach the fallback more often",
+                "exploiter refresh, generation and the rest of playing) and the loss's forward and backward. "
+                + ("From --start (e.g. the warm start): the trained case" if ns.start else
+                   "The base model, not the warm start: its turns run to the turn length and reach the fallback "
+                   "more often"),
         "cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "torch_threads": os.environ.get("OMP_NUM_THREADS"),
         "per_step": [{**clock_row, **timing} for clock_row, timing in zip(clock.steps, run["timing"])],
         "wall_s_per_step": sum(r["wall_s"] for r in clock.steps) / len(clock.steps),
         "cpu_s_per_step": sum(r["cpu_s"] for r in clock.steps) / len(clock.steps),
         "played": {"samples_per_infoset": ns.played_samples, "seconds": final["played_s"],
-                   "wall_s_per_sample": final["played_s"] / (12 * ns.played_samples)},
+                   "wall_s_per_sample": final["played_s"] / (len(final["policy"]) * ns.played_samples)},
         "final_checkpoint": {k: final[k] for k in ("exploitability", "canonical_mass", "played_gap")},
     })
     return 0
