@@ -562,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
     base_record(recipe, root)
-    starts = [warm_start(recipe, root, k) for k in range(len(warm_start_seeds(recipe)))]
+    count = 1 if ns.phase == "design" else len(warm_start_seeds(recipe))  # the design runs from the first alone
+    starts = [warm_start(recipe, root, k) for k in range(count)]
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
         run_jobs(design_jobs(recipe, root, starts[0]), ns.workers)
