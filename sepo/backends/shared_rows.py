@@ -45,12 +45,13 @@ MAX_CUTS = 64
 
 def plan_segments(classes: torch.Tensor, last_real: list[int], start: int,
                   segment_cost: int = SEGMENT_COST, max_cuts: int = MAX_CUTS) -> tuple[list[int], int]:
-    """(ends, slots): the segment ends after `start` (the last is the width) and the token slots they run: the
-    cut of columns start..T that minimises the token slots run (per segment [a, b), its distinct rows times b - a, plus `segment_cost`), where a
-    segment's distinct rows are the classes at `scored_through(b, T)` of the rows with a real token at or
-    after a. Cuts are
-    tried only where the rows split into more classes or a row ends (at most `max_cuts` of them, evenly
-    spread), so planning stays small for long completions."""
+    """(ends, slots): the segment ends after `start` (the last is the width) and the token slots they run.
+
+    The cut of columns start..T minimises the slots run: per segment [a, b), its distinct rows times b - a,
+    plus `segment_cost`, where a segment's distinct rows are the classes at `scored_through(b, T)` of the rows
+    with a real token at or after a (a pass that scores nothing could cut one column later; the plan is then a
+    little cautious, never wrong). Cuts are tried only where the rows split into more classes or a row ends (at
+    most `max_cuts` of them, evenly spread), so planning stays small for long completions."""
     width = classes.size(1)
     rows = range(classes.size(0))
     at_end = classes.t().tolist()  # per column, every row's class
