@@ -431,3 +431,25 @@ def test_scoring_runs_shared_prompt_prefixes_once_with_the_plain_passs_masses(ar
     plain = backend.choice_masses(prompts, choices)
     for s, p in zip(shared, plain):
         assert s == pytest.approx(p, rel=1e-5, abs=1e-9)
+
+
+def test_a_shared_prefill_runs_the_module_generate_runs_under_mixed_precision(tiny_model_dirs):
+    """A PEFT model whose own forward accelerate wrapped in bf16 autocast (mixed precision): `generate` steps
+    through the base model's forward, so the shared prefill must too (`decoding_module`), or the cache mixes
+    bf16 values with fp32 keys and the first decoding step fails; the tokens are a fresh call's."""
+    import types
+
+    from accelerate.utils import convert_outputs_to_fp32
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dirs["llama"])
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    model.forward = types.MethodType(convert_outputs_to_fp32(autocast(model.forward.__func__)), model)  # accelerate's
+    backend = HFBackend(model, AutoTokenizer.from_pretrained(tiny_model_dirs["llama"]))
+    prompts = [Prompt(ids=p.ids, key=i) for i, p in enumerate(_prompts(backend) * 2)]
+    spec = SamplingSpec(greedy=True, max_new_tokens=4)
+    with backend.prefix_session() as cache:
+        shared = backend.generate(prompts, spec, session=cache)
+    assert [g.token_ids for g in shared] == [g.token_ids for g in backend.generate(prompts, spec)]

@@ -114,7 +114,8 @@ def test_the_cpu_head_projects_only_labelled_positions_with_the_full_paths_value
     apply = trl_utils._ChunkedLogProbFunction.apply
     monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply",
                         lambda hidden, *rest: rows.append(hidden.shape[0]) or apply(hidden, *rest))
-    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
+    # TRL's own test (an earlier trainer in this process may have replaced it), restored after the test
+    monkeypatch.setattr(trl_utils, "_use_triton", getattr(trl_utils._use_triton, "sepo_triton", trl_utils._use_triton))
     with torch.no_grad():
         full = model(input_ids=ids, labels=labels, fused_lm_head=True)
         trl_seam.score_labelled_positions_only()

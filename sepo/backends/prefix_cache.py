@@ -62,6 +62,14 @@ class CachedCall:
     start_states: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)  # their states
 
 
+def decoding_module(model: Any) -> Any:
+    """The module whose forward `generate` runs at every step of `model`: a PEFT model generates through its base
+    model (LoRA layers included), not through its own forward, which accelerate may have wrapped in autocast
+    (mixed precision). A pass that fills a cache `generate` then continues runs this module, so the cache holds
+    what `generate`'s own steps would have put there."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
     """Feed the columns of `call` in which some row still waits in its padding, and return the ids left for
     `generate` (every row real from there on).
@@ -78,7 +86,7 @@ def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
     positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     holes = torch.tensor(call.holes, device=call.input_ids.device)
     for begin, end in zip(starts, starts[1:]):
-        model(input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
+        decoding_module(model)(input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
               position_ids=positions[:, width + begin : width + end], past_key_values=call.past_key_values,
               use_cache=True, logits_to_keep=1)
         waiting = holes >= end
@@ -126,7 +134,7 @@ def share_prefill(model: Any, call: CachedCall, inverse: list[int], max_new_toke
     done = fed - rest.shape[1]
     if rest.shape[1] > 1:
         positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        model(input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
+        decoding_module(model)(input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
               position_ids=positions[:, cached + done : cached + fed - 1], past_key_values=call.past_key_values,
               use_cache=True, logits_to_keep=1)
     rows = torch.tensor(inverse, device=call.input_ids.device)

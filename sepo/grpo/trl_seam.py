@@ -178,7 +178,7 @@ def score_labelled_positions_only() -> None:
     The head (`add_fused_lm_head`, TRL 1.16) projects only the positions whose label is not -100 where Triton
     runs, and every position elsewhere, masking afterwards, to keep tile shapes fixed for compilers (Neuron).
     On a CPU that runs the whole vocabulary at every prompt and padding position: an answer-only SFT step of
-    the SmolLM2 Kuhn warm start (48 rows of ~67 tokens, ~3 scored each) spent about 25 of its ~60 s there.
+    a compact game's warm start (48 rows of ~67 tokens, ~3 scored each) spent about 25 of its ~60 s there.
     The labelled-only path is the same per-position computation on fewer rows, with zeros where nothing is
     scored, as the full path returns. The choice is `trl.trainer.utils._use_triton(device)`, looked up when the
     head runs; the kernels inside keep their own test, so a CPU still runs PyTorch's tiles."""
@@ -193,6 +193,7 @@ def score_labelled_positions_only() -> None:
         return device.type == "cpu" or triton(device)
 
     labelled_only.sepo_labelled_only = True
+    labelled_only.sepo_triton = triton  # TRL's own test, for a caller that needs the unpatched head
     trl_utils._use_triton = labelled_only
 
 
