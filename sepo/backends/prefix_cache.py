@@ -86,9 +86,10 @@ def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
     positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     holes = torch.tensor(call.holes, device=call.input_ids.device)
     for begin, end in zip(starts, starts[1:]):
-        decoding_module(model)(input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
-              position_ids=positions[:, width + begin : width + end], past_key_values=call.past_key_values,
-              use_cache=True, logits_to_keep=1)
+        decoding_module(model)(
+            input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
+            position_ids=positions[:, width + begin : width + end], past_key_values=call.past_key_values,
+            use_cache=True, logits_to_keep=1)
         waiting = holes >= end
         for layer, start in zip(call.past_key_values.layers, call.start_states):
             if start is not None:
@@ -101,10 +102,12 @@ def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     """(firsts, inverse): the position of each distinct prompt's first occurrence, and for every prompt the index
     of its distinct prompt in `firsts`."""
     index: dict[tuple[int, ...], int] = {}
-    inverse = [index.setdefault(tuple(ids), len(index)) for ids in prompts]
-    firsts = [0] * len(index)
-    for row, i in reversed(list(enumerate(inverse))):
-        firsts[i] = row
+    firsts, inverse = [], []
+    for row, ids in enumerate(prompts):
+        if tuple(ids) not in index:
+            index[tuple(ids)] = len(firsts)
+            firsts.append(row)
+        inverse.append(index[tuple(ids)])
     return firsts, inverse
 
 
@@ -134,9 +137,10 @@ def share_prefill(model: Any, call: CachedCall, inverse: list[int], max_new_toke
     done = fed - rest.shape[1]
     if rest.shape[1] > 1:
         positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        decoding_module(model)(input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
-              position_ids=positions[:, cached + done : cached + fed - 1], past_key_values=call.past_key_values,
-              use_cache=True, logits_to_keep=1)
+        decoding_module(model)(
+            input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
+            position_ids=positions[:, cached + done : cached + fed - 1], past_key_values=call.past_key_values,
+            use_cache=True, logits_to_keep=1)
     rows = torch.tensor(inverse, device=call.input_ids.device)
     layers = call.past_key_values.layers
     kinds = [kind_of(layer) for layer in layers]
