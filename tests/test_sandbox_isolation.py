@@ -618,7 +618,11 @@ class Store:
 def test_no_shared_writable_storage_between_two_sandboxes():
     """The only writable places are a sandbox's own scratch and five stateless device nodes; what one sandbox writes
     there, a concurrent one cannot find."""
-    with SandboxedPolicy(STORE, label="a", methods=("put",)) as a, SandboxedPolicy(STORE, label="b", methods=("put",)) as b:
+    walk = SandboxConfig(call_timeout_s=120)  # each call walks the sandbox's whole tree: >10 s on a loaded CI machine
+    with (
+        SandboxedPolicy(STORE, label="a", config=walk, methods=("put",)) as a,
+        SandboxedPolicy(STORE, label="b", config=walk, methods=("put",)) as b,
+    ):
         a.loaded(), b.loaded()
         writable = set(a.call("writable"))
         assert writable <= {"/scratch"} | {f"/dev/{d}" for d in layers.DEVICES}, sorted(writable)[:20]
