@@ -453,3 +453,54 @@ def test_a_shared_prefill_runs_the_module_generate_runs_under_mixed_precision(ti
     with backend.prefix_session() as cache:
         shared = backend.generate(prompts, spec, session=cache)
     assert [g.token_ids for g in shared] == [g.token_ids for g in backend.generate(prompts, spec)]
+
+
+@pytest.fixture(scope="module")
+def qwen35_release_layout(tmp_path_factory) -> str:
+    """A tiny Qwen 3.5 saved as the released checkpoints are: the multimodal class (a vision tower, the language
+    model under `model.language_model`) whose text config has interleaved 3-D rotary sections."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from sepo.tiny_models import build_tiny_model
+
+    text, tok = build_tiny_model("qwen3_5")
+    text_config = text.config.to_dict() | {"rope_parameters": {
+        "rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+        "mrope_interleaved": True, "mrope_section": [2, 1, 1]}}  # the released [11, 11, 10], scaled to head_dim 32
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text.config.hidden_size)
+    torch.manual_seed(0)
+    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text_config, vision_config=vision,
+                                                          tie_word_embeddings=False))
+    path = tmp_path_factory.mktemp("qwen35_release") / "model"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_a_released_qwen35_layout_loads_as_text_and_reuse_matches_its_own_generate(qwen35_release_layout):
+    """The released layout loads through the backend as the text class (transformers maps it so); the backend
+    feeds 2-D positions, which the model widens to its 3-D sections (equal for text). Three lock-step rounds with
+    the prefix cache, rows of unequal length (left padding), give token for token what the multimodal class's
+    own `generate`, computing its own 3-D positions, gives one unpadded prompt at a time, logprobs included."""
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    backend = HFBackend.from_model(qwen35_release_layout, device="cpu")
+    assert type(backend.model).__name__ == "Qwen3_5ForCausalLM"
+    assert backend.model.config.rope_parameters["mrope_interleaved"]
+    released = Qwen3_5ForConditionalGeneration.from_pretrained(qwen35_release_layout).eval()
+    spec = SamplingSpec(greedy=True, max_new_tokens=6)
+    tail = backend.tokenizer.encode(" and then some more words", add_special_tokens=False)
+    prompts = [Prompt(ids=p.ids, key=i) for i, p in enumerate(_prompts(backend) * 2)]  # a shared prefill too
+    with backend.prefix_session() as cache:
+        for rnd in range(3):
+            got = backend.generate(prompts, spec, session=cache)
+            for p, g in zip(prompts, got):
+                with torch.no_grad():
+                    out = released.generate(torch.tensor([p.ids]), max_new_tokens=len(g.token_ids), do_sample=False,
+                                            pad_token_id=backend.pad_id, output_logits=True,
+                                            return_dict_in_generate=True)
+                assert out.sequences[0, len(p.ids):].tolist() == g.token_ids, (rnd, p.key)
+                logprobs = [torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(out.logits, g.token_ids)]
+                assert g.logprobs == pytest.approx(logprobs, abs=1e-4), (rnd, p.key)
+            prompts = [Prompt(ids=p.ids + g.token_ids + tail[: 1 + i % 3 * 2], key=p.key)
+                       for i, (p, g) in enumerate(zip(prompts, got))]
