@@ -33,6 +33,7 @@ from sepo.backends.prefix_cache import (
     fresh_call,
     share_prefill,
 )
+from sepo.backends.shared_rows import left_padded
 from sepo.config.models import adapter_base_model, resolve_model
 from sepo.generation import Generation, Prompt, SamplingSpec, template_end_of_turn
 
@@ -258,10 +259,8 @@ class HFBackend:
             with self._inference(None):
                 ids = feed_ahead(self.model, planned)
         else:
-            width = max(len(p.ids) for p in prompts)
-            pads = [width - len(p.ids) for p in prompts]
-            ids = torch.tensor([[self.pad_id] * n + list(p.ids) for p, n in zip(prompts, pads)], device=device)
-            attn = torch.tensor([[0] * n + [1] * len(p.ids) for p, n in zip(prompts, pads)], device=device)
+            ids, attn = left_padded([p.ids for p in prompts], self.pad_id, device)
+            width = ids.shape[1]
             own_cache = session is not None and self._kinds is not None
             cache = build_cache(self._kinds, width + max_new_tokens) if own_cache else None
             valid_before = torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor
 
-from sepo.backends.shared_rows import shared_prompt_pass
+from sepo.backends.shared_rows import left_padded, positions_of, shared_prompt_pass
 
 _CONTEXT_TOKENS = 16  # how much of the prompt's tail is re-tokenised to find in-context action tokens
 
@@ -155,10 +155,8 @@ def _score_chunk(model, prompts: list[list[int]], conts: list[list[tuple[int, li
     for k = 0, 1, ... one pass feeding every prompt's k-th continuation (right-padded) on a copy of the
     prompts' cache. The first continuation token is scored from the prompt pass's last logits."""
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
-    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    ids, attn = left_padded(prompts, pad, device)
+    positions = positions_of(attn)
     shared = shared_prompt_pass(model, ids, attn, positions)
     if shared is None:
         first = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1)

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from sepo.backends.cache_layers import build_cache, kind_of
+from sepo.backends.shared_rows import left_padded, positions_of
 
 MEMORY_FRACTION = 0.5  # of the device's free memory a stored cache may take (see the module doc)
 COUNTS = ("hits", "misses", "stored", "refused", "refused_cache_type", "refused_over_budget")
@@ -83,7 +84,7 @@ def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
         return call.input_ids
     starts = sorted(set(call.holes))
     width = call.cache_valid.shape[1]
-    positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    positions = positions_of(call.attention_mask)
     holes = torch.tensor(call.holes, device=call.input_ids.device)
     for begin, end in zip(starts, starts[1:]):
         decoding_module(model)(
@@ -114,10 +115,11 @@ def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
 def fresh_call(prompts: list[list[int]], pad_id: int, kinds: list[str], device: torch.device,
                max_new_tokens: int) -> CachedCall:
     """A call that reuses nothing: the prompts left-padded, fed in full on an empty cache of `kinds`."""
-    width = max(len(ids) for ids in prompts)
+    input_ids, attention_mask = left_padded(prompts, pad_id, device)
+    width = input_ids.shape[1]
     return CachedCall(
-        input_ids=torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in prompts], device=device),
-        attention_mask=torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=device),
+        input_ids=input_ids,
+        attention_mask=attention_mask,
         past_key_values=build_cache(kinds, width + max_new_tokens),
         cache_valid=torch.zeros(len(prompts), 0, dtype=torch.bool, device=device),
         reused=[0] * len(prompts),
@@ -136,7 +138,7 @@ def share_prefill(model: Any, call: CachedCall, inverse: list[int], max_new_toke
     cached, fed = call.cache_valid.shape[1], call.input_ids.shape[1]
     done = fed - rest.shape[1]
     if rest.shape[1] > 1:
-        positions = (call.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        positions = positions_of(call.attention_mask)
         decoding_module(model)(
             input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
             position_ids=positions[:, cached + done : cached + fed - 1], past_key_values=call.past_key_values,
@@ -281,8 +283,7 @@ class PrefixCache:
             columns[i, width - c :] = self.valid[row].nonzero().squeeze(1)[:c]
             valid[i, width - c :] = True
         fed = [ids[c:] for ids, c in zip(prompts, kept)]
-        input_ids = torch.tensor([[pad_id] * (fed_width - len(f)) + f for f in fed], device=device)
-        fed_mask = torch.tensor([[0] * (fed_width - len(f)) + [1] * len(f) for f in fed], device=device)
+        input_ids, fed_mask = left_padded(fed, pad_id, device)  # fed_width wide: a longest row feeds no re-fed tail
         picked = torch.tensor(rows, device=self.kv[0][0].device)
         states = [self._gathered(kind, a, b, picked, columns) for kind, (a, b) in zip(self.kinds, self.kv)]
         return CachedCall(

@@ -11,11 +11,28 @@ key/value cache, indexed out to those rows) runs the fewest token slots. Used by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int,
+                device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask) of token rows left-padded to the longest, mask 0 on padding: the layout every batched pass
+    here feeds, so each row's last token sits in the last column."""
+    width = max(len(row) for row in rows)
+    ids = torch.tensor([[pad_id] * (width - len(row)) + list(row) for row in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=device)
+    return ids, mask
+
+
+def positions_of(mask: torch.Tensor) -> torch.Tensor:
+    """Each column's position in its row, counting real tokens only (0 on left padding): the position ids
+    `generate` gives a left-padded row."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def prefix_classes(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
