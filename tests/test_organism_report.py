@@ -145,3 +145,23 @@ def test_the_report_is_worded_from_the_registry_and_the_recipe():
     words = wording(recipe)
     assert words.title == "Kuhn model organism" and words.game_title == "Kuhn"
     assert wording(load_recipe(LM_RECIPE)).title == load_recipe(LM_RECIPE)["title"]
+
+
+def test_base_is_scored_again_from_its_policy_beside_the_sft_starts_interval(tmp_path):
+    """Base (the pretrained model before SFT) enters the report only through root/base.json, with its
+    exploitability computed again from its policy (a record's own number is not used), beside the SFT warm
+    starts' t-interval; without the file the report has no Base."""
+    from envs.kuhn_exact import exploitability, nash_policy
+    from sepo.study.organism_report import against_base
+
+    starts = [{"exploitability": v} for v in (0.20, 0.25, 0.30)]
+    assert against_base(tmp_path, starts, exploitability) == {}
+    always_pass = {s: {"PASS": 1.0, "BET": 0.0} if s in ("J", "Q", "K", "Jp", "Qp", "Kp") else {"FOLD": 1.0, "CALL": 0.0}
+                   for s in ("J", "Q", "K", "Jp", "Qp", "Kp", "Jb", "Qb", "Kb", "Jpb", "Qpb", "Kpb")}
+    (tmp_path / "base.json").write_text(json.dumps({"policy": always_pass, "exploitability": 0.0}))
+    got = against_base(tmp_path, starts, exploitability)
+    assert got["base"]["exploitability"] == got["sft_vs_base"]["base"] == exploitability(always_pass) > 0.5
+    assert exploitability(nash_policy()) == pytest.approx(0.0, abs=1e-12)  # the oracle tells the two apart
+    half = stats.t.ppf(0.975, 2) * 0.05 / 3 ** 0.5
+    assert got["sft_vs_base"]["sft"] == pytest.approx({"mean": 0.25, "low": 0.25 - half, "high": 0.25 + half, "n": 3})
+    assert got["sft_vs_base"]["sft_seeds"] == 3

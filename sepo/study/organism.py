@@ -357,7 +357,7 @@ def base_record(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | None:
     from sepo.backends.hf import HFBackend
     from sepo.rollout.chat import ChatRenderer
 
-    backend = HFBackend.from_model(name, device="cpu")
+    backend = HFBackend.from_model(name, device="cpu" if recipe["train"].get("use_cpu") else None)  # as the arms train
     renderer = ChatRenderer(backend.tokenizer)
     record, masses = scored_record(recipe, backend, renderer, int(recipe["train"].get("seat", 0)), 0)
     record.update(model=model_name(recipe), canonical_mass_by_state=masses)

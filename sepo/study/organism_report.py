@@ -78,6 +78,19 @@ def cached_references(path: Path, game: str, lambdas: Any, weights: Sequence[flo
     return refs
 
 
+def against_base(root: Path, starts: list[dict[str, Any]], exploitability: Callable[[Any], float]) -> dict[str, Any]:
+    """{"base", "sft_vs_base"} when root/base.json holds the pretrained model before SFT
+    (`sepo.study.organism.base_record`), else {}: Base's exploitability computed again from its policy (the
+    number a record states of itself is not used), beside the SFT warm starts' 95% t-interval."""
+    path = root / "base.json"
+    if not path.exists():
+        return {}
+    base = json.loads(path.read_text())
+    base["exploitability"] = exploitability(base["policy"])
+    return {"base": base, "sft_vs_base": {"base": base["exploitability"], "sft_seeds": len(starts),
+                                          "sft": t_interval([ws["exploitability"] for ws in starts])}}
+
+
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice). Runs are keyed
     `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
@@ -111,12 +124,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         extra["title"] = recipe["title"]
     if design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
-    if (root / "base.json").exists():  # the pretrained model before SFT (`sepo.study.organism.base_record`)
-        base = json.loads((root / "base.json").read_text())
-        base["exploitability"] = analysis.exploitability(base["policy"], params)
-        extra["base"] = base
-        extra["sft_vs_base"] = {"base": base["exploitability"], "sft_seeds": len(starts),
-                                "sft": t_interval([ws["exploitability"] for ws in starts])}
+    extra.update(against_base(root, starts, lambda policy: analysis.exploitability(policy, params)))
     return {
         **extra,
         "arms": arms,
