@@ -13,6 +13,7 @@ from sepo.backends.hf_decoding import (
     action_variants,
     build_trie,
     score_actions,
+    variants_of,
 )
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 from sepo.tiny_models import build_tiny_model, build_tokenizer
@@ -38,6 +39,17 @@ def test_variants_are_in_context_and_spaced():
             variants = action_variants(TOK, CONTEXT, action)
             texts = {TOK.decode(CONTEXT + v)[len(TOK.decode(CONTEXT)) :] for v in variants}
             assert texts == {action, " " + action}
+
+
+def test_a_batch_tokenises_each_row_as_that_row_alone():
+    """`variants_of` encodes a whole call's rows in one batch: each row's variants are those of the row tokenised
+    alone, whatever the rows beside it (action sets of 2 to 9 actions, so a misread offset lands on another
+    row's texts). The project's tokenizers give the same variants after every context tried, so a row read with
+    another row's context is not caught here."""
+    contexts = [CONTEXT, TOK.encode("Round 2." + FALLBACK_CUE, add_special_tokens=False), [], CONTEXT[:5]]
+    batch = variants_of(TOK, contexts, ACTION_SETS[: len(contexts)])
+    alone = [variants_of(TOK, [c], [acts])[0] for c, acts in zip(contexts, ACTION_SETS)]
+    assert batch == alone and [list(row) for row in batch] == ACTION_SETS[: len(contexts)]
 
 
 def _constrained_rollout(actions, seed, greedy):

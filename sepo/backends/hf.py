@@ -23,7 +23,7 @@ from transformers import (
 )
 
 from sepo.backends.cache_layers import PromptEndSnapshot, build_cache, layer_kinds
-from sepo.backends.hf_decoding import TrieLogitsProcessor, build_trie, score_actions
+from sepo.backends.hf_decoding import TrieLogitsProcessor, build_tries, score_actions
 from sepo.backends.prefix_cache import (
     COUNTS,
     CachedCall,
@@ -196,7 +196,7 @@ class HFBackend:
         `session`'s cache; its stored rows stay: a forced turn is not what the next round continues)."""
         if len(prompts) != len(choices):
             raise ValueError(f"{len(prompts)} prompts but {len(choices)} choice lists")
-        tries = [build_trie(self.tokenizer, p.ids, c) for p, c in zip(prompts, choices)]
+        tries = build_tries(self.tokenizer, [p.ids for p in prompts], choices)
         max_new = max((t.max_depth for t in tries), default=0) + 1
         return self._generate(prompts, sampling, max_new, tries, session)
 

@@ -64,23 +64,50 @@ class ActionTrie:
 def action_variants(tokenizer, context_ids: Sequence[int], action: str) -> list[list[int]]:
     """Tokenisations of `action` (with and without a leading space) as continuations of `context_ids`:
     the in-context suffix ids when the context tokens survive re-tokenisation, and the standalone ids."""
-    context = tokenizer.decode(list(context_ids[-_CONTEXT_TOKENS:]), skip_special_tokens=False)
-    ctx_ids = tokenizer.encode(context, add_special_tokens=False)
-    out: list[list[int]] = []
-    for text in (action, " " + action):
-        full = tokenizer.encode(context + text, add_special_tokens=False)
-        candidates = [tokenizer.encode(text, add_special_tokens=False)]
-        if full[: len(ctx_ids)] == ctx_ids and len(full) > len(ctx_ids):
-            candidates.insert(0, full[len(ctx_ids) :])
-        out.extend(c for c in candidates if c and c not in out)
+    return variants_of(tokenizer, [context_ids], [[action]])[0][action]
+
+
+def variants_of(tokenizer, contexts: Sequence[Sequence[int]],
+                actions: Sequence[Sequence[str]]) -> list[dict[str, list[list[int]]]]:
+    """Per context, {action: `action_variants`} for each of its actions, with one decode and one encode call for
+    the whole batch (a call's rows would otherwise cost one decode and ten encodes each for two actions)."""
+    if not contexts:  # batch_decode reads an empty list as one empty sequence
+        return []
+    tails = tokenizer.batch_decode([list(c[-_CONTEXT_TOKENS:]) for c in contexts], skip_special_tokens=False)
+    texts = []
+    for tail, acts in zip(tails, actions, strict=True):
+        texts.append(tail)
+        for action in acts:
+            for text in (action, " " + action):
+                texts += [tail + text, text]
+    encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"])
+    out: list[dict[str, list[list[int]]]] = []
+    for acts in actions:
+        ctx_ids = next(encoded)
+        row: dict[str, list[list[int]]] = {}
+        for action in acts:
+            found: list[list[int]] = []
+            for _ in (action, " " + action):
+                full, alone = next(encoded), next(encoded)
+                candidates = [alone]
+                if full[: len(ctx_ids)] == ctx_ids and len(full) > len(ctx_ids):
+                    candidates.insert(0, full[len(ctx_ids) :])
+                found.extend(c for c in candidates if c and c not in found)
+            row[action] = found
+        out.append(row)
     return out
 
 
 def build_trie(tokenizer, context_ids: Sequence[int], actions: Sequence[str]) -> ActionTrie:
     """The trie of all in-context variants of `actions` after `context_ids`."""
-    if not actions:
+    return build_tries(tokenizer, [context_ids], [actions])[0]
+
+
+def build_tries(tokenizer, contexts: Sequence[Sequence[int]], choices: Sequence[Sequence[str]]) -> list[ActionTrie]:
+    """`build_trie` for every row of a call, tokenised in one batch (`variants_of`)."""
+    if any(not actions for actions in choices):
         raise ValueError("no legal actions to constrain to")
-    return ActionTrie({a: action_variants(tokenizer, context_ids, a) for a in actions})
+    return [ActionTrie(variants) for variants in variants_of(tokenizer, contexts, choices)]
 
 
 class TrieLogitsProcessor(LogitsProcessor):
@@ -130,12 +157,12 @@ def score_actions(
     and every continuation is scored on a copy of its key/value cache, so a prompt with k tokenisations of
     its choices costs one prompt pass, not k (a two-action exact phase scores 6-8 continuations per prompt).
     """
-    conts: list[list[tuple[int, list[int]]]] = []  # per prompt: (choice index, continuation ids + end-of-turn)
-    for i, (prompt, acts) in enumerate(zip(prompts, choices, strict=True)):
+    for i, acts in enumerate(choices):
         if not acts:
             raise ValueError(f"prompt {i} has no choices to score")
-        conts.append([(j, [*variant, end_of_turn_id]) for j, action in enumerate(acts)
-                      for variant in action_variants(tokenizer, prompt, action)])
+    # per prompt: (choice index, continuation ids + end-of-turn)
+    conts = [[(j, [*variant, end_of_turn_id]) for j, action in enumerate(acts) for variant in variants[action]]
+             for acts, variants in zip(choices, variants_of(tokenizer, prompts, choices), strict=True)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id
     out: list[list[float]] = [[float("-inf")] * len(acts) for acts in choices]
     for start in range(0, len(prompts), batch_size):
