@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,31 @@ def test_a_killed_organism_run_resumes_to_the_same_tables(organism, tmp_path):
     assert [c["step"] for c in killed] == [c["step"] for c in whole], f"KILL_SEED={kill_seed}"
     assert [c["policy"] for c in killed] == [c["policy"] for c in whole], f"KILL_SEED={kill_seed}"
     assert docs["killed"]["resumed_from_step"] > 0, f"KILL_SEED={kill_seed}: the run did not resume"
+
+
+@pytest.mark.slow
+def test_a_killed_warm_start_resumes_to_the_same_weights(tmp_path):
+    """The SFT warm start checkpoints every 10 steps: kill -9 at a random point after its first checkpoint, then
+    the same command: the merged weights equal an uninterrupted SFT's, byte for byte."""
+    from sepo.study.organism import load_recipe, warm_start_dir
+
+    rng, kill_seed = kill_rng()
+    weights = {}
+    for name in ("whole", "killed"):
+        r = small(load_recipe(RECIPE), tmp_path / name)
+        r["report"] = {"arms": [], "seeds": [], "steps": {"default": 1}}
+        r["pilot"] = {**r["pilot"], "arms": [], "seeds": []}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(r))
+        cmd = ["sepo.study.organism", "--config", str(path), "--workers", "1", "--phase", "report"]
+        out = warm_start_dir(tmp_path / name, 0)
+        if name == "killed":
+            # after the first complete checkpoint (step 10 of 40): the kill lands mid-SFT
+            run_and_kill(cmd, tmp_path / "killed.log", lambda o=out: last_complete_checkpoint(o) is not None,
+                         rng.uniform(0.0, 1.0))
+            assert not (out / "merged" / "config.json").exists(), f"KILL_SEED={kill_seed}: killed after the end"
+        run_cli(cmd, tmp_path / f"{name}.log")
+        weights[name] = (out / "merged" / "model.safetensors").read_bytes()
+    first = re.search(r"sft step (\d+)/", (tmp_path / "killed.log").read_text(errors="replace"))
+    assert first and int(first.group(1)) > 10, f"KILL_SEED={kill_seed}: the rerun did not resume ({first})"
+    assert weights["killed"] == weights["whole"], f"KILL_SEED={kill_seed}"

@@ -209,7 +209,8 @@ def warm_start_dir(root: Path, index: int) -> Path:
 def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
     """Answer-only SFT on the demonstrator (the project's SFT stage, every row in each batch unless
     `warm_start.batch_size` says fewer), seeded by warm-start seed `index` (`warm_start_seeds`); the merged
-    checkpoint under `warm_start_dir(root, index)`/merged (reused when present).
+    checkpoint under `warm_start_dir(root, index)`/merged (reused when present). A checkpoint every 10 steps:
+    an SFT killed midway resumes from its last one (a pretrained model's SFT takes tens of minutes on a CPU).
 
     The organism is built from config with that seed and fully fine-tuned; a pretrained model (`pretrained`)
     gets a LoRA adapter (`warm_start.use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`: SEPOSFTConfig's keys),
@@ -236,7 +237,8 @@ def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
         use_peft=bool(ws.get("use_peft", False)), **lora, max_steps=int(ws["steps"]),
         per_device_train_batch_size=int(ws.get("batch_size", len(rows))),
         learning_rate=float(ws["learning_rate"]), lr_scheduler_type="constant", warmup_steps=0,
-        save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
+        save_strategy="steps", save_steps=10, save_total_limit=1, resume_from_checkpoint="true",
+        eval_strategy="no", report_to="none", use_cpu=True, bf16=False,
         gradient_checkpointing=False, seed=seed, disable_tqdm=True, logging_steps=10,
     ))
 
