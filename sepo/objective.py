@@ -356,6 +356,17 @@ def _opponent_stats(pool: str, opponent: str, eps: Sequence[EpisodeTerms]) -> Op
     )
 
 
+def pool_means(terms: Sequence[EpisodeTerms]) -> dict[str, dict[str, float]]:
+    """{pool: {"u", "e", "c", "x": the plain mean over that pool's episodes}}, for each pool with episodes (in
+    `POOL_NAMES` order): the per-pool terms a training step logs beside `aggregate`'s J."""
+    out: dict[str, dict[str, float]] = {}
+    for pool in POOL_NAMES:
+        episodes = [t for t in terms if t.pool == pool]
+        if episodes:
+            out[pool] = {key: sum(getattr(t, key) for t in episodes) / len(episodes) for key in ("u", "e", "c", "x")}
+    return out
+
+
 def aggregate(terms: Iterable[EpisodeTerms], lambdas: Lambdas) -> Metrics:
     """Metrics over episodes grouped by (pool, opponent); every per-opponent number pools its rounds.
 

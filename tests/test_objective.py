@@ -414,3 +414,18 @@ def test_objective_is_pure_python():
 
     code = "import sys, sepo.objective; assert not {'torch', 'transformers'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pool_means_are_each_pools_plain_episode_means():
+    """The per-pool terms a step logs: each pool's plain mean over its own episodes (no pooling across
+    opponents or rounds, unlike `aggregate`), pools without episodes left out."""
+    from sepo.objective import pool_means
+
+    train = [episode_terms(rounds_of([3, 1], [3, 5]), 0, "training", 5.0),
+             episode_terms(rounds_of([0], [5], x=[2.0]), 0, "training", 5.0)]
+    exploit = [episode_terms(rounds_of([1, 1, 1], [5, 5, 2]), 0, "exploit", 5.0)]
+    got = pool_means([train[0], exploit[0], train[1]])
+    assert list(got) == ["training", "exploit"]
+    s = 3 / 5  # the scale at max payoff 5 (as 0.3 at 10 above)
+    assert got["training"] == pytest.approx({"u": s * (2 + 0) / 2, "e": s * (2 + 5) / 2, "c": 0.0, "x": (0 + 2) / 2})
+    assert got["exploit"] == pytest.approx({"u": s * 1, "e": s * 3, "c": 0.0, "x": 0.0})

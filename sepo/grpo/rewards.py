@@ -16,7 +16,6 @@ from envs import Game
 from envs.base import Lambdas
 from sepo import objective
 from sepo.objective import PROBE_CREDITS, EpisodeTerms
-from sepo.pools import POOL_NAMES
 
 
 def terms_of(record: Any, game: Game) -> EpisodeTerms:
@@ -101,11 +100,9 @@ def episode_metrics(records: Sequence[Any], games: Mapping[str, Game],
         out[f"sepo/{name}/J"] = m.safety
         for key in ("u", "e", "c", "x", "payoff", "welfare"):
             out[f"sepo/{name}/{key}"] = getattr(m, key)
-        for pool in POOL_NAMES:
-            pool_terms = [t for t in terms if t.pool == pool]
-            if pool_terms:
-                for key in ("u", "e", "c", "x"):
-                    out[f"sepo/{name}/{pool}/{key}"] = sum(getattr(t, key) for t in pool_terms) / len(pool_terms)
+        for pool, means in objective.pool_means(terms).items():
+            for key, value in means.items():
+                out[f"sepo/{name}/{pool}/{key}"] = value
         actions: Counter[str] = Counter(turn.action for r in recs for turn in r.turns)
         total = sum(actions.values())
         for action, n in actions.items():
