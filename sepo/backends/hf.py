@@ -24,15 +24,7 @@ from transformers import (
 
 from sepo.backends.cache_layers import PromptEndSnapshot, build_cache, layer_kinds
 from sepo.backends.hf_decoding import TrieLogitsProcessor, build_tries, score_actions
-from sepo.backends.prefix_cache import (
-    COUNTS,
-    CachedCall,
-    PrefixCache,
-    distinct_rows,
-    feed_ahead,
-    fresh_call,
-    share_prefill,
-)
+from sepo.backends.prefix_cache import COUNTS, PrefixCache, feed_ahead, plan_call
 from sepo.backends.shared_rows import left_padded
 from sepo.config.models import adapter_base_model, resolve_model
 from sepo.generation import Generation, Prompt, SamplingSpec, template_end_of_turn
@@ -228,19 +220,6 @@ class HFBackend:
                 procs.append(TopPLogitsWarper(sampling.top_p))
         return procs
 
-    def _plan(self, prompts: list[Prompt], session: PrefixCache, max_new_tokens: int) -> CachedCall | None:
-        """The session's call for `prompts`: their stored rows reused where they extend them, and rows with the
-        same prompt prefilled once (`share_prefill`); None (a plain call) when neither applies."""
-        firsts, inverse = distinct_rows([p.ids for p in prompts])
-        if len(firsts) == len(prompts) or self._kinds is None:
-            return session.plan([p.ids for p in prompts], self.pad_id, self.device, max_new_tokens, _keys(prompts))
-        reps = [prompts[i] for i in firsts]
-        call = session.plan([p.ids for p in reps], self.pad_id, self.device, max_new_tokens, _keys(reps))
-        if call is None:
-            call = fresh_call([p.ids for p in reps], self.pad_id, self._kinds, self.device, max_new_tokens)
-        with self._inference(None):
-            return share_prefill(self.model, call, inverse, max_new_tokens)
-
     def _generate(
         self, prompts: list[Prompt], sampling: SamplingSpec, max_new_tokens: int, tries: list | None,
         session: PrefixCache | None,
@@ -252,7 +231,9 @@ class HFBackend:
         device = self.device
         planned = None
         if session is not None:
-            planned = self._plan(prompts, session, max_new_tokens)
+            with self._inference(None):
+                planned = plan_call(self.model, session, [p.ids for p in prompts], _keys(prompts), self.pad_id,
+                                    self._kinds, device, max_new_tokens)
         if planned is not None:
             fed_ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
             valid_before = planned.cache_valid

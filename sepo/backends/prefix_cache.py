@@ -99,6 +99,22 @@ def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
     return call.input_ids[:, starts[-1] :]
 
 
+def plan_call(model: Any, session: PrefixCache, prompts: list[list[int]], keys: list[Hashable] | None, pad_id: int,
+              kinds: list[str] | None, device: torch.device, max_new_tokens: int) -> CachedCall | None:
+    """The session's call for `prompts` (`keys`: their episodes, or None for their positions): their stored rows
+    reused where they extend them, and rows with the same prompt prefilled once (`share_prefill`, which runs the
+    model: call this without gradients); None (a plain call) when neither applies. `kinds`: the model's cache
+    layer kinds, None when its cache cannot be reused."""
+    firsts, inverse = distinct_rows(prompts)
+    if len(firsts) == len(prompts) or kinds is None:
+        return session.plan(prompts, pad_id, device, max_new_tokens, keys)
+    reps = [prompts[i] for i in firsts]
+    call = session.plan(reps, pad_id, device, max_new_tokens, None if keys is None else [keys[i] for i in firsts])
+    if call is None:
+        call = fresh_call(reps, pad_id, kinds, device, max_new_tokens)
+    return share_prefill(model, call, inverse, max_new_tokens)
+
+
 def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     """(firsts, inverse): the position of each distinct prompt's first occurrence, and for every prompt the index
     of its distinct prompt in `firsts`."""
