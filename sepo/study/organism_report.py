@@ -204,6 +204,8 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
               "canonical_mass": "canonical-answer mass (lowest information set)"}
     for ax, metric in zip(axes, metrics):
         band_panel(ax, results["intervals"], metric, titles[metric], colors)
+        if metric == "canonical_mass":  # a probability: a t-band past [0, 1] (few seeds) is cut at the axes
+            ax.set_ylim(-0.02, 1.02)
     ax = axes[0]
     ax.axhline(refs["nash"], color="k", lw=1, label="Nash (0)")
     ax.axhline(refs["uniform"], color="gray", ls=":", label=f"uniform ({refs['uniform']:.3f})")
@@ -211,6 +213,9 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
                alpha=0.08, label="reward_only optimum (tie band)")
     ax.axhline(refs["per_pool"]["exploitability"], color=colors.get("per_pool", "C1"), ls="--", lw=1,
                label="per_pool optimum")
+    if "base" in results:  # the pretrained model before SFT (`against_base`)
+        ax.axhline(results["base"]["exploitability"], color="brown", ls="-.", lw=1,
+                   label=f"Base, before SFT ({results['base']['exploitability']:.3f})")
     ax.legend(fontsize=7, loc="upper right")
     ax = axes[-1]
     ax.plot([p["u_train"] for p in results["frontier"]], [p["exploitability"] for p in results["frontier"]],
@@ -224,6 +229,9 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
                     yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o", color=colors[arm], label=arm)
     for ws in results["warm_starts"]:
         ax.plot(ws["u_train"], ws["exploitability"], "k*", ms=10, label=f"warm start {ws['index']}")
+    if "base" in results:
+        ax.plot(results["base"]["u_train"], results["base"]["exploitability"], "X", color="brown", ms=9,
+                label="Base, before SFT")
     ax.set_xlabel("u_train (chips/hand)")
     ax.set_ylabel("exploitability (chips/hand)")
     ax.set_title("final checkpoints vs the exact frontier", fontsize=10)
