@@ -363,7 +363,7 @@ def pool_means(terms: Sequence[EpisodeTerms]) -> dict[str, dict[str, float]]:
     for pool in POOL_NAMES:
         episodes = [t for t in terms if t.pool == pool]
         if episodes:
-            out[pool] = {key: sum(getattr(t, key) for t in episodes) / len(episodes) for key in ("u", "e", "c", "x")}
+            out[pool] = {key: _mean([getattr(t, key) for t in episodes]) for key in ("u", "e", "c", "x")}
     return out
 
 
