@@ -231,14 +231,13 @@ class HFBackend:
         device = self.device
         planned = None
         if session is not None:
-            with self._inference(None):
+            with self._inference(None):  # a shared prefill and the feed ahead run the model
                 planned = plan_call(self.model, session, [p.ids for p in prompts], _keys(prompts), self.pad_id,
                                     self._kinds, device, max_new_tokens)
+                ids = feed_ahead(self.model, planned) if planned is not None else None
         if planned is not None:
             fed_ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
             valid_before = planned.cache_valid
-            with self._inference(None):
-                ids = feed_ahead(self.model, planned)
         else:
             ids, attn = left_padded([p.ids for p in prompts], self.pad_id, device)
             width = ids.shape[1]
