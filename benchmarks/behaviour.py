@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from benchmarks.settings import load_settings, settings_path
+from benchmarks.settings import settings_path
 from sepo.config.checks import UsageError
+from sepo.config.recipes import load_section
 from sepo.config.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def parser() -> RecipeParser:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
-    settings = load_settings(BehaviourSettings, args.settings)
+    settings = load_section(BehaviourSettings, args.settings)
     names = [n for n in args.cases.split(",") if n] or list(settings.cases)
     if unknown := [n for n in names if n not in settings.cases]:
         raise UsageError(f"--cases: unknown case {unknown[0]!r} (cases in {args.settings}: {', '.join(settings.cases)})")

@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from benchmarks.settings import load_settings, settings_path
+from benchmarks.settings import settings_path
 from envs.tabular import exact_games
 from sepo.backends.hf_decoding import action_variants, score_actions
 from sepo.config.checks import UsageError
 from sepo.config.provenance import git_sha, machine_info
-from sepo.config.recipes import RecipeParser
+from sepo.config.recipes import RecipeParser, load_section
 from sepo.config.subcommands import report_usage_errors
 from sepo.eval.config import EvalConfig
 from sepo.eval.episodes import batches, play_batch, units
@@ -139,7 +139,7 @@ def parser() -> RecipeParser:
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = parser().parse(sys.argv[1:] if argv is None else argv)
-    settings = load_settings(ExactEvalSettings, args.settings)
+    settings = load_section(ExactEvalSettings, args.settings)
     if settings.game not in exact_games():
         raise UsageError(f"{args.settings}: game {settings.game!r} has no exact analysis (games with one: "
                          f"{', '.join(exact_games())})")

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.settings import build, game_settings, settings_path
+from benchmarks.settings import game_settings, settings_path
 from envs import game_spec, make_game, make_strategy, play_episode
 from envs.tabular import DecisionState, analysis
 from sepo.config.checks import UsageError
+from sepo.config.recipes import section_as
 from sepo.config.subcommands import report_usage_errors
 
 if TYPE_CHECKING:
@@ -63,10 +64,10 @@ class GamesSettings:
     exploitability: dict[str, Any]
 
     def matches(self) -> MatchSettings:
-        return build(MatchSettings, self.match, f"{settings_path('games')}: match")
+        return section_as(MatchSettings, self.match, f"{settings_path('games')}: match")
 
     def exploits(self) -> ExploitabilitySettings:
-        return build(ExploitabilitySettings, self.exploitability, f"{settings_path('games')}: exploitability")
+        return section_as(ExploitabilitySettings, self.exploitability, f"{settings_path('games')}: exploitability")
 
 
 def games_settings() -> GamesSettings:

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.settings import load_settings, settings_path
+from benchmarks.settings import settings_path
 from sepo.config.provenance import load_average
-from sepo.config.recipes import RecipeParser
+from sepo.config.recipes import RecipeParser, load_section
 from sepo.config.subcommands import report_usage_errors
 from sepo.study.organism import build_model, load_recipe, run_one
 
@@ -73,7 +73,7 @@ class OrganismStepConfig:
 def main(argv: list[str] | None = None) -> int:
     (args,) = RecipeParser((OrganismStepConfig,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
         sys.argv[1:] if argv is None else argv)
-    settings = load_settings(OrganismStepSettings, args.settings)
+    settings = load_section(OrganismStepSettings, args.settings)
     torch.set_num_threads(1)  # as the study's workers (OMP_NUM_THREADS=1)
     result = run(ROOT / settings.recipe, args.arm, args.steps, args.repeats)
     best = result["best_seconds_per_step"]

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from transformers import AutoTokenizer
 
 from sepo.config.models import resolve_model
 from sepo.config.provenance import load_average, write_record
-from sepo.config.recipes import RecipeParser
+from sepo.config.recipes import RecipeParser, read_recipe
 from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
 from sepo.sft.data import build_dataset
@@ -72,7 +71,7 @@ def run_variant(runs: Path, name: str, overrides: list[str]) -> dict[str, Any]:
         _run(["eval", "--config", str(RECIPES / "eval.yaml"), "--models", f"SFT={folder / 'sft' / 'merged'}",
               "--output_dir", str(folder / "fmt"), "--episodes_per_opponent", "5", "--seed", str(DEV_SEED)],
              folder / "eval.log")  # fmt: skip
-    (game,) = yaml.safe_load((RECIPES / "eval.yaml").read_text())["games"]  # the quick start evaluates one game
+    (game,) = read_recipe(RECIPES / "eval.yaml")[0]["games"]  # the quick start evaluates one game
     result = json.loads(results.read_text())["results"]["SFT"][game]
     failure = result["metrics"]["parse_failure_rate"]
     return {"variant": name, "overrides": overrides, "sft_s": json.loads(timing.read_text())["sft_s"],
@@ -99,7 +98,7 @@ def padding_share(batch_size: int, seed: int = 0) -> dict[str, Any]:
     """How much of a batch of the quick start's SFT rows is padding when every row is padded to the batch's
     longest (TRL's collator): each row's prompt and completion rendered with the embedded model's chat
     template, the training rows in one shuffled order, cut into batches of `batch_size`."""
-    recipe = yaml.safe_load((RECIPES / "sft.yaml").read_text())
+    recipe, _ = read_recipe(RECIPES / "sft.yaml")
     rows = build_dataset(recipe["games"], seed=recipe.get("data_seed_value", 0),
                          episodes_scale=recipe["episodes_scale"], game_params=recipe["game_params"])["train"]
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("default"))

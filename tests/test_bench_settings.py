@@ -18,9 +18,10 @@ from benchmarks import (
     step_trace,
 )
 from benchmarks.gpu import check as gpu_check
-from benchmarks.settings import CONFIGS, game_settings, load_settings, settings_path
+from benchmarks.settings import CONFIGS, game_settings, settings_path
 from envs.tabular import exact_games
 from sepo.config.checks import UsageError
+from sepo.config.recipes import load_section
 
 # benchmark module name -> its settings dataclass
 SETTINGS = {
@@ -63,17 +64,19 @@ def test_the_settings_name_registered_games_and_their_strategies():
 
 
 @pytest.mark.parametrize(("text", "error"), [
-    ("game: ipd\nrounds_param: num_rounds\nturns: 3\n", "unknown key 'turns'"),
-    ("game: ipd\n", "missing key 'rounds_param'"),
-    ("- ipd\n", "expected a mapping of settings, got list"),
+    ("game: ipd\nrounds_param: num_rounds\nturns: 3\n", ", line 3: unknown key 'turns'; valid: game, rounds_param"),
+    ("game: ipd\nround_param: num_rounds\n", ", line 2: unknown key 'round_param' (did you mean 'rounds_param'?)"),
+    ("game: ipd\n", ": missing key 'rounds_param'"),
+    ("game: ipd\nrounds_param: [num_rounds]\n", ", line 2: rounds_param must be a string, got ['num_rounds']"),
+    ("- ipd\n", ": a recipe is a mapping of keys (key: value), not a list"),
 ])
 def test_a_bad_settings_file_is_a_one_line_error_naming_file_and_key(tmp_path, text, error):
     path = tmp_path / "rollout.yaml"
     path.write_text(text)
     with pytest.raises(UsageError) as caught:
-        load_settings(rollout.RolloutSettings, path)
+        load_section(rollout.RolloutSettings, path)
     message = str(caught.value)
-    assert message.startswith(f"{path}: ") and error in message and "\n" not in message
+    assert message.startswith(f"{path}{error[:1]}") and error in message and "\n" not in message
 
 
 def test_a_game_without_answers_is_named_in_one_line(monkeypatch):

@@ -119,7 +119,7 @@ def test_auxiliary_check_needs_probe_episodes():
 def test_config_errors_are_clear(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"output_dir": "x", "train": {}, "arms": {"a": {}}, "armz": 1}))
-    with pytest.raises(ValueError, match="unknown study key.*armz.*valid: output_dir"):
+    with pytest.raises(ValueError, match="bad.yaml, line 3: unknown key .armz. \\(did you mean .arms.\\?\\); valid: output_dir"):
         StudyConfig.from_yaml(bad)
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "o"), "train": {"games": ["ipd"]},

@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from transformers.hf_argparser import HfArgumentParser, string_to_bool
@@ -49,6 +49,7 @@ FLAG_EPILOG = (
     "mappings take JSON or YAML flow ('{training: 2, exploit: 1}'); booleans take true/false; null unsets an "
     "optional key."
 )
+T = TypeVar("T")
 RECIPE_EPILOG = ("Every key can be set in the recipe (--config, flat YAML keys) and overridden on the command "
                  "line. " + FLAG_EPILOG)
 
@@ -139,10 +140,63 @@ def read_recipe(path: str | Path) -> tuple[dict[str, Any], dict[str, int]]:
     if data is None:
         return {}, {}
     if not isinstance(data, dict):
-        raise UsageError(f"{path}: a recipe is a mapping of flat keys (key: value), not a {type(data).__name__}")
+        raise UsageError(f"{path}: a recipe is a mapping of keys (key: value), not a {type(data).__name__}")
     lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
     # a run's resolved config read back as a recipe: its provenance is a record of that run, not a setting
     return {str(k): v for k, v in data.items() if k != PROVENANCE_KEY}, lines
+
+
+def section_as(kind: type[T], data: Any, where: str, lines: dict[str, int] | None = None) -> T:
+    """A mapping from a recipe (a whole file with nested sections, such as a study's or a benchmark's settings,
+    or one section of one) as the dataclass `kind`, with the flat recipe's checks: an unknown key is named with
+    a "did you mean" and the valid keys, a missing required key is named, each value is coerced to its field's
+    type, and the dataclass's own checks speak last. Every error is one line that starts with `where` (and the
+    key's line, when `lines` has it)."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping of keys, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(kind) if f.init}  # type: ignore[arg-type]
+    lines = lines or {}
+
+    def at(key: str) -> str:
+        return f"{where}, line {lines[key]}" if key in lines else where
+
+    for key in data:
+        if key not in fields:
+            raise UsageError(f"{at(key)}: unknown key {key!r}{did_you_mean(str(key), fields)}; "
+                             f"valid: {', '.join(fields)}")  # fmt: skip
+    missing = [name for name, f in fields.items() if name not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # fmt: skip
+    if missing:
+        raise UsageError(f"{where}: missing key {missing[0]!r}")
+    hints = get_type_hints(kind)
+    values = {}
+    for key, value in data.items():
+        try:
+            values[key] = _section_value(key, value, hints[key], at(key))
+        except UsageError as exc:
+            raise UsageError(exc.args[0] if exc.args[0].startswith(where) else f"{at(key)}: {exc}") from None
+    try:
+        return kind(**values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def _section_value(key: str, value: Any, hint: Any, where: str) -> Any:
+    """A section's value as its field's type: a nested dataclass (or a list of them) is a section of its own."""
+    item = get_args(hint)[0] if get_origin(hint) is list and get_args(hint) else None
+    if dataclasses.is_dataclass(hint):
+        return section_as(hint, value, f"{where}: {key}")
+    if isinstance(item, type) and dataclasses.is_dataclass(item):
+        if not isinstance(value, list):
+            raise UsageError(f"{where}: {key} must be a list of mappings, got {value!r}")
+        return [section_as(item, v, f"{where}: {key}[{i}]") for i, v in enumerate(value)]
+    return coerce(key, value, hint)
+
+
+def load_section(kind: type[T], path: str | Path) -> T:
+    """The recipe file at `path` as the dataclass `kind` (`section_as`, after `read_recipe`'s YAML checks)."""
+    data, lines = read_recipe(path)
+    return section_as(kind, data, str(path), lines)
 
 
 _NO = object()  # "does not convert"

@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from envs import make_game
 from envs.tabular import analysis
-from sepo.config.recipes import RecipeParser
+from sepo.config.recipes import RecipeParser, load_section
 from sepo.config.subcommands import report_usage_errors
 from sepo.eval.exact import exact_pool_metrics
 from sepo.eval.stats import t_interval
@@ -47,6 +45,14 @@ class Claim:
     command: str
     records: list[str]  # read from the checkout in this order, shown in the table's record column
     args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(f"unknown check {self.check!r}; valid: {', '.join(CHECKS)}")
+        try:
+            inspect.signature(CHECKS[self.check]).bind(self.records, **self.args)
+        except TypeError as err:
+            raise ValueError(f"check {self.check}: {err}") from None
 
 
 def _exploit_key(game: str) -> str:
@@ -147,29 +153,15 @@ class ClaimsFile:
     rules_heading: str
     claims: list[Claim]
 
+    def __post_init__(self) -> None:
+        if not self.claims:
+            raise ValueError("`claims` is empty")
+
 
 def load_claims(path: str | Path = SPEC) -> ClaimsFile:
-    """The claims of a claims file (configs/claims.yaml); a bad entry is a one-line error naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"claims file {str(path)!r} not found")
-    data = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(data) - {"rules_heading", "claims"})
-    entries = data.get("claims")
-    if unknown or not isinstance(entries, list) or not entries or not isinstance(data.get("rules_heading"), str):
-        raise ValueError(f"{path}: needs `rules_heading` (text) and `claims` (a non-empty list) only, "
-                         f"got {sorted(data)}")
-    out = []
-    for i, entry in enumerate(entries):
-        try:
-            claim = Claim(**entry)
-            inspect.signature(CHECKS[claim.check]).bind(claim.records, **claim.args)
-        except KeyError as err:
-            raise ValueError(f"{path}: claim {i}: unknown check {err}; valid: {', '.join(CHECKS)}") from None
-        except TypeError as err:
-            raise ValueError(f"{path}: claim {i}: {err}") from None
-        out.append(claim)
-    return ClaimsFile(rules_heading=data["rules_heading"], claims=out)
+    """The claims of a claims file (configs/claims.yaml), read by the recipe parser (`load_section`); a bad entry is
+    a one-line error naming the file, the line and the claim."""
+    return load_section(ClaimsFile, path)
 
 
 def _load(root: Path, path: str) -> Record | None:

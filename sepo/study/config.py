@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from sepo.config.checks import UsageError
+from sepo.config.recipes import load_section
 from sepo.eval.config import EvalConfig
 from sepo.files import last_complete_checkpoint
 
@@ -36,27 +36,17 @@ class StudyConfig:
             self.seeds = [self.train.get("seed", 42)]  # 42: TrainingArguments' default seed
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"study config: `seeds` must be distinct and non-empty, got {self.seeds}")
+        unknown = sorted(set(self.eval) - {f.name for f in dataclasses.fields(EvalConfig) if f.init})
+        if unknown:  # found now, not when the study evaluates after training every arm
+            raise ValueError(f"study config: unknown eval key(s) {unknown} (not `sepo eval` keys)")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> StudyConfig:
-        """Read a recipe; unknown top-level keys are an error that lists the valid ones."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"study config {str(path)!r} not found")
-        data = yaml.safe_load(path.read_text()) or {}
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown study key(s) {unknown} in {path}; valid: {', '.join(valid)}")
-        missing = [k for k in ("output_dir", "train", "arms") if k not in data]
-        if missing:
-            raise ValueError(f"study config {path} lacks {', '.join(missing)}")
-        cfg = cls(**data)
+        """Read a recipe through the recipe parser (`load_section`): an unknown or missing key, or a value of the
+        wrong type, is a one-line error naming the file, line and key."""
+        cfg = load_section(cls, path)
         if not cfg.arms:
-            raise ValueError("study config: `arms` is empty")
-        unknown = sorted(set(cfg.eval) - {f.name for f in dataclasses.fields(EvalConfig) if f.init})
-        if unknown:  # found now, not when the study evaluates after training every arm
-            raise ValueError(f"study config {path}: unknown eval key(s) {unknown} (not `sepo eval` keys)")
+            raise UsageError(f"{path}: `arms` is empty")
         return cfg
 
 

@@ -44,8 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from envs.tabular import exact_games
 from sepo.config.checks import UsageError
 from sepo.config.subcommands import report_usage_errors
@@ -91,7 +89,9 @@ def exact_checkpoint(recipe: Mapping[str, Any], policy: Mapping[str, Any], step:
 
 def load_recipe(path: str | Path) -> dict[str, Any]:
     """The study recipe (YAML): model, warm start, train keys shared by all arms, arms, phases, budget."""
-    recipe = yaml.safe_load(Path(path).read_text())
+    from sepo.config.recipes import read_recipe
+
+    recipe, _ = read_recipe(path)  # the recipe parser's YAML checks: the file, line and column of a mistake
     for key in ("output_dir", "model", "warm_start", "train", "arms", "report"):
         if key not in recipe:
             raise UsageError(f"organism recipe {path}: missing key {key!r}")
