@@ -96,6 +96,9 @@ def final(tiny_model, tmp_path_factory) -> dict:
     run = run_one(recipe, "exploitability_descent", 0, 2, root / "run.json", str(start))
     assert [c["step"] for c in run["checkpoints"]] == [0, 2]
     assert run["config"]["use_peft"] is True and run["config"]["model_name_or_path"] == str(start)
+    # the steps' own time leaves out every exact evaluation, the final played measure inside the last one
+    assert run["eval_s"] >= run["checkpoints"][-1]["played_s"] > 0
+    assert run["train_seconds_per_step"] < run["seconds_per_step"]
     return run["checkpoints"][-1]
 
 

@@ -270,7 +270,8 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
     and keeps the exact checkpoints up to it (the later ones are evaluated again). `callbacks` are the trainer's
     too (the speed measurement's clock). `timing` holds TRL's and SEPO's logged times per logging interval
-    (`TIMING_KEYS`, sepo/time/*)."""
+    (`TIMING_KEYS`, sepo/time/*). `seconds_per_step` is the sitting's wall time per step trained, its exact
+    evaluations and final played measure included (`eval_s` in all); `train_seconds_per_step` leaves them out."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     from transformers import TrainerCallback
@@ -295,8 +296,10 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     resume_step = int(Path(resumed).name.split("-")[-1]) if resumed else -1
     kept = [json.loads(line) for line in exact_file.read_text().splitlines()] if exact_file.exists() else []
     checkpoints = [c for c in kept if c["step"] <= resume_step]
+    eval_seconds: list[float] = []  # each exact evaluation of this sitting (and the played measure), for timing
 
     def evaluate(model: Any, tokenizer: Any, step: int) -> None:
+        t_eval = time.perf_counter()
         renderer = ChatRenderer(tokenizer)
         backend = HFBackend(model, tokenizer, renderer.end_of_turn_id)
         record, masses = scored_record(recipe, backend, renderer, args.seat, step)
@@ -305,6 +308,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
                           **played_record(recipe, args, backend, renderer, record["policy"], seed))
         checkpoints.append(record)
         write_jsonl_atomic(exact_file, checkpoints)
+        eval_seconds.append(time.perf_counter() - t_eval)
 
     class Exact(TrainerCallback):
         def on_train_begin(self, a, state, control, model=None, processing_class=None, **kw):
@@ -319,8 +323,10 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     trainer = train(args, model_args, callbacks=[Exact(), *callbacks])
     seconds = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "loss" in h]
+    trained = max(1, steps - max(0, resume_step))
     result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "wall_s": seconds,
-              "seconds_per_step": seconds / max(1, steps - max(0, resume_step)),
+              "seconds_per_step": seconds / trained, "eval_s": sum(eval_seconds),
+              "train_seconds_per_step": (seconds - sum(eval_seconds)) / trained,
               "resumed_from_step": max(0, resume_step), "checkpoints": checkpoints,
               "adaptive": [{k: h[k] for k in h if k.startswith("sepo/adaptive/") or k == "step"} for h in history
                            if "sepo/adaptive/exploitability" in h],
