@@ -112,7 +112,7 @@ def plan_call(model: Any, session: PrefixCache, prompts: list[list[int]], keys: 
     call = session.plan(reps, pad_id, device, max_new_tokens, None if keys is None else [keys[i] for i in firsts])
     if call is None:
         call = fresh_call(reps, pad_id, kinds, device, max_new_tokens)
-    return share_prefill(model, call, inverse, max_new_tokens)
+    return share_prefill(model, call, inverse, kinds, max_new_tokens)
 
 
 def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
@@ -142,10 +142,11 @@ def fresh_call(prompts: list[list[int]], pad_id: int, kinds: list[str], device: 
     )
 
 
-def share_prefill(model: Any, call: CachedCall, inverse: list[int], max_new_tokens: int) -> CachedCall:
-    """`call`, planned for one row per distinct prompt, with every fed column but the last run here once per
-    distinct prompt and its cache copied out to every row (`inverse[i]`: row i's distinct prompt): what `generate`
-    then feeds is each row's last prompt token, from which the rows sample apart.
+def share_prefill(model: Any, call: CachedCall, inverse: list[int], kinds: list[str],
+                  max_new_tokens: int) -> CachedCall:
+    """`call`, planned for one row per distinct prompt on a cache of `kinds` layers, with every fed column but the
+    last run here once per distinct prompt and its cache copied out to every row (`inverse[i]`: row i's distinct
+    prompt): what `generate` then feeds is each row's last prompt token, from which the rows sample apart.
 
     Rows with the same prompt have the same states, so this is the prefill `generate` would run on every row,
     run once: the G rollouts of a group start from one prompt, and lock-step rollouts that played alike reach
@@ -161,7 +162,6 @@ def share_prefill(model: Any, call: CachedCall, inverse: list[int], max_new_toke
             use_cache=True, logits_to_keep=1)
     rows = torch.tensor(inverse, device=call.input_ids.device)
     layers = call.past_key_values.layers
-    kinds = [kind_of(layer) for layer in layers]
     states = [(layer.conv_states[0], layer.recurrent_states[0]) if kind == "linear" else (layer.keys, layer.values)
               for kind, layer in zip(kinds, layers)]
     states = [(a.index_select(0, rows.to(a.device)), b.index_select(0, rows.to(b.device))) for a, b in states]

@@ -236,10 +236,6 @@ class SEPOConfig(GRPOConfig):
             )
         check_output_dir("output_dir", self.output_dir)
 
-    def pool_weight(self, pool: str) -> float:
-        """The post-normalisation weight of `pool` (1.0 unless set)."""
-        return float(self.pool_weights.get(pool, 1.0))
-
 
 def sharded_parameters(args: Any) -> str | None:
     """The name of the parameter sharding a run is launched with ("FSDP", "DeepSpeed ZeRO-3"), or None: read from

@@ -102,7 +102,7 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
     scaled as `loss_scale` asks. Returns (advantages, metrics)."""
     device = batch.device
     metrics: dict[str, float] = {}
-    weights = batch.gather(torch.tensor([args.pool_weight(x["pool"]) for x in inputs], device=device))
+    weights = batch.gather(torch.tensor([float(args.pool_weights.get(x["pool"], 1.0)) for x in inputs], device=device))
     adv, zero_std = sepo_round_advantages(  # in float64 (exact for float32 rewards: see round_reward_matrix)
         rewards.to(torch.float64), batch.num_generations, advantage_mode=args.advantage_mode, return_mode=args.return_mode,
         pool_weights=weights if args.pool_weights else None, eps=args.advantage_epsilon,
