@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from envs.ipd_exact import full_keys
+from envs.kuhn_exact import nash_policy
 from sepo.study.claims import SPEC as SPEC_FILE
 from sepo.study.claims import check, claims, load_claims
 
@@ -38,7 +39,7 @@ def ipd_record(per_pool_high: float, best_high: float) -> dict:
 
 def test_missing_records_read_not_run(tmp_path):
     rows = {row["claim"]: row["verdict"] for row in claims(tmp_path)}
-    assert list(rows.values()) == ["not run", "not run", "not run", "not run", "not testable at this scale"]
+    assert list(rows.values()) == ["not run", "not run", "not run", "not run", "not run", "not testable at this scale"]
 
 
 def test_ipd_verdicts_follow_the_rules(tmp_path):
@@ -61,8 +62,31 @@ def test_a_game_that_reproduces_and_one_that_does_not_say_which(tmp_path):
                            "change_from_warm_start": {"per_pool": interval(0.01, -0.04, 0.06)},
                            "intervals": {"per_pool": [{"exploitability": interval(0.207, 0.153, 0.262)}]},
                            "arms": {"per_pool": {"seeds": {}}}})
-    row = claims(tmp_path)[1]
+    row = next(r for r in claims(tmp_path) if r["claim"].startswith("SEPO corrects"))
     assert row["verdict"] == "reproduced in IPD only"
+
+
+def kuhn_table(bluff: float) -> dict:
+    """A compact Kuhn policy table: Nash play with the jack's opening bet at `bluff` (Nash: any value in [0, 1/3];
+    above 1/3 it is exploitable)."""
+    policy = nash_policy(1 / 3)
+    policy["J"] = {"PASS": 1 - bluff, "BET": bluff}
+    return policy
+
+
+@pytest.mark.parametrize(("base_bluff", "sft_bluffs", "verdict"), [
+    (0.3, [0.8, 0.9, 1.0], "reproduced"),  # SFT's tables more exploitable than Base's on every seed
+    (0.9, [0.2, 0.3, 0.25], "not reproduced"),  # SFT lowered it
+    (0.3, [0.8, 0.9], "not testable: 2 SFT seeds, the rule needs 3"),
+])
+def test_sft_above_base_recomputes_both_from_their_tables(tmp_path, base_bluff, sft_bluffs, verdict):
+    """The stated exploitability of each table is wrong on purpose (0.5 everywhere): the verdict must come from the
+    tables themselves."""
+    lm = next(c for c in SPEC.claims if c.check == "sft_above_base")
+    write(tmp_path, lm.records[0], {"base": {"policy": kuhn_table(base_bluff), "exploitability": 0.5},
+                                    "warm_starts": [{"policy": kuhn_table(b), "exploitability": 0.5}
+                                                    for b in sft_bluffs]})
+    assert check(lm, tmp_path)["verdict"] == verdict
 
 
 def test_the_checks_read_the_records_the_claims_file_names(tmp_path):

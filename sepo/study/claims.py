@@ -80,6 +80,25 @@ def interval_above(records: list[Record | None], embedded: str, game: str, lower
             met if high["ci"][0] > low["ci"][1] else "not reproduced")
 
 
+def sft_above_base(records: list[Record | None], game: str, params: dict[str, Any], min_seeds: int,
+                   figures: str) -> Outcome:
+    """Reproduced when the SFT warm starts' exact exploit figure has a 95% t-interval across SFT seeds (at least
+    `min_seeds` of them) above Base's, the pretrained model's before SFT: both recomputed from the tables the
+    record stores (`base`, `warm_starts`), not read from the figures it states."""
+    record = records[0]
+    if record is None or "base" not in record:
+        return NOT_RUN
+    tabular = analysis(game)
+    if tabular is None:
+        raise ValueError(f"claims: game {game!r} has no exact analysis (envs.tabular)")
+    base = tabular.exploitability(record["base"]["policy"], params)
+    sft = t_interval([tabular.exploitability(ws["policy"], params) for ws in record["warm_starts"]])
+    shown = figures.format(base=f"{base:.3f}", sft=fmt(sft), seeds=sft["n"])
+    if sft["n"] < min_seeds:
+        return shown, f"not testable: {sft['n']} SFT seeds, the rule needs {min_seeds}"
+    return shown, "reproduced" if sft["low"] > base else "not reproduced"
+
+
 def below_warm_start(records: list[Record | None], arm: str, games: list[dict[str, str]]) -> Outcome:
     """In each game whose record measured it, whether the 95% interval of `arm`'s final exact exploit figure
     minus its own warm start's lies below 0; `games` (game, name, figures) pairs with the records in order."""
@@ -143,7 +162,7 @@ def stated(records: list[Record | None], figures: str, verdict: str) -> Outcome:
 
 
 CHECKS: dict[str, Callable[..., Outcome]] = {check.__name__: check for check in (
-    interval_above, below_warm_start, zero_advantage, best_arm_reaches, stated)}
+    interval_above, sft_above_base, below_warm_start, zero_advantage, best_arm_reaches, stated)}
 
 
 @dataclass(frozen=True)
