@@ -165,3 +165,34 @@ def test_base_is_scored_again_from_its_policy_beside_the_sft_starts_interval(tmp
     half = stats.t.ppf(0.975, 2) * 0.05 / 3 ** 0.5
     assert got["sft_vs_base"]["sft"] == pytest.approx({"mean": 0.25, "low": 0.25 - half, "high": 0.25 + half, "n": 3})
     assert got["sft_vs_base"]["sft_seeds"] == 3
+
+
+def test_the_record_beside_is_scored_again_from_its_tables(tmp_path):
+    """`report.beside`: another study's finals of the same arms, recomputed from their stored tables (the stated
+    exploitability is wrong on purpose), with the t-interval across its runs; an arm it did not run is left out."""
+    from envs.kuhn_exact import nash_policy
+    from envs.tabular import analysis
+    from sepo.config.checks import UsageError
+    from sepo.study.organism_report import beside
+
+    params = {"num_hands": 1, "first_mover": "random", "prompt_style": "compact"}
+    tabular = analysis("kuhn")
+
+    def table(bluff: float) -> dict:
+        policy = nash_policy(1 / 3)
+        policy["J"] = {"PASS": 1 - bluff, "BET": bluff}
+        return policy
+
+    bluffs = [0.6, 0.8, 1.0]
+    record = {"arms": {"per_pool": {"seeds": {f"0/{i}": [{"step": 0, "policy": table(0.3)},
+                                                         {"step": 500, "policy": table(b), "exploitability": 9.0}]
+                                              for i, b in enumerate(bluffs)}}}}
+    path = tmp_path / "organism.json"
+    path.write_text(json.dumps(record))
+    got = beside(path, ["per_pool", "reward_only"], lambda p: tabular.exploitability(p, params))
+    values = [tabular.exploitability(table(b), params) for b in bluffs]
+    assert list(got["arms"]) == ["per_pool"] and got["arms"]["per_pool"]["steps"] == [500]
+    assert got["arms"]["per_pool"]["exploitability"]["mean"] == pytest.approx(sum(values) / 3)
+    assert got["arms"]["per_pool"]["exploitability"]["high"] < 1.0  # not the stated 9.0
+    with pytest.raises(UsageError, match="report.beside: no record at"):
+        beside(tmp_path / "missing.json", ["per_pool"], lambda p: 0.0)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envs import game_spec, make_game
+from sepo.config.checks import UsageError
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.eval.optimum import references
@@ -91,6 +92,22 @@ def against_base(root: Path, starts: list[dict[str, Any]], exploitability: Calla
                                           "sft": t_interval([ws["exploitability"] for ws in starts])}}
 
 
+def beside(path: Path, arms: Iterable[str], exploitability: Callable[[Any], float]) -> dict[str, Any]:
+    """Another study's record of the same game and parameters, in this format (the recipe's `report.beside`, e.g.
+    the organism's): for each of `arms` that it ran, the final checkpoint's exploitability recomputed from its
+    stored table in every run, its 95% t-interval across those runs, and the step of those checkpoints."""
+    if not path.is_file():
+        raise UsageError(f"report.beside: no record at {path}")
+    other = json.loads(path.read_text())
+    out = {}
+    for arm in arms:
+        finals = [checkpoints[-1] for checkpoints in other["arms"].get(arm, {}).get("seeds", {}).values()]
+        if finals:
+            out[arm] = {"exploitability": t_interval([exploitability(c["policy"]) for c in finals]),
+                        "steps": sorted({c["step"] for c in finals})}
+    return {"record": str(path), "arms": out}
+
+
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
     """The results document from the finished report-phase runs (and the pilot's choice). Runs are keyed
     `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
@@ -125,6 +142,9 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
     if design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
     extra.update(against_base(root, starts, lambda policy: analysis.exploitability(policy, params)))
+    if recipe["report"].get("beside"):
+        extra["beside"] = beside(Path(recipe["report"]["beside"]), runs,
+                                 lambda policy: analysis.exploitability(policy, params))
     return {
         **extra,
         "arms": arms,
@@ -352,6 +372,13 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
         v = results["sft_vs_base"]
         lines += ["", f"SFT and exploit resistance: Base (the pretrained model) {v['base']:.3f}; the SFT warm starts "
                   f"{fmt(v['sft'])} over {v['sft_seeds']} SFT seeds."]
+    if results.get("beside", {}).get("arms"):
+        other = results["beside"]
+        lines += ["", f"Beside `{other['record']}` (the same game and parameters; its final exploitability "
+                  "recomputed from its stored tables, 95% t-intervals across its runs):", "",
+                  "| arm | this study | beside | beside's final step |", "|---|---|---|---|"]
+        lines += [f"| {arm} | {fmt(results['intervals'][arm][-1]['exploitability'])} | {fmt(v['exploitability'])} | "
+                  f"{', '.join(map(str, v['steps']))} |" for arm, v in sorted(other["arms"].items())]
     lines += ["", "Final minus the run's own warm start (exploitability, paired by run):", ""]
     lines += [f"- {arm}: {fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
     lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
