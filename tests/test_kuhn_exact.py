@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import pyspiel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms import best_response as os_best_response
 from open_spiel.python.algorithms import expected_game_score
 from open_spiel.python.algorithms import exploitability as os_exploitability
+from openspiel_kuhn import GAME, to_openspiel
 
 from envs.kuhn import INFO_STATES, actions_at
 from envs.kuhn_exact import (
@@ -21,21 +20,6 @@ from envs.kuhn_exact import (
     validate_policy,
 )
 from envs.strategies.kuhn import STRATEGIES
-
-GAME = pyspiel.load_game("kuhn_poker")
-_CARD_INDEX = {"J": "0", "Q": "1", "K": "2"}
-
-
-def to_openspiel(table) -> os_policy.TabularPolicy:
-    """The same behaviour strategy as an OpenSpiel TabularPolicy (action 0 = pass/fold, 1 = bet/call)."""
-    full = validate_policy(table)
-    tabular = os_policy.TabularPolicy(GAME)
-    for info, row in full.items():
-        passive, aggressive = actions_at(info[1:])
-        index = tabular.state_lookup[_CARD_INDEX[info[0]] + info[1:]]
-        tabular.action_probability_array[index] = [row[passive], row[aggressive]]
-    return tabular
-
 
 random_tables = st.lists(st.floats(0.0, 1.0), min_size=12, max_size=12).map(
     lambda ps: {
