@@ -189,10 +189,13 @@ def test_the_record_beside_is_scored_again_from_its_tables(tmp_path):
                                               for i, b in enumerate(bluffs)}}}}
     path = tmp_path / "organism.json"
     path.write_text(json.dumps(record))
-    got = beside(path, ["per_pool", "reward_only"], lambda p: tabular.exploitability(p, params))
+    got = beside(path, [["per_pool", "per_pool"], ["reward_only", "reward_only"], ["per_pool_method", "per_pool"]],
+                 lambda p: tabular.exploitability(p, params))
     values = [tabular.exploitability(table(b), params) for b in bluffs]
-    assert list(got["arms"]) == ["per_pool"] and got["arms"]["per_pool"]["steps"] == [500]
-    assert got["arms"]["per_pool"]["exploitability"]["mean"] == pytest.approx(sum(values) / 3)
-    assert got["arms"]["per_pool"]["exploitability"]["high"] < 1.0  # not the stated 9.0
+    assert [(r["arm"], r["beside_arm"]) for r in got["rows"]] == [("per_pool", "per_pool"),
+                                                                   ("per_pool_method", "per_pool")]
+    row = got["rows"][0]
+    assert row["steps"] == [500] and row["exploitability"]["mean"] == pytest.approx(sum(values) / 3)
+    assert row["exploitability"]["high"] < 1.0  # not the stated 9.0
     with pytest.raises(UsageError, match="report.beside: no record at"):
-        beside(tmp_path / "missing.json", ["per_pool"], lambda p: 0.0)
+        beside(tmp_path / "missing.json", [["per_pool", "per_pool"]], lambda p: 0.0)

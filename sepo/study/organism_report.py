@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,20 +92,22 @@ def against_base(root: Path, starts: list[dict[str, Any]], exploitability: Calla
                                           "sft": t_interval([ws["exploitability"] for ws in starts])}}
 
 
-def beside(path: Path, arms: Iterable[str], exploitability: Callable[[Any], float]) -> dict[str, Any]:
+def beside(path: Path, pairs: Sequence[Sequence[str]], exploitability: Callable[[Any], float]) -> dict[str, Any]:
     """Another study's record of the same game and parameters, in this format (the recipe's `report.beside`, e.g.
-    the organism's): for each of `arms` that it ran, the final checkpoint's exploitability recomputed from its
-    stored table in every run, its 95% t-interval across those runs, and the step of those checkpoints."""
+    the organism's). `pairs`: (this study's arm, the other record's arm) to set side by side. For each pair whose
+    other arm the record holds: that arm's final checkpoint's exploitability recomputed from its stored table in
+    every run, its 95% t-interval across those runs, and the step of those checkpoints."""
     if not path.is_file():
         raise UsageError(f"report.beside: no record at {path}")
     other = json.loads(path.read_text())
-    out = {}
-    for arm in arms:
-        finals = [checkpoints[-1] for checkpoints in other["arms"].get(arm, {}).get("seeds", {}).values()]
+    rows = []
+    for ours, theirs in pairs:
+        finals = [checkpoints[-1] for checkpoints in other["arms"].get(theirs, {}).get("seeds", {}).values()]
         if finals:
-            out[arm] = {"exploitability": t_interval([exploitability(c["policy"]) for c in finals]),
-                        "steps": sorted({c["step"] for c in finals})}
-    return {"record": str(path), "arms": out}
+            rows.append({"arm": ours, "beside_arm": theirs,
+                         "exploitability": t_interval([exploitability(c["policy"]) for c in finals]),
+                         "steps": sorted({c["step"] for c in finals})})
+    return {"record": str(path), "rows": rows}
 
 
 def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
@@ -143,7 +145,8 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         extra["design_choice"] = json.loads(design_choice.read_text())
     extra.update(against_base(root, starts, lambda policy: analysis.exploitability(policy, params)))
     if recipe["report"].get("beside"):
-        extra["beside"] = beside(Path(recipe["report"]["beside"]), runs,
+        spec = recipe["report"]["beside"]
+        extra["beside"] = beside(Path(spec["record"]), [p for p in spec["arms"] if p[0] in runs],
                                  lambda policy: analysis.exploitability(policy, params))
     return {
         **extra,
@@ -372,13 +375,13 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
         v = results["sft_vs_base"]
         lines += ["", f"SFT and exploit resistance: Base (the pretrained model) {v['base']:.3f}; the SFT warm starts "
                   f"{fmt(v['sft'])} over {v['sft_seeds']} SFT seeds."]
-    if results.get("beside", {}).get("arms"):
+    if results.get("beside", {}).get("rows"):
         other = results["beside"]
-        lines += ["", f"Beside `{other['record']}` (the same game and parameters; its final exploitability "
+        lines += ["", f"Final exploitability beside `{other['record']}` (the same game and parameters; its finals "
                   "recomputed from its stored tables, 95% t-intervals across its runs):", "",
-                  "| arm | this study | beside | beside's final step |", "|---|---|---|---|"]
-        lines += [f"| {arm} | {fmt(results['intervals'][arm][-1]['exploitability'])} | {fmt(v['exploitability'])} | "
-                  f"{', '.join(map(str, v['steps']))} |" for arm, v in sorted(other["arms"].items())]
+                  "| arm | this study | beside: arm | beside | its final step |", "|---|---|---|---|---|"]
+        lines += [f"| {r['arm']} | {fmt(results['intervals'][r['arm']][-1]['exploitability'])} | {r['beside_arm']} | "
+                  f"{fmt(r['exploitability'])} | {', '.join(map(str, r['steps']))} |" for r in other["rows"]]
     lines += ["", "Final minus the run's own warm start (exploitability, paired by run):", ""]
     lines += [f"- {arm}: {fmt(v)}" for arm, v in sorted(results["change_from_warm_start"].items())]
     lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
