@@ -89,6 +89,7 @@ def exact_checkpoint(recipe: Mapping[str, Any], policy: Mapping[str, Any], step:
 
 def load_recipe(path: str | Path) -> dict[str, Any]:
     """The study recipe (YAML): model, warm start, train keys shared by all arms, arms, phases, budget."""
+    # deferred: the recipe parser imports transformers (seconds); the parent that plans the jobs needs only this
     from sepo.config.recipes import read_recipe
 
     recipe, _ = read_recipe(path)  # the recipe parser's YAML checks: the file, line and column of a mistake
