@@ -143,11 +143,13 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
         extra["title"] = recipe["title"]
     if design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
-    extra.update(against_base(root, starts, lambda policy: analysis.exploitability(policy, params)))
+    def exploitability(policy: Any) -> float:
+        return analysis.exploitability(policy, params)
+
+    extra.update(against_base(root, starts, exploitability))
     if recipe["report"].get("beside"):
         spec = recipe["report"]["beside"]
-        extra["beside"] = beside(Path(spec["record"]), [p for p in spec["arms"] if p[0] in runs],
-                                 lambda policy: analysis.exploitability(policy, params))
+        extra["beside"] = beside(Path(spec["record"]), [p for p in spec["arms"] if p[0] in runs], exploitability)
     return {
         **extra,
         "arms": arms,
