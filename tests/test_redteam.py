@@ -38,7 +38,10 @@ from fmsp.sandbox import BatchResult, Sandbox
 REDTEAM = Path(__file__).parent / "redteam"
 REPO = Path(__file__).resolve().parent.parent
 UID = 61234  # a uid of its own: any process of it left after the runs (but the decoy) is an escape
-CONFIG = SandboxConfig(call_timeout_s=3.0, total_timeout_s=8.0, uid=UID, gid=UID)
+# 512 MiB of address space, not the default 1 GiB: the memory bomb must meet its bound well inside the 3 s call
+# limit while four batches share two cores (at 1 GiB, filling it took 2.4 s of the 3 s on an idle machine, and on
+# a loaded CI run the bomb was reported as a timeout instead of memory)
+CONFIG = SandboxConfig(call_timeout_s=3.0, total_timeout_s=8.0, memory_mb=512, uid=UID, gid=UID)
 DOMAINS = {"car_tag": make_domain("car_tag", n_games=8, max_steps=40), "ipd": make_domain("ipd", n_episodes=2)}
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202e]")  # what safe_text escapes (newline and tab checked apart)
 STILL = "class Still:\n    name = 'still'\n    description = 'stands still'\n\n    def __call__(self, obs):\n        return 0.0\n"
