@@ -101,10 +101,10 @@ def _specs(game: str, opponent: str, n: int, params=None, seed0: int = 0) -> lis
 
 
 def _segments(traj, tokenizer, predicate) -> list[str]:
-    """Decoded maximal runs of completion tokens whose (env, forced) flags satisfy `predicate`."""
+    """Decoded maximal runs of completion tokens whose (env, forced, unparsed) flags satisfy `predicate`."""
     runs, current = [], []
-    for t, e, f in zip(traj.completion_ids, traj.env_mask, traj.forced_mask):
-        if predicate(e, f):
+    for t, e, f, u in zip(traj.completion_ids, traj.env_mask, traj.forced_mask, traj.unparsed_mask):
+        if predicate(e, f, u):
             current.append(t)
         elif current:
             runs.append(tokenizer.decode(current))
@@ -118,7 +118,8 @@ def _check_episode(rec, traj, backend: HFBackend, exact_text: bool) -> None:
     game = envs.make_game(rec.spec.game, **rec.spec.game_params)
     tok, eot = backend.tokenizer, backend.end_of_turn_id
     n = len(traj.completion_ids)
-    assert n == len(traj.logprobs) == len(traj.env_mask) == len(traj.round_ids) == len(traj.forced_mask)
+    assert n == len(traj.logprobs) == len(traj.env_mask) == len(traj.round_ids) == len(traj.forced_mask) \
+        == len(traj.unparsed_mask)
     assert traj.completion_ids[-1] == eot and traj.env_mask[-1] == 1
     assert len(rec.rounds) == game.num_rounds
     assert traj.round_ids == sorted(traj.round_ids) and set(traj.round_ids) == set(range(game.num_rounds))
@@ -132,15 +133,18 @@ def _check_episode(rec, traj, backend: HFBackend, exact_text: bool) -> None:
     # Every turn closes with exactly one end-of-turn; env turns and cues are masked, and the observations
     # the game produced are in the masked part.
     assert sum(1 for t, e in zip(traj.completion_ids, traj.env_mask) if t == eot and e == 1) == len(rec.turns)
-    env_text = "".join(_segments(traj, tok, lambda e, f: e == 0))
+    env_text = "".join(_segments(traj, tok, lambda e, f, u: e == 0))
     for m in rec.messages[2:]:
         if m["role"] == "user":
             assert m["content"] in env_text
-    forced = _segments(traj, tok, lambda e, f: f == 1)
+    forced = _segments(traj, tok, lambda e, f, u: f == 1)
     assert [s.replace(tok.decode([eot]), "").strip() for s in forced] == [
         t.action for t in rec.turns if t.fallback
     ]
     assert env_text.count(FALLBACK_CUE) == rec.n_fallbacks
+    # the unparsed mask covers exactly the policy's own tokens of the turns that did not parse
+    assert all(e == 1 and f == 0 for e, f, u in zip(traj.env_mask, traj.forced_mask, traj.unparsed_mask) if u)
+    assert sum(traj.unparsed_mask) == sum(t.n_model_tokens for t in rec.turns if not t.parsed)
     assert all(lp <= 0.0 for lp in traj.logprobs)
     json.dumps(rec.to_dict())
     if exact_text:  # the trajectory is the conversation exactly as the template renders it
@@ -175,14 +179,16 @@ def test_parse_success_and_fallback_paths_token_exact(arch, backends):
     )
     for k, (rec, traj) in enumerate(results):
         _check_episode(rec, traj, real, exact_text=True)
-        model_text = _segments(traj, real.tokenizer, lambda e, f: e == 1 and f == 0)
+        model_text = _segments(traj, real.tokenizer, lambda e, f, u: e == 1 and f == 0)
+        unparsed_text = _segments(traj, real.tokenizer, lambda e, f, u: u == 1)
         if k % 2 == 0:  # parsed every round, nothing forced
-            assert rec.n_fallbacks == 0 and not any(traj.forced_mask)
+            assert rec.n_fallbacks == 0 and not any(traj.forced_mask) and not any(traj.unparsed_mask)
             assert [t.action for t in rec.turns] == ["DEFECT"] * 3
             assert [r.record["actions"][rec.agent_seat] for r in rec.rounds] == ["DEFECT"] * 3
         else:  # never parses: the model's text is kept, then cue + forced action
             assert rec.n_fallbacks == rec.n_parse_failures == 3
             assert all(seg.startswith("maybe later") for seg in model_text)
+            assert unparsed_text == ["maybe later"] * 3
             assert all(t.text == "maybe later" and t.n_forced_tokens >= 2 for t in rec.turns)
 
 

@@ -70,6 +70,8 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
             n_forced = 1 if (i % 2 and t == 1) else 0
             turns.append(TurnRecord(t, mine, mine, not n_forced, bool(n_forced), 2, n_forced))
             traj.extend([5 + t, 6], [-0.5, -0.5], env=1, rnd=t, forced=0)
+            if n_forced:  # the turn did not parse: its 2 model tokens are the unparsed text
+                traj.mark_unparsed(2)
             traj.extend([7] * n_forced, None, env=1, rnd=t, forced=1)
             traj.extend([8, 9, 10], None, env=0, rnd=t, forced=0)
         traj.completion_ids[-1] = self.renderer.end_of_turn_id
@@ -154,6 +156,22 @@ def test_advantage_plumbing_with_test_double(tmp_path, tiny_model_dir):
     logged = {k for h in trainer.state.log_history for k in h}
     assert {"sepo/ipd/J", "sepo/ipd/exploit/e", "sepo/frac_round_zero_std", "sepo/adv/round_0/abs_mean",
             "sepo/fallback_rate", "sepo/time/rollout_s", "sepo/ipd/action/COOPERATE"} <= logged
+
+
+def test_unparsed_credit_non_positive_drops_only_positive_credit_of_unparsed_text(tmp_path, tiny_model_dir):
+    runs = {mode: _train_double(tmp_path / mode, tiny_model_dir, unparsed_credit=mode, max_steps=1)
+            for mode in ("advantage", "non_positive")}
+    inputs = {mode: run.captured[0][0] for mode, run in runs.items()}
+    assert [x["episode"].rounds for x in inputs["advantage"]] == [x["episode"].rounds for x in inputs["non_positive"]]
+    adv = {mode: run.captured[0][1]["advantages"] for mode, run in runs.items()}
+    unparsed = torch.zeros_like(adv["advantage"], dtype=torch.bool)
+    for i, x in enumerate(inputs["advantage"]):
+        unparsed[i, : len(x["unparsed_mask"])] = torch.tensor(x["unparsed_mask"], dtype=torch.bool)
+    # the fabricated unparsed turns carry both signs under the method's credit, so the rule has work to do
+    assert (adv["advantage"][unparsed] > 0).any() and (adv["advantage"][unparsed] < 0).any()
+    want = adv["advantage"].masked_fill(unparsed & (adv["advantage"] > 0), 0.0)
+    assert torch.equal(adv["non_positive"], want)
+    assert (adv["non_positive"][~unparsed] > 0).any()  # parsed text keeps its positive credit
 
 
 TRAINING_ONLY = dict(pool_mix={"training": ["tit_for_tat", "grim_trigger"]}, per_device_train_batch_size=8,

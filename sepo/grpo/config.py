@@ -42,6 +42,10 @@ ADVANTAGE_MODES = ("per_round", "episode")
 # the training groups' tokens, so the payoff gradient does not shrink as an arm adds penalty groups;
 # "all_tokens" is TRL's dapo normaliser as it is (every token of the generation batch).
 LOSS_SCALES = ("training_tokens", "all_tokens")
+# What the policy's own tokens of a turn that did not parse are credited (sepo.grpo.scoring.sepo_advantages):
+# "advantage" gives them their round's advantage, as every sampled token (the method); "non_positive" keeps only a
+# negative one, so text that does not parse is never reinforced by an outcome the fallback's choice produced.
+UNPARSED_CREDITS = ("advantage", "non_positive")
 # SEPO's own counts and sizes, checked with TRL's before TRL derives batch sizes from them
 SEPO_RANGES = {
     **TRAINER_RANGES,
@@ -145,6 +149,11 @@ class SEPOConfig(GRPOConfig):
     mask_forced_tokens: bool = field(
         default=True, metadata={"help": "Remove fallback-forced tokens from the loss (they always get 0 advantage)."}
     )
+    unparsed_credit: str = field(
+        default="advantage",
+        metadata={"help": f"Credit of the model's own tokens in a turn that did not parse: {', '.join(UNPARSED_CREDITS)} "
+                          "(non_positive: a positive advantage becomes 0 there)."},
+    )
 
     # --- checkpoints ----------------------------------------------------------------------------------
     keep_best_by_safety: bool = field(
@@ -200,6 +209,7 @@ class SEPOConfig(GRPOConfig):
         _check_choice("return_mode", self.return_mode, RETURN_MODES)
         _check_choice("exploit_reward", self.exploit_reward, EXPLOIT_REWARDS)
         _check_choice("loss_scale", self.loss_scale, LOSS_SCALES)
+        _check_choice("unparsed_credit", self.unparsed_credit, UNPARSED_CREDITS)
         _check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         if self.loss_scale == "training_tokens" and self.loss_type != "dapo":
             raise ValueError(f"loss_scale training_tokens rescales TRL's dapo loss; loss_type is {self.loss_type!r}: "

@@ -24,8 +24,8 @@ from sepo.rollout.engine import EpisodeSpec, OpponentFactory, play_episodes
 Played = list[tuple[Any, Any, list[Any]]]
 """`play`'s results: (record, trajectory, probe records) per rollout, in the batch's order."""
 
-ROLLOUT_COLUMNS = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "round_ids", "forced_mask", "episode",
-                   "probes", "round_rewards", "probe_penalty")
+ROLLOUT_COLUMNS = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "round_ids", "forced_mask", "unparsed_mask",
+                   "episode", "probes", "round_rewards", "probe_penalty")
 
 
 @dataclass(frozen=True)
@@ -107,23 +107,26 @@ def rollout_columns(results: Played, reward: SEPOReward, eos_ids: set[int], end_
                     mask_forced_tokens: bool) -> dict[str, list]:
     """TRL's rollout_func output for played rollouts: prompt/completion ids, sampling logprobs, env_mask, and
     the extra columns TRL hands to the reward function and the advantages (`ROLLOUT_COLUMNS`): per-token round
-    ids and forced mask, the episode and probe records, and the credited per-round rewards with the probe
-    penalty (`SEPOReward.round_rewards`, computed here once per rollout)."""
+    ids, forced and unparsed masks, the episode and probe records, and the credited per-round rewards with the
+    probe penalty (`SEPOReward.round_rewards`, computed here once per rollout)."""
     out: dict[str, list] = {k: [] for k in ROLLOUT_COLUMNS}
     for record, traj, probes in results:
         ids, lps = list(traj.completion_ids), list(traj.logprobs)
-        env, rids, forced = list(traj.env_mask), list(traj.round_ids), list(traj.forced_mask)
+        env, rids, forced, unparsed = (list(traj.env_mask), list(traj.round_ids), list(traj.forced_mask),
+                                       list(traj.unparsed_mask))
         if not ids or ids[-1] not in eos_ids:  # end with end-of-turn so TRL does not count it as truncated
             ids.append(end_of_turn_id)
             lps.append(0.0)
             env.append(0)
             rids.append(rids[-1] if rids else 0)
             forced.append(0)
+            unparsed.append(0)
         if mask_forced_tokens:
             env = [e * (1 - f) for e, f in zip(env, forced)]
         rewards, penalty = reward.round_rewards(record, probes)
         for key, value in (("prompt_ids", list(traj.prompt_ids)), ("completion_ids", ids), ("logprobs", lps),
-                           ("env_mask", env), ("round_ids", rids), ("forced_mask", forced), ("episode", record),
-                           ("probes", probes), ("round_rewards", rewards), ("probe_penalty", penalty)):
+                           ("env_mask", env), ("round_ids", rids), ("forced_mask", forced), ("unparsed_mask", unparsed),
+                           ("episode", record), ("probes", probes), ("round_rewards", rewards),
+                           ("probe_penalty", penalty)):
             out[key].append(value)
     return out

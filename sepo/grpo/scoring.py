@@ -99,7 +99,7 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
                     batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
     """This rank's (B, T) per-token advantages: per-round group normalisation of the global round rewards
     `rewards` (`round_reward_matrix`), spread over each round's kept tokens (not forced, in the loss mask),
-    scaled as `loss_scale` asks. Returns (advantages, metrics)."""
+    none positive on a turn that did not parse if `unparsed_credit` is non_positive, scaled as `loss_scale` asks. Returns (advantages, metrics)."""
     device = batch.device
     metrics: dict[str, float] = {}
     weights = batch.gather(torch.tensor([float(args.pool_weights.get(x["pool"], 1.0)) for x in inputs], device=device))
@@ -113,13 +113,18 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
     T = output["completion_ids"].size(1)
     round_ids = torch.full((n, T), -1, dtype=torch.long, device=device)
     forced = torch.zeros((n, T), dtype=torch.long, device=device)
+    unparsed = torch.zeros((n, T), dtype=torch.bool, device=device)
     for i, x in enumerate(inputs):
         r = torch.tensor(x["round_ids"][:T], dtype=torch.long, device=device)
         round_ids[i, : len(r)] = r
         f = torch.tensor(x["forced_mask"][:T], dtype=torch.long, device=device)
         forced[i, : len(f)] = f
+        u = torch.tensor(x["unparsed_mask"][:T], dtype=torch.bool, device=device)
+        unparsed[i, : len(u)] = u
     keep = loss_mask(output) * (1 - forced)
     token_adv = token_advantages(local, round_ids, keep)
+    if args.unparsed_credit == "non_positive":
+        token_adv = token_adv.masked_fill(unparsed & (token_adv > 0), 0.0)
     if args.loss_scale == "training_tokens":
         scale = training_token_scale(inputs, output, batch.gather)
         metrics["sepo/loss_scale"] = scale

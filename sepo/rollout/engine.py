@@ -130,6 +130,8 @@ class Trajectory:
         environment tokens (user turns, template glue, the fallback cue).
     round_ids: the round each token belongs to (env-turn tokens carry the round they introduce).
     forced_mask: 1 on tokens chosen by the constrained fallback decode (masked from the loss by default).
+    unparsed_mask: 1 on the policy's own tokens of a turn that did not parse (the fallback, or a seeded random
+        action, then chose the move); what credit they get is `SEPOConfig.unparsed_credit`.
     """
 
     prompt_ids: list[int]
@@ -138,6 +140,7 @@ class Trajectory:
     env_mask: list[int] = field(default_factory=list)
     round_ids: list[int] = field(default_factory=list)
     forced_mask: list[int] = field(default_factory=list)
+    unparsed_mask: list[int] = field(default_factory=list)
 
     def extend(self, ids: Sequence[int], logprobs: Sequence[float] | None, env: int, rnd: int, forced: int):
         self.completion_ids.extend(ids)
@@ -145,6 +148,12 @@ class Trajectory:
         self.env_mask.extend([env] * len(ids))
         self.round_ids.extend([rnd] * len(ids))
         self.forced_mask.extend([forced] * len(ids))
+        self.unparsed_mask.extend([0] * len(ids))
+
+    def mark_unparsed(self, n: int) -> None:
+        """Mark the last `n` tokens (the policy's own text of the turn that just failed to parse) as unparsed."""
+        end = len(self.unparsed_mask)
+        self.unparsed_mask[end - n : end] = [1] * n
 
 
 @dataclass
@@ -321,6 +330,7 @@ def _forced_turn(ep: _InPlay, turn: _Turn, cue: list[int], gen: Generation, lega
         raise RuntimeError(
             f"constrained decode returned {gen.text!r} (ids {gen.token_ids}), not one of {legal} + end-of-turn"
         )
+    ep.traj.mark_unparsed(len(turn.ids))
     ep.traj.extend(cue, None, env=0, rnd=ep.state.round, forced=0)
     ep.traj.extend(gen.token_ids, gen.logprobs, env=1, rnd=ep.state.round, forced=1)
     ids = [*turn.ids, *cue, *gen.token_ids]
@@ -334,6 +344,7 @@ def _close_unparsed(ep: _InPlay, turn: _Turn, renderer: ChatRenderer) -> _Turn:
     """No fallback: end the turn (a synthetic end-of-turn if it was cut off) and play a seeded random
     legal action, so the episode continues and the failure is counted; returns the closed turn."""
     ids = turn.ids
+    ep.traj.mark_unparsed(len(ids))
     if not ids or ids[-1] != renderer.end_of_turn_id:
         ep.traj.extend([renderer.end_of_turn_id], None, env=0, rnd=ep.state.round, forced=1)
         ids = [*ids, renderer.end_of_turn_id]

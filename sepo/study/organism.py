@@ -21,7 +21,9 @@ Phases, fixed before anything runs: `design` (variants of the shared design, e.g
 groups per step, G, tried on one arm and the pilot seeds; the recipe records the choice, or its rule makes it:
 `choose_design`), `pilot` (the exploit
 weight w of `per_pool_adaptive_w{w}`, chosen by the recipe's rule over the pilot seeds), then `report` (the
-reported arms on fresh seeds, for each warm start). Runs go in parallel processes, one thread each; every
+reported arms on fresh seeds, for each warm start). `followup` (named only) asks the recipe's `followups`: each a
+block of variants, as the design's, tried after the report on the pilot seeds (`runs/followup/<name>/`). Runs go in
+parallel processes, one thread each; every
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
 > 0), so a stopped study keeps what it finished and a rerun skips it; a run killed midway resumes from its last
 checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl` there.
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
 
 PROG = "python -m sepo.study.organism"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
-PHASES = ("design", "pilot", "report", "all")
+PHASES = ("design", "pilot", "report", "all", "followup")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -419,21 +421,28 @@ def with_variant(recipe: Mapping[str, Any], arm: str, variant: Mapping[str, Any]
     return {**recipe, "arms": {**recipe["arms"], arm: {**recipe["arms"][arm], **variant}}}
 
 
-def design_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tuple]:
-    """The design phase's unfinished jobs: each variant of `design.variants` on `design.arm` and the pilot seeds,
-    written to runs/design/<variant>/seed_<s>.json (without the played measure: the design reads the exact
-    checkpoints only)."""
-    spec = recipe.get("design")
+def variant_jobs(recipe: Mapping[str, Any], spec: Mapping[str, Any] | None, directory: Path, start: Path
+                 ) -> list[tuple]:
+    """The unfinished jobs of a block of variants (`design`, or one of `followups`: `arm`, `seeds`, `steps`,
+    `variants`): each variant on the block's arm and seeds, written to <directory>/<variant>/seed_<s>.json
+    (without the played measure: a variant is read by its exact checkpoints only)."""
     if not spec:
         return []
     jobs = []
     for name, variant in spec["variants"].items():
         for seed in spec["seeds"]:
-            out = root / "runs" / "design" / name / f"seed_{seed}.json"
+            out = directory / name / f"seed_{seed}.json"
             if not out.exists():
                 variant_recipe = {**with_variant(recipe, spec["arm"], variant or {}), "played": None}
                 jobs.append((variant_recipe, spec["arm"], int(seed), int(spec["steps"]), str(out), str(start)))
     return jobs
+
+
+def followup_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tuple]:
+    """Every follow-up's unfinished jobs (`followups`: questions asked after the report, each a block of
+    variants on pilot seeds, from the design's warm start), written under runs/followup/<name>/."""
+    return [job for name, spec in (recipe.get("followups") or {}).items()
+            for job in variant_jobs(recipe, spec, root / "runs" / "followup" / name, start)]
 
 
 def run_name(warm_start_index: int, seed: int) -> str:
@@ -553,7 +562,8 @@ class OrganismCommand:
     config: str = field(metadata={"help": "the study recipe (configs/experiments/*/study.yaml)"})
     workers: int = field(default=2, metadata={"help": "parallel runs (one thread each)"})
     phase: str = field(default="all", metadata={"help": "all = pilot then report (with the design's choice when the "
-                                                         "recipe's rule makes it); design runs only when named",
+                                                         "recipe's rule makes it); design and followup run only "
+                                                         "when named",
                                                  "choices": PHASES})
 
 
@@ -571,11 +581,14 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"])
     base_record(recipe, root)
-    count = 1 if ns.phase == "design" else len(warm_start_seeds(recipe))  # the design runs from the first alone
+    # the design and the follow-ups run from the first warm start alone
+    count = 1 if ns.phase in ("design", "followup") else len(warm_start_seeds(recipe))
     starts = [warm_start(recipe, root, k) for k in range(count)]
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
-        run_jobs(design_jobs(recipe, root, starts[0]), ns.workers)
+        run_jobs(variant_jobs(recipe, recipe.get("design"), root / "runs" / "design", starts[0]), ns.workers)
+    if ns.phase == "followup":
+        run_jobs(followup_jobs(recipe, root, starts[0]), ns.workers)
     if ns.phase in ("pilot", "report", "all"):
         recipe = with_design(recipe, root)
     if ns.phase in ("pilot", "all"):
