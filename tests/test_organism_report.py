@@ -199,3 +199,37 @@ def test_the_record_beside_is_scored_again_from_its_tables(tmp_path):
     assert row["exploitability"]["high"] < 1.0  # not the stated 9.0
     with pytest.raises(UsageError, match="report.beside: no record at"):
         beside(tmp_path / "missing.json", [["per_pool", "per_pool"]], lambda p: 0.0)
+
+
+LM_KUHN = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
+
+
+def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path):
+    from sepo.study.organism import followup_jobs
+    from sepo.study.organism_report import followup_results, followups_markdown, wording
+
+    recipe = load_recipe(LM_KUHN)
+    spec = recipe["followups"]["unparsed_credit"]
+    done = tmp_path / "runs" / "followup" / "unparsed_credit" / "lr_1e-4_non_positive" / "seed_100.json"
+    done.parent.mkdir(parents=True)
+    checkpoints = [{**c, "canonical_mass": m} for c, m in zip(run([0.2, 0.1, 0.12]), [0.97, 0.91, 0.95])]
+    done.write_text(json.dumps({"seed": 100, "checkpoints": checkpoints, "seconds_per_step": 9.5}))
+    jobs = followup_jobs(recipe, tmp_path, tmp_path / "start")
+    # every variant x seed but the finished one, each with the variant's keys over the arm's, from the warm start
+    assert len(jobs) == len(spec["variants"]) * len(spec["seeds"]) - 1
+    assert str(done) not in [job[4] for job in jobs]
+    for job_recipe, arm, seed, steps, out, start in jobs:
+        variant = Path(out).parent.name
+        assert seed in spec["seeds"] and Path(out).name == f"seed_{seed}.json"
+        assert arm == spec["arm"] and steps == spec["steps"] and start == str(tmp_path / "start")
+        assert job_recipe["played"] is None
+        assert all(job_recipe["arms"][arm][k] == v for k, v in spec["variants"][variant].items())
+    results = followup_results(recipe, tmp_path)["unparsed_credit"]["variants"]
+    row = results["lr_1e-4_non_positive"]["seeds"]["100"]
+    assert (row["min"], row["final"], row["min_canonical_mass"]) == (0.1, 0.12, 0.91)
+    assert results["lr_1e-4"]["seeds"] == {}
+    text = followups_markdown(followup_results(recipe, tmp_path), wording(recipe))
+    assert "| lr_1e-4_non_positive | exploitability_descent | learning_rate: 0.0001, unparsed_credit: non_positive " \
+           "| 100 | 0.100 (10) | 0.120 | 0.910 | 9.50 |" in text
+    assert "- lr_1e-4_non_positive: mean final exploitability 0.120 over 1 seed(s); lowest canonical mass 0.910" in text
+    assert "- lr_1e-4: no finished run" in text

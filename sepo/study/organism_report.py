@@ -10,7 +10,10 @@
 - curves.png: exploitability, game value, J and u_train against steps with those intervals and reference
   lines, and the payoff-exploitability plane: each arm's final (u_train, exploitability) beside the frontier.
 - curves.md: the final checkpoints' table and the issue's goals, each marked met or missed as measured.
-- design.md: the design phase's variants (pilot seeds only), each seed's minimum and final exploitability.
+- design.md: the design phase's variants (pilot seeds only), each seed's minimum and final exploitability and
+  lowest canonical-answer mass.
+- followups.md and followups.json: the recipe's follow-ups (`followups`, asked after the report on the pilot
+  seeds), each question with its variants' table; `--part followups` writes these alone.
 - references.json: the exact optima and frontier with the λ and weights they were computed for (reused).
 """
 
@@ -168,10 +171,21 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str,
 
 
 def design_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
-    """Per design variant (in the recipe's order): its SEPOConfig keys and, per pilot seed, the exploitability
-    curve, its minimum and the final value, and the wall seconds per step."""
-    spec = recipe.get("design") or {}
-    runs = finished(root, "design")
+    """The design phase's variants (`variant_results`)."""
+    return variant_results(recipe.get("design") or {}, finished(root, "design"))
+
+
+def followup_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """Per follow-up of the recipe (`followups`): its question and its variants (`variant_results`)."""
+    return {name: {"question": spec.get("question", ""), "steps": spec["steps"],
+                   "variants": variant_results(spec, finished(root, f"followup/{name}"))}
+            for name, spec in (recipe.get("followups") or {}).items()}
+
+
+def variant_results(spec: Mapping[str, Any], runs: Mapping[str, Mapping[Any, Mapping[str, Any]]]) -> dict[str, Any]:
+    """Per variant of a block (the design, or a follow-up), in the recipe's order: its SEPOConfig keys and, per
+    pilot seed, the exploitability curve, its minimum and the final value, the lowest canonical-answer mass over
+    the checkpoints (None where the runs did not record it) and the wall seconds per step."""
     out = {}
     for name, variant in spec.get("variants", {}).items():
         seeds = runs.get(name, {})
@@ -179,6 +193,8 @@ def design_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
             str(s): {"curve": [[c["step"], c["exploitability"]] for c in run["checkpoints"]],
                      "min": min(c["exploitability"] for c in run["checkpoints"]),
                      "final": run["checkpoints"][-1]["exploitability"],
+                     "min_canonical_mass": min((c["canonical_mass"] for c in run["checkpoints"]
+                                                if "canonical_mass" in c), default=None),
                      "seconds_per_step": run["seconds_per_step"]} for s, run in sorted(seeds.items())}}
     return out
 
@@ -412,18 +428,45 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
     return "\n".join(lines) + "\n"
 
 
-def design_markdown(results: Mapping[str, Any], words: Wording) -> str:
-    """design.md: the design phase's table (pilot seeds; nothing here is a reported seed)."""
-    lines = [f"# {words.game_title} organism: design variants (pilot seeds only)", "",
-             "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", "",
-             "| variant | arm | keys | seed | min (step) | final | s/step |", "|---|---|---|---|---|---|---|"]
-    for name, v in results["design"].items():
+def variants_table(variants: Mapping[str, Any]) -> list[str]:
+    """The table of a block of variants (`variant_results`): one row per variant and pilot seed."""
+    lines = ["| variant | arm | keys | seed | min (step) | final | min canonical mass | s/step |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, v in variants.items():
         keys = ", ".join(f"{k}: {val}" for k, val in v["keys"].items()) or "(the recipe's)"
         for seed, r in v["seeds"].items():
             at = next(step for step, e in r["curve"] if e == r["min"])
+            mass = "n/a" if r.get("min_canonical_mass") is None else f"{r['min_canonical_mass']:.3f}"
             lines.append(f"| {name} | {v['arm']} | {keys} | {seed} | {r['min']:.3f} ({at}) | {r['final']:.3f} | "
-                         f"{r['seconds_per_step']:.2f} |")
-    return "\n".join(lines) + "\n"
+                         f"{mass} | {r['seconds_per_step']:.2f} |")
+    return lines
+
+
+def design_markdown(results: Mapping[str, Any], words: Wording) -> str:
+    """design.md: the design phase's table (pilot seeds; nothing here is a reported seed)."""
+    lines = [f"# {words.game_title} organism: design variants (pilot seeds only)", "",
+             "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", ""]
+    return "\n".join(lines + variants_table(results["design"])) + "\n"
+
+
+def followups_markdown(followups: Mapping[str, Any], words: Wording) -> str:
+    """followups.md: each follow-up's question and its variants' table (pilot seeds, asked after the report), with
+    each variant's mean final exploitability and lowest canonical mass over its finished seeds."""
+    lines = [f"# {words.title}: follow-ups (pilot seeds only, asked after the report)", "",
+             "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", ""]
+    for name, f in followups.items():
+        lines += [f"## {name} ({f['steps']} steps)", "", f["question"], ""] + variants_table(f["variants"]) + [""]
+        for variant, v in f["variants"].items():
+            runs = list(v["seeds"].values())
+            if not runs:
+                lines.append(f"- {variant}: no finished run")
+                continue
+            masses = [r["min_canonical_mass"] for r in runs if r.get("min_canonical_mass") is not None]
+            lines.append(f"- {variant}: mean final exploitability {sum(r['final'] for r in runs) / len(runs):.3f} "
+                         f"over {len(runs)} seed(s); lowest canonical mass "
+                         + (f"{min(masses):.3f}" if masses else "n/a"))
+        lines.append("")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -433,6 +476,9 @@ class OrganismReportCommand:
 
     config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where results.json, curves.png and curves.md go"})
+    part: str = field(default="all", metadata={
+        "help": "all: the whole report (and followups.md/json when the recipe has follow-ups); followups: those "
+                "alone (they need no report run)", "choices": ("all", "followups")})
 
 
 def parser() -> RecipeParser:
@@ -443,9 +489,18 @@ def parser() -> RecipeParser:
 def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
-    out = Path(ns.out)
+    out, root, words = Path(ns.out), Path(recipe["output_dir"]), wording(recipe)
     out.mkdir(parents=True, exist_ok=True)
-    results, words = build_results(recipe, Path(recipe["output_dir"]), out), wording(recipe)
+    if recipe.get("followups"):
+        followups = followup_results(recipe, root)
+        write_json_atomic(out / "followups.json", followups)
+        write_text_atomic(out / "followups.md", followups_markdown(followups, words))
+    if ns.part == "followups":
+        if not recipe.get("followups"):
+            raise UsageError(f"{ns.config}: the recipe has no followups to report")
+        print((out / "followups.md").read_text())
+        return 0
+    results = build_results(recipe, root, out)
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
     text = markdown(results, words, lambda table: analysis.exploitability(table, params))
     write_json_atomic(out / "results.json", results)
