@@ -45,25 +45,21 @@ def run(recipe_path: Path, arm: str = "exploitability_descent", steps: int = 20,
     """s/step of `arm` of the organism recipe at `recipe_path` with gradient checkpointing off (the organism's
     setting now) and on (TRL's default)."""
     recipe = load_recipe(recipe_path)
-    seconds: dict[str, list[float]] = {"off": [], "on": []}
-    train_seconds: dict[str, list[float]] = {"off": [], "on": []}
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     load = [load_average()]
     with tempfile.TemporaryDirectory() as tmp:
         start = build_model(Path(tmp) / "init", 0)
         for k in range(repeats):
-            for setting in ("off", "on"):
+            for setting in runs:
                 keys = {**recipe, "train": {**recipe["train"], "gradient_checkpointing": setting == "on"}}
-                result = run_one(keys, arm, seed, steps, Path(tmp) / f"{setting}_{k}.json", str(start))
-                seconds[setting].append(result["seconds_per_step"])
-                train_seconds[setting].append(result["train_seconds_per_step"])
+                runs[setting].append(run_one(keys, arm, seed, steps, Path(tmp) / f"{setting}_{k}.json", str(start)))
     load.append(load_average())
-    best = {setting: min(values) for setting, values in seconds.items()}
-    best_train = {setting: min(values) for setting, values in train_seconds.items()}
-    return {"arm": arm, "steps": steps, "repeats": repeats, "seconds_per_step": seconds,
-            "best_seconds_per_step": best, "speedup": round(best["on"] / best["off"], 2),
-            "train_seconds_per_step": train_seconds, "best_train_seconds_per_step": best_train,
-            "train_speedup": round(best_train["on"] / best_train["off"], 2),
-            "load_average_1min": load, "cores": os.cpu_count()}
+    out: dict[str, Any] = {"arm": arm, "steps": steps, "repeats": repeats}
+    for key, speedup in (("seconds_per_step", "speedup"), ("train_seconds_per_step", "train_speedup")):
+        values = {setting: [r[key] for r in records] for setting, records in runs.items()}
+        best = {setting: min(v) for setting, v in values.items()}
+        out.update({key: values, f"best_{key}": best, speedup: round(best["on"] / best["off"], 2)})
+    return {**out, "load_average_1min": load, "cores": os.cpu_count()}
 
 
 @dataclass

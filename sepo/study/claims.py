@@ -55,12 +55,17 @@ class Claim:
             raise ValueError(f"check {self.check}: {err}") from None
 
 
-def _exploit_key(game: str) -> str:
-    """The name a game's results give its exact exploit figure (its tabular analysis's `exploit_key`)."""
+def _analysis(game: str) -> Any:
+    """The game's exact analysis (`envs.tabular`); a claim about a game without one is a mistake in the recipe."""
     tabular = analysis(game)
     if tabular is None:
         raise ValueError(f"claims: game {game!r} has no exact analysis (envs.tabular)")
-    return tabular.exploit_key
+    return tabular
+
+
+def _exploit_key(game: str) -> str:
+    """The name a game's results give its exact exploit figure (its tabular analysis's `exploit_key`)."""
+    return _analysis(game).exploit_key
 
 
 def _ci(figure: dict[str, Any]) -> str:
@@ -88,9 +93,7 @@ def sft_above_base(records: list[Record | None], game: str, params: dict[str, An
     record = records[0]
     if record is None or "base" not in record:
         return NOT_RUN
-    tabular = analysis(game)
-    if tabular is None:
-        raise ValueError(f"claims: game {game!r} has no exact analysis (envs.tabular)")
+    tabular = _analysis(game)
     base = tabular.exploitability(record["base"]["policy"], params)
     sft = t_interval([tabular.exploitability(ws["policy"], params) for ws in record["warm_starts"]])
     shown = figures.format(base=f"{base:.3f}", sft=fmt(sft), seeds=sft["n"])
@@ -141,8 +144,8 @@ def best_arm_reaches(records: list[Record | None], game: str, params: dict[str, 
     """The exact exploit figures of the game's scripted `references` (computed here), then: reproduced when the
     arm whose name begins with `arm_prefix` (lowest final mean) has a final interval at or below `final_at_most`,
     from a best warm start above `start_above`."""
-    tabular = analysis(game)
-    key = _exploit_key(game)
+    tabular = _analysis(game)
+    key = tabular.exploit_key
     shown = computed.format(**{name: tabular.exploitability(tabular.demonstrator({name: 1.0}, params), params)
                                for name in references})
     record = records[0]
