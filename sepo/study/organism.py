@@ -305,10 +305,9 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
         t_eval = time.perf_counter()
         renderer = ChatRenderer(tokenizer)
         backend = HFBackend(model, tokenizer, renderer.end_of_turn_id)
-        record, masses = scored_record(recipe, backend, renderer, args.seat, step)
+        record = scored_record(recipe, backend, renderer, args.seat, step)
         if step == steps and recipe.get("played"):
-            record.update(canonical_mass_by_state=masses,
-                          **played_record(recipe, args, backend, renderer, record["policy"], seed))
+            record.update(played_record(recipe, args, backend, renderer, record["policy"], seed))
         checkpoints.append(record)
         write_jsonl_atomic(exact_file, checkpoints)
         eval_seconds.append(time.perf_counter() - t_eval)
@@ -339,19 +338,19 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     return result
 
 
-def scored_record(recipe: Mapping[str, Any], backend: Any, renderer: Any, seat: int,
-                  step: int) -> tuple[dict[str, Any], dict[str, float]]:
-    """(record, mass by state): a checkpoint's exact figures (`exact_checkpoint`) for the policy scored at every
-    state on its training prompt, with the canonical-answer mass (lowest over the states, and mean), and that
-    mass at each state."""
+def scored_record(recipe: Mapping[str, Any], backend: Any, renderer: Any, seat: int, step: int) -> dict[str, Any]:
+    """A checkpoint's exact figures (`exact_checkpoint`) for the policy scored at every state on its training
+    prompt, with the canonical-answer mass: lowest over the states, mean, and at each state
+    (`canonical_mass_by_state`: where a run loses the mass, at every checkpoint)."""
     game, params = organism_game(recipe), game_params(recipe)
     states = game.states(params)
     prompts = [Prompt(ids=renderer.prompt_ids(m), messages=m) for _, m, _ in states]
     masses = {key: sum(row) for (key, _, _), row in
               zip(states, backend.choice_masses(prompts, [acts for _, _, acts in states]))}
     record = exact_checkpoint(recipe, game.measure(backend, renderer, params, seat), step)
-    record.update(canonical_mass=min(masses.values()), canonical_mass_mean=sum(masses.values()) / len(masses))
-    return record, masses
+    record.update(canonical_mass=min(masses.values()), canonical_mass_mean=sum(masses.values()) / len(masses),
+                  canonical_mass_by_state=masses)
+    return record
 
 
 def base_record(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | None:
@@ -370,8 +369,8 @@ def base_record(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | None:
 
     backend = HFBackend.from_model(name, device="cpu" if recipe["train"].get("use_cpu") else None)  # as the arms train
     renderer = ChatRenderer(backend.tokenizer)
-    record, masses = scored_record(recipe, backend, renderer, int(recipe["train"].get("seat", 0)), 0)
-    record.update(model=model_name(recipe), canonical_mass_by_state=masses)
+    record = scored_record(recipe, backend, renderer, int(recipe["train"].get("seat", 0)), 0)
+    record.update(model=model_name(recipe))
     write_json_atomic(out, record)
     return record
 
