@@ -213,6 +213,7 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path)
     done = tmp_path / "runs" / "followup" / "unparsed_credit" / "lr_1e-4_non_positive" / "seed_100.json"
     done.parent.mkdir(parents=True)
     checkpoints = [{**c, "canonical_mass": m} for c, m in zip(run([0.2, 0.1, 0.12]), [0.97, 0.91, 0.95])]
+    checkpoints[1]["canonical_mass_by_state"] = {"K": 0.91, "J": 0.99}
     done.write_text(json.dumps({"seed": 100, "checkpoints": checkpoints, "seconds_per_step": 9.5}))
     jobs = followup_jobs(recipe, tmp_path, tmp_path / "start")
     # every variant x seed but the finished one, each with the variant's keys over the arm's, from the warm start
@@ -227,6 +228,7 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path)
     results = followup_results(recipe, tmp_path)["unparsed_credit"]["variants"]
     row = results["lr_1e-4_non_positive"]["seeds"]["100"]
     assert (row["min"], row["final"], row["min_canonical_mass"]) == (0.1, 0.12, 0.91)
+    assert row["mass_by_state"] == {"10": {"K": 0.91, "J": 0.99}}  # only where the run recorded it
     assert results["lr_1e-4"]["seeds"] == {}
     text = followups_markdown(followup_results(recipe, tmp_path), wording(recipe))
     assert "| lr_1e-4_non_positive | exploitability_descent | learning_rate: 0.0001, unparsed_credit: non_positive " \

@@ -185,7 +185,8 @@ def followup_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
 def variant_results(spec: Mapping[str, Any], runs: Mapping[str, Mapping[Any, Mapping[str, Any]]]) -> dict[str, Any]:
     """Per variant of a block (the design, or a follow-up), in the recipe's order: its SEPOConfig keys and, per
     pilot seed, the exploitability curve, its minimum and the final value, the lowest canonical-answer mass over
-    the checkpoints (None where the runs did not record it) and the wall seconds per step."""
+    the checkpoints (None where the runs did not record it), the mass at each information set by step (where the
+    runs recorded it) and the wall seconds per step."""
     out = {}
     for name, variant in spec.get("variants", {}).items():
         seeds = runs.get(name, {})
@@ -195,6 +196,8 @@ def variant_results(spec: Mapping[str, Any], runs: Mapping[str, Mapping[Any, Map
                      "final": run["checkpoints"][-1]["exploitability"],
                      "min_canonical_mass": min((c["canonical_mass"] for c in run["checkpoints"]
                                                 if "canonical_mass" in c), default=None),
+                     "mass_by_state": {str(c["step"]): c["canonical_mass_by_state"] for c in run["checkpoints"]
+                                       if "canonical_mass_by_state" in c},
                      "seconds_per_step": run["seconds_per_step"]} for s, run in sorted(seeds.items())}}
     return out
 
