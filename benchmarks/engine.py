@@ -175,6 +175,8 @@ def reference_play(
         if action is None and ended and fallback:
             ids, lps = ids[:-1], lps[:-1]
         traj.extend(ids, lps, 1, state.round, 0)
+        if action is None:  # the fallback or a seeded random action chooses: the policy's text is unparsed
+            traj.mark_unparsed(len(ids))
         turn = TurnRecord(state.round, text, action or "", action is not None, False, len(ids), 0)
         turns.append(turn)
         content = text

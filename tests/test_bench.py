@@ -389,3 +389,15 @@ def test_gpu_check_stops_a_part_at_its_time_box(tmp_path, monkeypatch, capsys):
     assert decode["status"] == "timed_out" and "time box" in decode["error"] and decode["seconds"] < 30
     assert flops["status"] == "ok"
     assert "part decode timed_out" in capsys.readouterr().err
+
+
+def test_fused_head_entropy_times_the_same_log_probabilities_both_ways(tiny_model_dir):
+    """The entropy benchmark compares two heads doing the same work plus the entropy: on a tiny model both give the
+    same log-probabilities, each head is timed `repeats` times, and the ratio is the medians'."""
+    from benchmarks.fused_head_entropy import run
+
+    result = run(tiny_model_dir, rows=3, length=10, scored=4, repeats=3)
+    assert result["same_log_probs"] is True
+    assert [len(v) for v in result["seconds"].values()] == [3, 3]
+    median = result["median_seconds"]
+    assert result["ratio"] == round(median["entropy"] / median["baseline"], 3)
