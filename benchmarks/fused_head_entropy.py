@@ -34,6 +34,7 @@ HEADS = {"baseline": ("log_probs",), "entropy": ("log_probs", "entropy")}
 
 def head_model(path: str, outputs: tuple[str, ...]) -> Any:
     """The model at `path`, frozen, with TRL's fused LM head computing `outputs`."""
+    # deferred: transformers and trl take seconds to import; a mistake on the command line is reported first
     from transformers import AutoModelForCausalLM
     from trl.trainer import add_fused_lm_head
 
