@@ -95,11 +95,22 @@ def training_token_scale(inputs: list[dict[str, Any]], output: dict[str, Any], g
     return float(counts[0] / counts[1]) if counts[1] > 0 else 1.0
 
 
+def token_column(inputs: list[dict[str, Any]], key: str, width: int, fill: int, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+    """(B, width) tensor of the per-token rollout column `key`, each row cut to `width` and padded with `fill`."""
+    out = torch.full((len(inputs), width), fill, dtype=dtype, device=device)
+    for i, x in enumerate(inputs):
+        values = torch.tensor(x[key][:width], dtype=dtype, device=device)
+        out[i, : len(values)] = values
+    return out
+
+
 def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict[str, Any], rewards: torch.Tensor,
                     batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
     """This rank's (B, T) per-token advantages: per-round group normalisation of the global round rewards
     `rewards` (`round_reward_matrix`), spread over each round's kept tokens (not forced, in the loss mask),
-    none positive on a turn that did not parse if `unparsed_credit` is non_positive, scaled as `loss_scale` asks. Returns (advantages, metrics)."""
+    none positive on a turn that did not parse if `unparsed_credit` is non_positive, scaled as `loss_scale`
+    asks. Returns (advantages, metrics)."""
     device = batch.device
     metrics: dict[str, float] = {}
     weights = batch.gather(torch.tensor([float(args.pool_weights.get(x["pool"], 1.0)) for x in inputs], device=device))
@@ -111,16 +122,9 @@ def sepo_advantages(args: SEPOConfig, inputs: list[dict[str, Any]], output: dict
     n, p = len(inputs), batch.process_index
     local = adv[p * n : (p + 1) * n]
     T = output["completion_ids"].size(1)
-    round_ids = torch.full((n, T), -1, dtype=torch.long, device=device)
-    forced = torch.zeros((n, T), dtype=torch.long, device=device)
-    unparsed = torch.zeros((n, T), dtype=torch.bool, device=device)
-    for i, x in enumerate(inputs):
-        r = torch.tensor(x["round_ids"][:T], dtype=torch.long, device=device)
-        round_ids[i, : len(r)] = r
-        f = torch.tensor(x["forced_mask"][:T], dtype=torch.long, device=device)
-        forced[i, : len(f)] = f
-        u = torch.tensor(x["unparsed_mask"][:T], dtype=torch.bool, device=device)
-        unparsed[i, : len(u)] = u
+    round_ids = token_column(inputs, "round_ids", T, -1, torch.long, device)
+    forced = token_column(inputs, "forced_mask", T, 0, torch.long, device)
+    unparsed = token_column(inputs, "unparsed_mask", T, 0, torch.bool, device)
     keep = loss_mask(output) * (1 - forced)
     token_adv = token_advantages(local, round_ids, keep)
     if args.unparsed_credit == "non_positive":

@@ -289,6 +289,8 @@ def _model_turns(
         if action is None and ids and ids[-1] == eot and keep_open:
             ids, lps = ids[:-1], lps[:-1]
         ep.traj.extend(ids, lps, env=1, rnd=ep.state.round, forced=0)
+        if action is None:  # the fallback or a seeded random action will choose: the policy's text is unparsed
+            ep.traj.mark_unparsed(len(ids))
         out.append(_Turn(ids=ids, text=text, action=action))
         ep.turns.append(TurnRecord(round=ep.state.round, text=text, action=action or "", parsed=action is not None,
                                    fallback=False, n_model_tokens=len(ids), n_forced_tokens=0))
@@ -330,7 +332,6 @@ def _forced_turn(ep: _InPlay, turn: _Turn, cue: list[int], gen: Generation, lega
         raise RuntimeError(
             f"constrained decode returned {gen.text!r} (ids {gen.token_ids}), not one of {legal} + end-of-turn"
         )
-    ep.traj.mark_unparsed(len(turn.ids))
     ep.traj.extend(cue, None, env=0, rnd=ep.state.round, forced=0)
     ep.traj.extend(gen.token_ids, gen.logprobs, env=1, rnd=ep.state.round, forced=1)
     ids = [*turn.ids, *cue, *gen.token_ids]
@@ -344,7 +345,6 @@ def _close_unparsed(ep: _InPlay, turn: _Turn, renderer: ChatRenderer) -> _Turn:
     """No fallback: end the turn (a synthetic end-of-turn if it was cut off) and play a seeded random
     legal action, so the episode continues and the failure is counted; returns the closed turn."""
     ids = turn.ids
-    ep.traj.mark_unparsed(len(ids))
     if not ids or ids[-1] != renderer.end_of_turn_id:
         ep.traj.extend([renderer.end_of_turn_id], None, env=0, rnd=ep.state.round, forced=1)
         ids = [*ids, renderer.end_of_turn_id]
