@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 
 from envs.kuhn import INFO_STATES
+from envs.kuhn_tabular import infoset_messages
+from sepo.generation import Prompt
 
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
 SAMPLES = 400  # per information set
@@ -134,7 +136,6 @@ def test_the_played_episodes_reach_each_information_set_at_its_scored_prompt(tin
     """The rollout engine puts the model at each information set with exactly the prompt tokens the scoring
     reads (`infoset_messages`): the deal, the opponent's move and, at "Xpb", the opening PASS; and the episode
     holds that one sampled decision."""
-    from envs.kuhn_tabular import infoset_messages
     from sepo.backends.hf import HFBackend
     from sepo.eval.played import infoset_episode, opponents
     from sepo.generation import SamplingSpec
@@ -192,3 +193,29 @@ def test_base_is_the_pretrained_model_scored_before_sft(tiny_model, tmp_path):
     (tmp_path / "base.json").write_text('{"policy": "kept"}')
     assert base_record(recipe, tmp_path) == {"policy": "kept"}  # written once, then reused
     assert base_record({**recipe, "model": {"seed": 0}}, tmp_path / "organism") is None
+
+
+def test_answers_drawn_as_a_choice_play_the_scored_table_whatever_the_canonical_mass(tiny_model):
+    """`turn_decode: choice` (`sepo.rollout.choice`): each turn is drawn among the legal actions' canonical answers
+    by their scored probabilities, so the played table is the scored one within sampling error alone, on a model
+    that puts much of its mass on other text (the stand-in: canonical mass below 0.9 at some set, where free
+    decoding may play up to 1 - mass away from the table)."""
+    from sepo.backends.hf import HFBackend
+    from sepo.eval.exact import scored_policy
+    from sepo.eval.played import played_policy
+    from sepo.generation import SamplingSpec
+    from sepo.rollout.chat import ChatRenderer
+
+    backend = HFBackend.from_model(str(tiny_model), device="cpu")
+    renderer = ChatRenderer(backend.tokenizer)
+    scored = scored_policy(backend, renderer, "kuhn", PARAMS)
+    prompts = [Prompt(ids=renderer.prompt_ids(infoset_messages(info, PARAMS))) for info in INFO_STATES]
+    masses = [sum(row) for row in backend.choice_masses(prompts, [list(scored[i]) for i in INFO_STATES])]
+    assert min(masses) < 0.9, masses
+    sampling = SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=4)
+    out = played_policy("kuhn", backend, renderer, sampling, PARAMS, SAMPLES, batch=400, seed=3, turn_decode="choice")
+    misses = [(info, a, round(p, 4), out["played"][info][a]) for info in INFO_STATES for a, p in scored[info].items()
+              if abs(out["played"][info][a] - p) > bound(p, SAMPLES)]
+    assert not misses, misses
+    assert all(f == 0 for f in out["played_fallback"].values())
+    assert out["played_canonical"] == out["played"]

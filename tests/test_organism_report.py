@@ -209,18 +209,19 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path)
     from sepo.study.organism_report import followup_results, followups_markdown, wording
 
     recipe = load_recipe(LM_KUHN)
-    spec = recipe["followups"]["unparsed_credit"]
     done = tmp_path / "runs" / "followup" / "unparsed_credit" / "lr_1e-4_non_positive" / "seed_100.json"
     done.parent.mkdir(parents=True)
     checkpoints = [{**c, "canonical_mass": m} for c, m in zip(run([0.2, 0.1, 0.12]), [0.97, 0.91, 0.95])]
     checkpoints[1]["canonical_mass_by_state"] = {"K": 0.91, "J": 0.99}
     done.write_text(json.dumps({"seed": 100, "checkpoints": checkpoints, "seconds_per_step": 9.5}))
     jobs = followup_jobs(recipe, tmp_path, tmp_path / "start")
-    # every variant x seed but the finished one, each with the variant's keys over the arm's, from the warm start
-    assert len(jobs) == len(spec["variants"]) * len(spec["seeds"]) - 1
+    # every follow-up's variant x seed but the finished one, each with the variant's keys over the arm's, from
+    # the warm start
+    blocks = recipe["followups"]
+    assert len(blocks) >= 2 and len(jobs) == sum(len(b["variants"]) * len(b["seeds"]) for b in blocks.values()) - 1
     assert str(done) not in [job[4] for job in jobs]
     for job_recipe, arm, seed, steps, out, start in jobs:
-        variant = Path(out).parent.name
+        variant, spec = Path(out).parent.name, blocks[Path(out).parent.parent.name]
         assert seed in spec["seeds"] and Path(out).name == f"seed_{seed}.json"
         assert arm == spec["arm"] and steps == spec["steps"] and start == str(tmp_path / "start")
         assert job_recipe["played"] is None

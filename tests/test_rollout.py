@@ -70,6 +70,7 @@ class CallCounter:
         return self.inner.generate_choice(prompts, choices, sampling)
 
     def score_choices(self, prompts, choices):
+        self.calls.append(("score_choices", len(prompts)))
         return self.inner.score_choices(prompts, choices)
 
     def count(self, method: str) -> int:
@@ -225,6 +226,38 @@ def test_lock_step_call_counts(backends):
         play_episodes(
             _specs("ipd", "tit_for_tat", 1, {"num_rounds": 4}), real, renderer_of(real), SAMPLING, collective=2
         )
+
+
+def test_choice_decode_draws_the_scored_answers_as_the_policy_s_own_tokens(backends):
+    """`turn_decode="choice"`: no free generation and no fallback; each turn is one scoring call's draw among the
+    legal actions, written as the action's text and end-of-turn, in the loss (env 1, not forced, not unparsed),
+    its log-probability the draw's (log q on the first token, 0 after); a seeded call repeats itself."""
+    import math
+
+    real = backends["llama"]
+    renderer = renderer_of(real)
+    tok, eot = real.tokenizer, real.end_of_turn_id
+    counter = CallCounter(real)
+    specs = _specs("ipd", "tit_for_tat", 3, {"num_rounds": 4})
+    results = play_episodes(specs, counter, renderer, SAMPLING, turn_decode="choice")
+    assert counter.calls == [("score_choices", 3)] * 4
+    again = play_episodes(specs, real, renderer, SAMPLING, turn_decode="choice")
+    assert [r.turns for r, _ in again] == [r.turns for r, _ in results]
+    for rec, traj in results:
+        assert rec.n_fallbacks == 0 and rec.n_parse_failures == 0
+        assert all(t.parsed and not t.fallback and t.text == t.action for t in rec.turns)
+        assert not any(traj.forced_mask) and not any(traj.unparsed_mask)
+        assert _segments(traj, tok, lambda e, f, u: e == 1) == [t.action + tok.decode([eot]) for t in rec.turns]
+        own = [(i, lp) for i, (e, lp) in enumerate(zip(traj.env_mask, traj.logprobs)) if e == 1]
+        starts = [i for k, (i, _) in enumerate(own) if k == 0 or own[k - 1][0] != i - 1]
+        assert len(starts) == len(rec.turns) and all(lp == 0.0 for i, lp in own if i not in starts)
+        legal = ["COOPERATE", "DEFECT"]
+        scored = real.score_choices([Prompt(ids=[*traj.prompt_ids, *traj.completion_ids[:i]]) for i in starts],
+                                    [legal] * len(starts))
+        drawn = [math.log(row[legal.index(t.action)]) for row, t in zip(scored, rec.turns)]
+        assert [traj.logprobs[i] for i in starts] == pytest.approx(drawn, abs=1e-5)
+    with pytest.raises(ValueError, match="turn_decode must be one of free, choice"):
+        play_episodes(specs, real, renderer, SAMPLING, turn_decode="trie")
 
 
 def test_determinism_and_group_opponent_stream(backends):

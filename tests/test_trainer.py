@@ -120,6 +120,11 @@ def test_bad_config_names_list_valid_choices(tmp_path):
             tiny_config(tmp_path, credit=credit)
     with pytest.raises(ValueError, match="choose one of: ipd"):
         tiny_config(tmp_path, games=["chess"])
+    with pytest.raises(ValueError, match="turn_decode choice draws from the answers' whole probabilities"):
+        tiny_config(tmp_path, turn_decode="choice", temperature=1.0, top_p=0.95)
+    with pytest.raises(ValueError, match="turn_decode"):
+        tiny_config(tmp_path, turn_decode="trie")
+    assert tiny_config(tmp_path, turn_decode="choice", top_p=1.0).turn_decode == "choice"
     with pytest.raises(ValueError, match="training, exploit, collusive"):
         tiny_config(tmp_path, pool_weights={"friends": 1.0})
     from sepo.pools import load_pools

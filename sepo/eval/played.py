@@ -80,9 +80,9 @@ def infoset_episode(game: str, key: str, game_params: Mapping[str, Any],
 
 def played_policy(game: str, backend: GenerationBackend, renderer: ChatRenderer, sampling: SamplingSpec,
                   game_params: Mapping[str, Any], samples: int, *, seat: int = 0, fallback: bool = True,
-                  batch: int = 256, seed: int = 0) -> dict[str, Any]:
+                  batch: int = 256, seed: int = 0, turn_decode: str = "free") -> dict[str, Any]:
     """Sample the model `samples` times at each decision state of `game` through the rollout engine
-    (`sampling`, `fallback`: the run's; `batch` episodes per `play_episodes` call, each call with its own
+    (`sampling`, `fallback`, `turn_decode`: the run's; `batch` episodes per `play_episodes` call, each call with its own
     sampling seed drawn from `seed`). Returns {"played": {state: {action: frequency}}, "played_n": samples,
     "played_canonical": {state: {action: frequency of its canonical answer}}, "played_fallback": {state:
     frequency of fallback turns}}, tables in the analysis' state order."""
@@ -99,7 +99,7 @@ def played_policy(game: str, backend: GenerationBackend, renderer: ChatRenderer,
         chunk = jobs[start:start + batch]
         call = replace(sampling, seed=rng.randrange(2**31))  # fresh draws in every call
         results = play_episodes([setups[key][0] for key in chunk], backend, renderer, call, opponents=extra,
-                                fallback=fallback, trajectories=False,
+                                fallback=fallback, trajectories=False, turn_decode=turn_decode,
                                 openings=[setups[key][1] for key in chunk])
         for key, (record, _) in zip(chunk, results):
             turn = record.turns[len(setups[key][1])]

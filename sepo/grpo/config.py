@@ -36,6 +36,7 @@ from sepo.grpo.adaptive import check_adaptive
 from sepo.grpo.advantages import PAPER_EPSILON, RETURN_MODES, SCALE_REWARDS
 from sepo.objective import CREDIT_MODES, EXPLOIT_REWARDS, TRAINING_ONLY_CREDITS
 from sepo.pools import POOL_NAMES
+from sepo.rollout.choice import TURN_DECODES
 
 ADVANTAGE_MODES = ("per_round", "episode")
 # How the policy-gradient loss is normalised across groups (sepo.grpo.scoring.training_token_scale): "training_tokens" divides by
@@ -149,6 +150,13 @@ class SEPOConfig(GRPOConfig):
     mask_forced_tokens: bool = field(
         default=True, metadata={"help": "Remove fallback-forced tokens from the loss (they always get 0 advantage)."}
     )
+    turn_decode: str = field(
+        default="free",
+        metadata={"help": f"How a turn is decoded: {', '.join(TURN_DECODES)} (free: the method's text, parsed, the "
+                          "fallback where it does not parse; choice: drawn among the legal actions' canonical "
+                          "answers by their scored probabilities, so the played policy is the scored one: "
+                          "sepo.rollout.choice, for compact answer-only prompts)."},
+    )
     unparsed_credit: str = field(
         default="advantage",
         metadata={"help": f"Credit of the model's own tokens in a turn that did not parse: {', '.join(UNPARSED_CREDITS)} "
@@ -210,7 +218,11 @@ class SEPOConfig(GRPOConfig):
         _check_choice("exploit_reward", self.exploit_reward, EXPLOIT_REWARDS)
         _check_choice("loss_scale", self.loss_scale, LOSS_SCALES)
         _check_choice("unparsed_credit", self.unparsed_credit, UNPARSED_CREDITS)
+        _check_choice("turn_decode", self.turn_decode, TURN_DECODES)
         _check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        if self.turn_decode == "choice" and (self.top_p < 1.0 or (self.top_k or 0) > 0):
+            raise ValueError(f"turn_decode choice draws from the answers' whole probabilities (tempered by temperature); "
+                             f"top_p {self.top_p} and top_k {self.top_k} do not apply: set top_p 1.0 and top_k 0")
         if self.loss_scale == "training_tokens" and self.loss_type != "dapo":
             raise ValueError(f"loss_scale training_tokens rescales TRL's dapo loss; loss_type is {self.loss_type!r}: "
                              "use loss_type dapo, or loss_scale all_tokens")

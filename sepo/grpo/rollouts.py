@@ -88,7 +88,8 @@ def play(ctx: RolloutContext, rows: list[dict[str, Any]], backend: GenerationBac
     probes = [probe_specs(args, ctx.pools, r, first + i) if args.credit in PROBE_CREDITS else []
               for i, r in enumerate(rows)]
     flat = [spec for specs_i in probes for spec in specs_i]
-    how = dict(opponents=ctx.factories, fallback=args.fallback, trajectories=True, collective=ctx.num_processes > 1)
+    how = dict(opponents=ctx.factories, fallback=args.fallback, trajectories=True, collective=ctx.num_processes > 1,
+               turn_decode=args.turn_decode)
     main = play_episodes(specs, backend, ctx.renderer, ctx.sampling, **how)
     rest = iter(play_episodes(flat, backend, ctx.renderer, probe_sampling(ctx.sampling, rows), **how)
                 if flat else [])

@@ -37,6 +37,7 @@ from sepo.generation import (
     session_generate_choice,
 )
 from sepo.rollout.chat import ChatRenderer, Lap
+from sepo.rollout.choice import TURN_DECODES, choice_generations
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
 
 OpponentFactory = Callable[[], Strategy]
@@ -375,6 +376,7 @@ def play_episodes(
     session: Any = None,
     timer: PhaseTimer | None = None,
     openings: Sequence[Sequence[str]] | None = None,
+    turn_decode: str = "free",
 ) -> list[tuple[EpisodeRecord, Trajectory | None]]:
     """Play all `specs` in lock-step with the LLM in seat `spec.seat`; results in spec order.
 
@@ -396,7 +398,12 @@ def play_episodes(
         text and end-of-turn, environment tokens in the trajectory): they put the model at a later decision
         point of a real episode (e.g. a card game's information set after the seat's own PASS) to sample its
         policy there.
+    turn_decode: "free" (the method: the model's text, parsed, the fallback for text that does not parse) or
+        "choice" (each turn drawn among the legal actions' canonical answers by their scored probabilities,
+        `sepo.rollout.choice`: the played policy is the scored one).
     """
+    if turn_decode not in TURN_DECODES:
+        raise ValueError(f"turn_decode must be one of {', '.join(TURN_DECODES)}, got {turn_decode!r}")
     lap = (timer or PhaseTimer()).lap  # a throwaway timer when none is asked for: one path, nothing read
     episodes = [_start(key, spec, opponents, opening) for key, (spec, opening)
                 in enumerate(zip(specs, openings or [()] * len(specs), strict=True))]
@@ -427,8 +434,16 @@ def play_episodes(
             prompts = _open_turns(acting, renderer, lap)
             scripted = {k for k, ep in enumerate(acting) if len(ep.turns) < len(ep.opening)}
             free = [k for k in range(len(acting)) if k not in scripted]
-            gens = session_generate(backend, [prompts[k] for k in free], _seeded(turn_sampling, iteration, 0),
-                                    session) if free or n_iter is not None else []
+            gens = []
+            if turn_decode == "choice" and (free or n_iter is not None):
+                gens = choice_generations(backend, [prompts[k] for k in free],
+                                          [acting[k].game.legal_actions(acting[k].state, acting[k].spec.seat)
+                                           for k in free],
+                                          _seeded(turn_sampling, iteration, 0), renderer.tokenizer,
+                                          renderer.end_of_turn_id)
+            elif free or n_iter is not None:
+                gens = session_generate(backend, [prompts[k] for k in free], _seeded(turn_sampling, iteration, 0),
+                                        session)
             lap("generation")
             model_turns = iter(_model_turns([acting[k] for k in free], gens, renderer, fallback, lap))
             turns = [_opening_turn(ep, renderer) if k in scripted else next(model_turns)

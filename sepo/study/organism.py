@@ -388,7 +388,7 @@ def played_record(recipe: Mapping[str, Any], args: Any, backend: Any, renderer: 
     t0 = time.perf_counter()
     out = played_policy(organism_game(recipe).name, backend, renderer, played_sampling(rollout_sampling(args)),
                         game_params(recipe), int(spec["samples"]), seat=args.seat, fallback=args.fallback,
-                        batch=int(spec.get("batch", 256)), seed=seed)
+                        batch=int(spec.get("batch", 256)), seed=seed, turn_decode=args.turn_decode)
     gap = max(abs(out["played"][info][a] - p) for info, row in policy.items() for a, p in row.items())
     return {**out, "played_gap": gap, "played_s": time.perf_counter() - t0}
 
