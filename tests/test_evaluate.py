@@ -126,6 +126,23 @@ def test_rerun_resumes_stored_batches_and_replays_missing_or_corrupt_ones(tiny_m
     assert "stored, reused" not in capsys.readouterr().out
 
 
+def test_turn_decode_choice_plays_drawn_answers_and_is_stored_apart(tiny_model_dir, tmp_path, capsys):
+    """`turn_decode: choice` in `sepo eval`: every turn of the random tiny model (which, decoding freely, needs the
+    fallback) is a drawn legal answer, parsed, never the fallback's; its episodes are never mixed with a free
+    decode's stored ones."""
+    out = tmp_path / "eval"
+    kw = dict(pools=["exploit"], top_p=1.0, temperature=1.0)
+    run_eval(_cfg(tiny_model_dir, out, **kw))
+    free = [t for rows in _stored(out, "Tiny", "ipd").values() for row in rows for t in row["turns"]]
+    assert any(t["fallback"] for t in free)
+    capsys.readouterr()
+    run_eval(_cfg(tiny_model_dir, out, turn_decode="choice", **kw))
+    assert "stored, reused" not in capsys.readouterr().out
+    drawn = [t for rows in _stored(out, "Tiny", "ipd").values() for row in rows for t in row["turns"]]
+    assert len(drawn) == len(free) and all(t["parsed"] and not t["fallback"] for t in drawn)
+    assert {t["text"] for t in drawn} <= {"COOPERATE", "DEFECT"}
+
+
 def test_transcripts_and_wandb_table(tiny_model_dir, tmp_path):
     out = tmp_path / "eval"
     run_eval(_cfg(tiny_model_dir, out, pools=["collusive"], save_transcripts=True, report_to="wandb",
@@ -149,6 +166,8 @@ def test_transcripts_and_wandb_table(tiny_model_dir, tmp_path):
     (["--torch_threads", "0"], ["torch_threads must be an integer >= 1"]),
     (["--top_p", "1.5"], ["top_p must be a number in (0, 1], got 1.5"]),
     (["--bootstrap_resamples", "5"], ["bootstrap_resamples must be an integer in [100, 1000000]"]),
+    (["--turn_decode", "trie"], ["turn_decode", "free, choice"]),
+    (["--turn_decode", "choice"], ["turn_decode choice draws from the answers' whole probabilities", "top_p 1.0"]),
     (["--games", "chess"], ["unknown game 'chess'", "ipd"]),
     (["--pools", "friends"], ["unknown pool 'friends'", "training, exploit, collusive"]),
     (["--checkpoints", "/nonexistent/run"], ["checkpoints='/nonexistent/run' is not a directory"]),

@@ -24,6 +24,7 @@ from sepo.config.checks import (
 )
 from sepo.generation import SamplingSpec
 from sepo.pools import POOL_NAMES
+from sepo.rollout.choice import TURN_DECODES
 
 EVAL_RANGES = {
     "episodes_per_opponent": COUNT, "batch_episodes": COUNT, "max_turn_tokens": COUNT,
@@ -66,6 +67,10 @@ class EvalConfig:
     top_p: float = field(default=0.95, metadata={"help": "nucleus sampling, in (0, 1]"})
     greedy: bool = field(default=False, metadata={"help": "greedy decoding instead of sampling"})
     max_turn_tokens: int = field(default=96, metadata={"help": "new tokens per model turn before the fallback"})
+    turn_decode: str = field(default="free", metadata={
+        "help": f"{' | '.join(TURN_DECODES)}: the model's own text, parsed (the fallback where it does not parse), "
+                "or each turn drawn among the legal actions' answers by their scored probabilities, as a run "
+                "trained with turn_decode choice plays (sepo.rollout.choice; top_p must be 1)"})
     seed: int = field(default=0, metadata={"help": "seeds every episode and every sampling call"})
     backend: str = field(default="hf", metadata={"help": "hf | vllm | openai"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (backend openai)"})
@@ -115,6 +120,10 @@ class EvalConfig:
         check_ranges(self, EVAL_RANGES)
         if not self.greedy:
             TEMPERATURE.check("temperature", self.temperature)
+        check_choice("turn_decode", self.turn_decode, TURN_DECODES)
+        if self.turn_decode == "choice" and self.top_p < 1.0:
+            raise UsageError(f"turn_decode choice draws from the answers' whole probabilities; top_p {self.top_p} "
+                             "does not apply: set top_p 1.0")
 
     def runs_exact(self, game: str) -> bool:
         """Whether `game`'s exact phase is asked for (`exact` on, `game` not in `exact_skip`)."""
@@ -132,4 +141,6 @@ class EvalConfig:
                 "seed", "backend", "base_url", "dtype", "pool_dir", "enable_thinking")
         settings = {k: getattr(self, k) for k in keys}
         settings["pools_dir"] = settings.pop("pool_dir")  # its stored name: evaluations stored before stay valid
+        if self.turn_decode != "free":  # a key only where it is set: evaluations stored before stay valid
+            settings["turn_decode"] = self.turn_decode
         return settings

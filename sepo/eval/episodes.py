@@ -73,12 +73,13 @@ def batch_sampling_seed(seed: int, batch: Sequence[Unit]) -> int:
 
 def play_batch(batch: Sequence[Unit], episodes: int, seed: int, params: Mapping[str, Any], backend: Any,
                renderer: Any, sampling: Any, opponents: Mapping[str, Callable[[], Any]],
-               progress: bool = False) -> dict[str, list[Row]]:
-    """Play a batch of units' episodes in one lock-step run; {unit key: one JSON row per episode}."""
+               progress: bool = False, turn_decode: str = "free") -> dict[str, list[Row]]:
+    """Play a batch of units' episodes in one lock-step run (`turn_decode`: `play_episodes`'); {unit key: one
+    JSON row per episode}."""
     specs = [spec for unit in batch for spec in unit_specs(unit, episodes, seed, params)]
     batch_sampling = replace(sampling, seed=batch_sampling_seed(seed, batch))
     results = play_episodes(specs, backend, renderer, batch_sampling, opponents=opponents, fallback=True,
-                            trajectories=False, progress=progress)
+                            trajectories=False, progress=progress, turn_decode=turn_decode)
     rows = [record.to_dict() for record, _ in results]
     return {unit.key: rows[k * episodes : (k + 1) * episodes] for k, unit in enumerate(batch)}
 

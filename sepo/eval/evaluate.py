@@ -107,7 +107,7 @@ def evaluate_game(label: str, model: str, game_name: str, cfg: EvalConfig, live:
             start = time.perf_counter()
             backend, renderer = live()
             stored = play_batch(batch, cfg.episodes_per_opponent, cfg.seed, params, backend, renderer,
-                                cfg.sampling(), factories, progress=cfg.progress)
+                                cfg.sampling(), factories, progress=cfg.progress, turn_decode=cfg.turn_decode)
             for k, rows in stored.items():
                 save_shard(paths[k], stamps[k], rows)
             seconds = time.perf_counter() - start
