@@ -11,16 +11,16 @@ Three kinds are reused across rounds (`sepo.backends.prefix_cache`):
   a recurrent state per row, no positions. Such a state cannot be cut back: it is copied at the end of the
   prompt (`PromptEndSnapshot`) and a later call continues it only from there.
 
-Any other kind (chunked attention, several states per layer, layers mixing both) is left to `generate`.
+Any other kind (chunked attention, several states per layer, layers mixing both) is left to `generate`; which
+kinds a model's cache has, and whether a filled layer can be stored, the prefix cache decides (`layer_kinds`,
+`kind_of`).
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, LogitsProcessor
-from transformers.cache_utils import DynamicLayer, LinearAttentionLayer, get_layer_types_and_kwargs
-
-KINDS = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
+from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -61,27 +61,6 @@ class SlidingPreallocatedLayer(PreallocatedLayer):
     """A sliding-window layer that keeps every position (the mask applies the window; see the module doc)."""
 
     is_sliding = True
-
-
-def layer_kinds(model) -> list[str] | None:
-    """The kind of each of `model`'s cache layers ("full", "sliding", "linear"), or None when one is of a kind
-    the prefix cache does not reuse. Layers that share another layer's keys (Gemma 4) have no cache layer."""
-    config = model.config.get_text_config(decoder=True)
-    types, kwargs = get_layer_types_and_kwargs(config)
-    if kwargs.get("number_of_states", 1) != 1 or any(t not in KINDS for t in types):
-        return None
-    return [KINDS[t] for t in types]
-
-
-def kind_of(layer) -> str | None:
-    """The kind of a cache layer `generate` filled, or None for one the prefix cache cannot store."""
-    if isinstance(layer, PreallocatedLayer):
-        return "sliding" if layer.is_sliding else "full"
-    if type(layer) is DynamicLayer:
-        return "full"
-    if type(layer) is LinearAttentionLayer and layer.number_of_states == 1:
-        return "linear"
-    return None
 
 
 def linear_layer(conv: torch.Tensor, recurrent: torch.Tensor) -> LinearAttentionLayer:

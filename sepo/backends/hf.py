@@ -22,10 +22,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from sepo.backends.cache_layers import PromptEndSnapshot, build_cache, layer_kinds
-from sepo.backends.hf_decoding import TrieLogitsProcessor, build_tries, score_actions
-from sepo.backends.prefix_cache import COUNTS, PrefixCache, feed_ahead, plan_call
-from sepo.backends.shared_rows import left_padded
+from sepo.backends.hf_decoding import TrieLogitsProcessor, score_actions
+from sepo.backends.prefix_cache import COUNTS, PrefixCache, plan_call
 from sepo.config.models import adapter_base_model, resolve_model
 from sepo.generation import Generation, Prompt, SamplingSpec, template_end_of_turn
 
@@ -95,7 +93,6 @@ class HFBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.end_of_turn_id
         self.prefix_counts: dict[str, int] = dict.fromkeys(COUNTS, 0)  # summed over the closed sessions
-        self._kinds = layer_kinds(model)  # None: a cache the prefix cache cannot reuse (generate builds its own)
 
     # --- construction --------------------------------------------------------------------------------
     @classmethod
@@ -188,9 +185,8 @@ class HFBackend:
         `session`'s cache; its stored rows stay: a forced turn is not what the next round continues)."""
         if len(prompts) != len(choices):
             raise ValueError(f"{len(prompts)} prompts but {len(choices)} choice lists")
-        tries = build_tries(self.tokenizer, [p.ids for p in prompts], choices)
-        max_new = max((t.max_depth for t in tries), default=0) + 1
-        return self._generate(prompts, sampling, max_new, tries, session)
+        trie = TrieLogitsProcessor.for_choices(self.tokenizer, [p.ids for p in prompts], choices, self.end_of_turn_id)
+        return self._generate(prompts, sampling, trie.max_depth + 1, trie, session)
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         """Teacher-forced probabilities of each choice (+ end-of-turn), normalised per prompt."""
@@ -221,33 +217,18 @@ class HFBackend:
         return procs
 
     def _generate(
-        self, prompts: list[Prompt], sampling: SamplingSpec, max_new_tokens: int, tries: list | None,
+        self, prompts: list[Prompt], sampling: SamplingSpec, max_new_tokens: int, trie: TrieLogitsProcessor | None,
         session: PrefixCache | None,
     ) -> list[Generation]:
         if not prompts:
             return []
         if any(not p.ids for p in prompts):
             raise ValueError("every prompt needs at least one token id")
-        device = self.device
-        planned = None
-        if session is not None:
-            with self._inference(None):  # a shared prefill and the feed ahead run the model
-                planned = plan_call(self.model, session, [p.ids for p in prompts], _keys(prompts), self.pad_id,
-                                    self._kinds, device, max_new_tokens)
-                ids = feed_ahead(self.model, planned) if planned is not None else None
-        if planned is not None:
-            fed_ids, attn, cache = planned.input_ids, planned.attention_mask, planned.past_key_values
-            valid_before = planned.cache_valid
-        else:
-            ids, attn = left_padded([p.ids for p in prompts], self.pad_id, device)
-            width = ids.shape[1]
-            own_cache = session is not None and self._kinds is not None
-            cache = build_cache(self._kinds, width + max_new_tokens) if own_cache else None
-            valid_before = torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
-            fed_ids = ids
-        snapshot = PromptEndSnapshot(cache) if cache is not None and "linear" in self._kinds else None
+        with self._inference(None):  # a shared prefill and the feed ahead run the model
+            call = plan_call(self.model, session, [p.ids for p in prompts], _keys(prompts), self.pad_id, self.device,
+                             max_new_tokens)
+        ids = call.input_ids[:, call.generate_from :]
         width = ids.shape[1]
-        trie = TrieLogitsProcessor(tries, width, self.end_of_turn_id) if tries is not None else None
         recorder = _LogprobRecorder()
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
@@ -255,17 +236,18 @@ class HFBackend:
             temperature=1.0,
             top_p=1.0,
             top_k=0,
-            eos_token_id=[self.end_of_turn_id] if tries is not None else self.stop_ids,
+            eos_token_id=[self.end_of_turn_id] if trie is not None else self.stop_ids,
             pad_token_id=self.pad_id,
             use_cache=True,
             return_dict_in_generate=True,
         )
-        processors = [*self._processors(sampling, trie), recorder, *([snapshot] if snapshot is not None else [])]
+        snapshot = [call.prompt_end] if call.prompt_end is not None else []  # linear layers: the prompt's end
+        processors = [*self._processors(sampling, trie), recorder, *snapshot]
         with self._inference(sampling.seed):
             output = self.model.generate(
                 input_ids=ids,
-                attention_mask=attn,
-                past_key_values=cache,
+                attention_mask=call.attention_mask,
+                past_key_values=call.past_key_values,
                 generation_config=config,
                 logits_processor=LogitsProcessorList(processors),
             )
@@ -280,8 +262,8 @@ class HFBackend:
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             out.append(Generation(token_ids=tokens, logprobs=lps, text=text, finished=end is not None))
             kept.append(len(tokens))
-        if session is not None and tries is None:  # free turns are what the next round continues
-            session.store(output.past_key_values, [p.ids for p in prompts], valid_before,
-                          torch.cat([fed_ids, new], 1), attn, kept, _keys(prompts),
-                          prompt_end=snapshot.states if snapshot is not None else None)
+        if session is not None and trie is None:  # free turns are what the next round continues
+            session.store(output.past_key_values, [p.ids for p in prompts], call.cache_valid,
+                          torch.cat([call.input_ids, new], 1), call.attention_mask, kept, _keys(prompts),
+                          prompt_end=call.prompt_end.states if call.prompt_end is not None else None)
         return out

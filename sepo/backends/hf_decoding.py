@@ -114,11 +114,20 @@ class TrieLogitsProcessor(LogitsProcessor):
     """Per batch row, allow only tokens that extend a legal action (row's own trie) after `prompt_len`;
     once an action is complete, the end-of-turn token is allowed, and nothing else after a dead end.
 
-    With left padding every row's generated part starts at the same `prompt_len` (the padded width).
+    With left padding every row's generated part starts at the same `prompt_len` (the padded width); None: the
+    width of the ids `generate` first asks about (the prompt it was given).
     """
 
-    def __init__(self, tries: Sequence[ActionTrie], prompt_len: int, eos_id: int):
+    def __init__(self, tries: Sequence[ActionTrie], prompt_len: int | None, eos_id: int):
         self.tries, self.prompt_len, self.eos_id = list(tries), prompt_len, eos_id
+        self.max_depth = max((t.max_depth for t in self.tries), default=0)  # the longest action, in tokens
+
+    @classmethod
+    def for_choices(cls, tokenizer, contexts: Sequence[Sequence[int]], choices: Sequence[Sequence[str]],
+                    eos_id: int) -> TrieLogitsProcessor:
+        """The processor constraining row i to `choices[i]` after `contexts[i]` (`build_tries`), from the prompt
+        `generate` is given on."""
+        return cls(build_tries(tokenizer, contexts, choices), None, eos_id)
 
     def allowed(self, row: int, generated: Sequence[int]) -> list[int]:
         if self.eos_id in generated:  # finished rows are padded by generate; keep them finished
@@ -132,6 +141,8 @@ class TrieLogitsProcessor(LogitsProcessor):
         return allowed
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prompt_len is None:
+            self.prompt_len = input_ids.shape[1]
         mask = torch.full_like(scores, float("-inf"))
         for row in range(input_ids.shape[0]):
             mask[row, self.allowed(row, input_ids[row, self.prompt_len :].tolist())] = 0.0

@@ -42,25 +42,51 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer, LinearAttentionLayer, get_layer_types_and_kwargs
 
-from sepo.backends.cache_layers import build_cache, kind_of
+from sepo.backends.cache_layers import PreallocatedLayer, PromptEndSnapshot, build_cache
 from sepo.backends.shared_rows import left_padded, positions_of
 
 MEMORY_FRACTION = 0.5  # of the device's free memory a stored cache may take (see the module doc)
 COUNTS = ("hits", "misses", "stored", "refused", "refused_cache_type", "refused_over_budget")
+KINDS = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
 
 
 @dataclass
 class CachedCall:
-    """What a reuse-planned `generate` call feeds the model: only the uncached tokens of each row."""
+    """Everything one `generate` call of the HF backend is given (`plan_call`): the tokens it feeds, their mask,
+    the cache they continue, and what storing its cache afterwards needs."""
 
-    input_ids: torch.Tensor  # (batch, fed width), left-padded: the tokens to feed
+    input_ids: torch.Tensor  # (batch, fed width), left-padded: the tokens fed this call (none of them cached)
     attention_mask: torch.Tensor  # (batch, cache width + fed width)
-    past_key_values: Any  # a DynamicCache holding the reused rows
+    past_key_values: Any  # a DynamicCache holding the reused rows (or empty); None: `generate` builds its own
     cache_valid: torch.Tensor  # (batch, cache width) bool: the reused positions
     reused: list[int] = field(default_factory=list)  # per row: the prompt's tokens its stored row held
     holes: list[int] | None = None  # linear attention: per row, the padding columns its fed tokens follow
     start_states: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)  # their states
+    generate_from: int = 0  # the first column of `input_ids` left to `generate` (`feed_ahead` fed the ones before)
+    prompt_end: PromptEndSnapshot | None = None  # linear attention: copies the states at the prompt's end
+
+
+def layer_kinds(model: Any) -> list[str] | None:
+    """The kind of each of `model`'s cache layers ("full", "sliding", "linear"), or None when one is of a kind
+    the prefix cache does not reuse. Layers that share another layer's keys (Gemma 4) have no cache layer."""
+    config = model.config.get_text_config(decoder=True)
+    types, kwargs = get_layer_types_and_kwargs(config)
+    if kwargs.get("number_of_states", 1) != 1 or any(t not in KINDS for t in types):
+        return None
+    return [KINDS[t] for t in types]
+
+
+def kind_of(layer: Any) -> str | None:
+    """The kind of a cache layer `generate` filled, or None for one the prefix cache cannot store."""
+    if isinstance(layer, PreallocatedLayer):
+        return "sliding" if layer.is_sliding else "full"
+    if type(layer) is DynamicLayer:
+        return "full"
+    if type(layer) is LinearAttentionLayer and layer.number_of_states == 1:
+        return "linear"
+    return None
 
 
 def decoding_module(model: Any) -> Any:
@@ -71,9 +97,19 @@ def decoding_module(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
-    """Feed the columns of `call` in which some row still waits in its padding, and return the ids left for
-    `generate` (every row real from there on).
+def _feed(model: Any, call: CachedCall, begin: int, end: int) -> None:
+    """Run `model` (`decoding_module`) on columns `begin`..`end` of the call's fed tokens, filling its cache."""
+    width = call.cache_valid.shape[1]
+    positions = positions_of(call.attention_mask)
+    decoding_module(model)(
+        input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
+        position_ids=positions[:, width + begin : width + end], past_key_values=call.past_key_values,
+        use_cache=True, logits_to_keep=1)
+
+
+def feed_ahead(model: Any, call: CachedCall) -> int:
+    """Feed the columns of `call` in which some row still waits in its padding, and return the first column left
+    for `generate` (every row real from there on).
 
     A recurrent state fed a padding column moves on (the convolution shifts, the state decays), so padding may
     only precede a row's first token. Between the cached prefix and a shorter row's new tokens it cannot be
@@ -81,38 +117,45 @@ def feed_ahead(model: Any, call: CachedCall) -> torch.Tensor:
     start, and after each segment the rows still waiting get their linear-attention states back. Attention
     layers mask those columns. Without linear layers (`holes` None) there is nothing to do."""
     if call.holes is None:
-        return call.input_ids
+        return 0
     starts = sorted(set(call.holes))
-    width = call.cache_valid.shape[1]
-    positions = positions_of(call.attention_mask)
     holes = torch.tensor(call.holes, device=call.input_ids.device)
     for begin, end in zip(starts, starts[1:]):
-        decoding_module(model)(
-            input_ids=call.input_ids[:, begin:end], attention_mask=call.attention_mask[:, : width + end],
-            position_ids=positions[:, width + begin : width + end], past_key_values=call.past_key_values,
-            use_cache=True, logits_to_keep=1)
+        _feed(model, call, begin, end)
         waiting = holes >= end
         for layer, start in zip(call.past_key_values.layers, call.start_states):
             if start is not None:
                 layer.conv_states[0][waiting] = start[0][waiting]
                 layer.recurrent_states[0][waiting] = start[1][waiting]
-    return call.input_ids[:, starts[-1] :]
+    return starts[-1]
 
 
-def plan_call(model: Any, session: PrefixCache, prompts: list[list[int]], keys: list[Hashable] | None, pad_id: int,
-              kinds: list[str] | None, device: torch.device, max_new_tokens: int) -> CachedCall | None:
-    """The session's call for `prompts` (`keys`: their episodes, or None for their positions): their stored rows
-    reused where they extend them, and rows with the same prompt prefilled once (`share_prefill`, which runs the
-    model: call this without gradients); None (a plain call) when neither applies. `kinds`: the model's cache
-    layer kinds, None when its cache cannot be reused."""
-    firsts, inverse = distinct_rows(prompts)
-    if len(firsts) == len(prompts) or kinds is None:
-        return session.plan(prompts, pad_id, device, max_new_tokens, keys)
-    reps = [prompts[i] for i in firsts]
-    call = session.plan(reps, pad_id, device, max_new_tokens, None if keys is None else [keys[i] for i in firsts])
+def plan_call(model: Any, session: PrefixCache | None, prompts: list[list[int]], keys: list[Hashable] | None,
+              pad_id: int, device: torch.device, max_new_tokens: int) -> CachedCall:
+    """The `generate` call for `prompts` (`keys`: their episodes, or None for their positions), everything it is
+    given: in a session, their stored rows reused where they extend them, rows with the same prompt prefilled
+    once (`share_prefill`), and whatever precedes the columns `generate` takes fed (`feed_ahead`), on a cache of
+    the model's layers (`layer_kinds`); else, or when the model's cache cannot be reused, the prompts left-padded
+    on no cache (`generate` builds its own). Runs the model: call this without gradients."""
+    kinds = layer_kinds(model)
+    call = None
+    if session is not None:
+        firsts, inverse = distinct_rows(prompts)
+        if len(firsts) == len(prompts) or kinds is None:
+            call = session.plan(prompts, pad_id, device, max_new_tokens, keys)
+        else:
+            reps = [prompts[i] for i in firsts]
+            call = session.plan(reps, pad_id, device, max_new_tokens,
+                                None if keys is None else [keys[i] for i in firsts])
+            if call is None:
+                call = lay_out(reps, pad_id, device, max_new_tokens, kinds)
+            call = share_prefill(model, call, inverse, kinds, pad_id, max_new_tokens)
     if call is None:
-        call = fresh_call(reps, pad_id, kinds, device, max_new_tokens)
-    return share_prefill(model, call, inverse, kinds, max_new_tokens)
+        call = lay_out(prompts, pad_id, device, max_new_tokens, kinds if session is not None else None)
+    call.generate_from = feed_ahead(model, call)
+    if call.past_key_values is not None and "linear" in (kinds or ()):
+        call.prompt_end = PromptEndSnapshot(call.past_key_values)
+    return call
 
 
 def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
@@ -128,21 +171,30 @@ def distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     return firsts, inverse
 
 
-def fresh_call(prompts: list[list[int]], pad_id: int, kinds: list[str], device: torch.device,
-               max_new_tokens: int) -> CachedCall:
-    """A call that reuses nothing: the prompts left-padded, fed in full on an empty cache of `kinds`."""
-    input_ids, attention_mask = left_padded(prompts, pad_id, device)
-    width = input_ids.shape[1]
+def lay_out(fed: list[list[int]], pad_id: int, device: torch.device, max_new_tokens: int, kinds: list[str] | None,
+            cache_valid: torch.Tensor | None = None, states: list[tuple[torch.Tensor, torch.Tensor]] = (),
+            reused: list[int] | None = None, holes: list[int] | None = None,
+            start_states: list[tuple[torch.Tensor, torch.Tensor] | None] = ()) -> CachedCall:
+    """The call feeding the token rows `fed`, left-padded, after the cached positions `cache_valid` marks (rows,
+    cache width; None: nothing cached), on a cache of `kinds` layers with room for them and `max_new_tokens`,
+    holding `states` (none: empty; `kinds` None: no cache, `generate` builds its own). `reused` (default: none),
+    `holes` and `start_states`: as `CachedCall` holds them."""
+    if cache_valid is None:
+        cache_valid = torch.zeros(len(fed), 0, dtype=torch.bool, device=device)
+    input_ids, fed_mask = left_padded(fed, pad_id, device)
+    capacity = cache_valid.shape[1] + input_ids.shape[1] + max_new_tokens
     return CachedCall(
         input_ids=input_ids,
-        attention_mask=attention_mask,
-        past_key_values=build_cache(kinds, width + max_new_tokens),
-        cache_valid=torch.zeros(len(prompts), 0, dtype=torch.bool, device=device),
-        reused=[0] * len(prompts),
+        attention_mask=torch.cat([cache_valid.to(device).long(), fed_mask], 1),
+        past_key_values=build_cache(kinds, capacity, states) if kinds is not None else None,
+        cache_valid=cache_valid,
+        reused=[0] * len(fed) if reused is None else reused,
+        holes=holes,
+        start_states=list(start_states),
     )
 
 
-def share_prefill(model: Any, call: CachedCall, inverse: list[int], kinds: list[str],
+def share_prefill(model: Any, call: CachedCall, inverse: list[int], kinds: list[str], pad_id: int,
                   max_new_tokens: int) -> CachedCall:
     """`call`, planned for one row per distinct prompt on a cache of `kinds` layers, with every fed column but the
     last run here once per distinct prompt and its cache copied out to every row (`inverse[i]`: row i's distinct
@@ -151,29 +203,19 @@ def share_prefill(model: Any, call: CachedCall, inverse: list[int], kinds: list[
     Rows with the same prompt have the same states, so this is the prefill `generate` would run on every row,
     run once: the G rollouts of a group start from one prompt, and lock-step rollouts that played alike reach
     the same history again in later rounds."""
-    rest = feed_ahead(model, call)
+    done = feed_ahead(model, call)
     cached, fed = call.cache_valid.shape[1], call.input_ids.shape[1]
-    done = fed - rest.shape[1]
-    if rest.shape[1] > 1:
-        positions = positions_of(call.attention_mask)
-        decoding_module(model)(
-            input_ids=rest[:, :-1], attention_mask=call.attention_mask[:, : cached + fed - 1],
-            position_ids=positions[:, cached + done : cached + fed - 1], past_key_values=call.past_key_values,
-            use_cache=True, logits_to_keep=1)
+    if fed - done > 1:
+        _feed(model, call, done, fed - 1)
     rows = torch.tensor(inverse, device=call.input_ids.device)
     layers = call.past_key_values.layers
     states = [(layer.conv_states[0], layer.recurrent_states[0]) if kind == "linear" else (layer.keys, layer.values)
               for kind, layer in zip(kinds, layers)]
     states = [(a.index_select(0, rows.to(a.device)), b.index_select(0, rows.to(b.device))) for a, b in states]
-    width = cached + fed - 1
-    mask = call.attention_mask.index_select(0, rows)
-    return CachedCall(
-        input_ids=call.input_ids.index_select(0, rows)[:, -1:],
-        attention_mask=mask,
-        past_key_values=build_cache(kinds, width + 1 + max_new_tokens, states),
-        cache_valid=mask[:, :width].bool(),
-        reused=[call.reused[i] for i in inverse],
-    )
+    last = call.input_ids[:, -1].tolist()  # each distinct prompt's last token, fed by `generate`
+    return lay_out([[last[i]] for i in inverse], pad_id, call.input_ids.device, max_new_tokens, kinds,
+                   cache_valid=call.attention_mask.index_select(0, rows)[:, : cached + fed - 1].bool(),
+                   states=states, reused=[call.reused[i] for i in inverse])
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -298,19 +340,12 @@ class PrefixCache:
         for i, (row, c) in enumerate(zip(rows, kept)):
             columns[i, width - c :] = self.valid[row].nonzero().squeeze(1)[:c]
             valid[i, width - c :] = True
-        fed = [ids[c:] for ids, c in zip(prompts, kept)]
-        input_ids, fed_mask = left_padded(fed, pad_id, device)  # fed_width wide: a longest row feeds no re-fed tail
+        fed = [ids[c:] for ids, c in zip(prompts, kept)]  # fed_width wide: a longest row feeds no re-fed tail
         picked = torch.tensor(rows, device=self.kv[0][0].device)
         states = [self._gathered(kind, a, b, picked, columns) for kind, (a, b) in zip(self.kinds, self.kv)]
-        return CachedCall(
-            input_ids=input_ids,
-            attention_mask=torch.cat([valid.to(device).long(), fed_mask], 1),
-            past_key_values=build_cache(self.kinds, width + fed_width + max_new_tokens, states),
-            cache_valid=valid,
-            reused=[k for _, k in matches],
-            holes=[fed_width - n for n in new] if recurrent else None,
-            start_states=[s if kind == "linear" else None for kind, s in zip(self.kinds, states)],
-        )
+        return lay_out(fed, pad_id, device, max_new_tokens, self.kinds, cache_valid=valid, states=states,
+                       reused=[k for _, k in matches], holes=[fed_width - n for n in new] if recurrent else None,
+                       start_states=[s if kind == "linear" else None for kind, s in zip(self.kinds, states)])
 
     @staticmethod
     def _gathered(kind: str, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor,
