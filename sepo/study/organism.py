@@ -437,11 +437,22 @@ def variant_jobs(recipe: Mapping[str, Any], spec: Mapping[str, Any] | None, dire
     return jobs
 
 
-def followup_jobs(recipe: Mapping[str, Any], root: Path, start: Path) -> list[tuple]:
-    """Every follow-up's unfinished jobs (`followups`: questions asked after the report, each a block of
-    variants on pilot seeds, from the design's warm start), written under runs/followup/<name>/."""
-    return [job for name, spec in (recipe.get("followups") or {}).items()
+def followup_jobs(recipe: Mapping[str, Any], root: Path, start: Path, names: Sequence[str] = ()) -> list[tuple]:
+    """The unfinished jobs of the follow-ups `names` (every one when empty; `followups`: questions asked after the
+    report, each a block of variants on pilot seeds, from the design's warm start), written under
+    runs/followup/<name>/."""
+    return [job for name, spec in selected_followups(recipe, names).items()
             for job in variant_jobs(recipe, spec, root / "runs" / "followup" / name, start)]
+
+
+def selected_followups(recipe: Mapping[str, Any], names: Sequence[str] = ()) -> dict[str, Any]:
+    """The recipe's follow-ups named in `names` (every one when empty), in the recipe's order; a name the
+    recipe does not hold is a usage error that lists those it does."""
+    followups = recipe.get("followups") or {}
+    unknown = [n for n in names if n not in followups]
+    if unknown:
+        raise UsageError(f"no follow-up {unknown[0]!r} in the recipe; it has: {', '.join(followups) or 'none'}")
+    return {name: spec for name, spec in followups.items() if not names or name in names}
 
 
 def run_name(warm_start_index: int, seed: int) -> str:
@@ -564,6 +575,8 @@ class OrganismCommand:
                                                          "recipe's rule makes it); design and followup run only "
                                                          "when named",
                                                  "choices": PHASES})
+    followup: list[str] = field(default_factory=list, metadata={
+        "help": "--phase followup: only these follow-ups of the recipe (default: every one)"})
 
 
 def parser() -> RecipeParser:
@@ -587,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.phase == "design":
         run_jobs(variant_jobs(recipe, recipe.get("design"), root / "runs" / "design", starts[0]), ns.workers)
     if ns.phase == "followup":
-        run_jobs(followup_jobs(recipe, root, starts[0]), ns.workers)
+        run_jobs(followup_jobs(recipe, root, starts[0], ns.followup), ns.workers)
     if ns.phase in ("pilot", "report", "all"):
         recipe = with_design(recipe, root)
     if ns.phase in ("pilot", "all"):
