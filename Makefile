@@ -218,14 +218,18 @@ figures-lm-kuhn: install
 	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml && \
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn'
 
-# The study's follow-ups (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0):
-# benchmarks/lm_kuhn/followups.md and followups.json. Resumable as the study is.
+# One follow-up of the study (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0):
+# benchmarks/lm_kuhn/followups/$(FOLLOWUP).md and .json, recorded in followups/$(FOLLOWUP)_record. Resumable as the
+# study is. The latest by default; make figures-lm-kuhn-followups FOLLOWUP=unparsed_credit for the first.
+FOLLOWUP ?= choice_decode
 figures-lm-kuhn-followups: install
-	$(RECORD) benchmarks/lm_kuhn/followups_record --title "SmolLM2 (LoRA) on compact Kuhn: follow-ups on the pilot seeds" \
-	  --copy benchmarks/lm_kuhn/followups.md -- sh -c '\
-	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml --phase followup && \
+	$(RECORD) benchmarks/lm_kuhn/followups/$(FOLLOWUP)_record \
+	  --title "SmolLM2 (LoRA) on compact Kuhn: follow-up $(FOLLOWUP) on the pilot seeds" \
+	  --copy benchmarks/lm_kuhn/followups/$(FOLLOWUP).md -- sh -c '\
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml \
+	    --phase followup --followup $(FOLLOWUP) && \
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn \
-	    --part followups'
+	    --part followups --followup $(FOLLOWUP)'
 
 # Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).
 lm-kuhn-speed: install

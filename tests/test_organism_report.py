@@ -204,7 +204,7 @@ def test_the_record_beside_is_scored_again_from_its_tables(tmp_path):
 LM_KUHN = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
 
 
-def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path):
+def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path, capsys):
     from sepo.study.organism import followup_jobs
     from sepo.study.organism_report import followup_results, followups_markdown, wording
 
@@ -236,3 +236,22 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path)
            "| 100 | 0.100 (10) | 0.120 | 0.910 | 9.50 |" in text
     assert "- lr_1e-4_non_positive: mean final exploitability 0.120 over 1 seed(s); lowest canonical mass 0.910" in text
     assert "- lr_1e-4: no finished run" in text
+    # a follow-up is written only whole: the partial one keeps the files recorded before, and says why
+    from sepo.study.organism_report import write_followups
+
+    out = tmp_path / "followups"
+    out.mkdir()
+    (out / "unparsed_credit.md").write_text("recorded before")
+    write_followups(recipe, tmp_path, out, ["unparsed_credit"], wording(recipe))
+    assert (out / "unparsed_credit.md").read_text() == "recorded before" and not (out / "unparsed_credit.json").exists()
+    assert "follow-up unparsed_credit: 5 run(s) not finished" in capsys.readouterr().out
+    for variant in blocks["unparsed_credit"]["variants"]:
+        for seed in blocks["unparsed_credit"]["seeds"]:
+            path = tmp_path / "runs" / "followup" / "unparsed_credit" / variant / f"seed_{seed}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({**json.loads(done.read_text()), "seed": seed}))
+    write_followups(recipe, tmp_path, out, [], wording(recipe))
+    assert json.loads((out / "unparsed_credit.json").read_text()) == followup_results(recipe, tmp_path,
+                                                                                       ["unparsed_credit"])
+    assert (out / "unparsed_credit.md").read_text().startswith("# ")
+    assert not (out / "choice_decode.md").exists()  # none of its runs finished

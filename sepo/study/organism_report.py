@@ -12,8 +12,9 @@
 - curves.md: the final checkpoints' table and the issue's goals, each marked met or missed as measured.
 - design.md: the design phase's variants (pilot seeds only), each seed's minimum and final exploitability and
   lowest canonical-answer mass.
-- followups.md and followups.json: the recipe's follow-ups (`followups`, asked after the report on the pilot
-  seeds), each question with its variants' table; `--part followups` writes these alone.
+- followups/<name>.md and followups/<name>.json: a follow-up of the recipe (`followups`, asked after the report on
+  the pilot seeds), its question with its variants' table; `--part followups` writes these alone, each only when
+  every run of the follow-up is finished (a follow-up recorded before keeps its files when its runs are gone).
 - references.json: the exact optima and frontier with the λ and weights they were computed for (reused).
 """
 
@@ -41,6 +42,7 @@ from sepo.study.organism import (
     model_name,
     organism_game,
     pretrained,
+    selected_followups,
     warm_start_dir,
     warm_start_seeds,
 )
@@ -175,11 +177,17 @@ def design_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
     return variant_results(recipe.get("design") or {}, finished(root, "design"))
 
 
-def followup_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
-    """Per follow-up of the recipe (`followups`): its question and its variants (`variant_results`)."""
+def followup_results(recipe: Mapping[str, Any], root: Path, names: Sequence[str] = ()) -> dict[str, Any]:
+    """Per follow-up of the recipe named in `names` (every one when empty; `selected_followups`): its question
+    and its variants (`variant_results`)."""
     return {name: {"question": spec.get("question", ""), "steps": spec["steps"],
                    "variants": variant_results(spec, finished(root, f"followup/{name}"))}
-            for name, spec in (recipe.get("followups") or {}).items()}
+            for name, spec in selected_followups(recipe, names).items()}
+
+
+def unfinished_runs(spec: Mapping[str, Any], result: Mapping[str, Any]) -> int:
+    """How many of a follow-up's runs (every variant x seed of `spec`) `result` (`followup_results`) lacks."""
+    return sum(len(spec["seeds"]) - len(v["seeds"]) for v in result["variants"].values())
 
 
 def variant_results(spec: Mapping[str, Any], runs: Mapping[str, Mapping[Any, Mapping[str, Any]]]) -> dict[str, Any]:
@@ -453,7 +461,7 @@ def design_markdown(results: Mapping[str, Any], words: Wording) -> str:
 
 
 def followups_markdown(followups: Mapping[str, Any], words: Wording) -> str:
-    """followups.md: each follow-up's question and its variants' table (pilot seeds, asked after the report), with
+    """A follow-up's page (followups/<name>.md): each follow-up's question and its variants' table (pilot seeds, asked after the report), with
     each variant's mean final exploitability and lowest canonical mass over its finished seeds."""
     lines = [f"# {words.title}: follow-ups (pilot seeds only, asked after the report)", "",
              "Each variant's SEPOConfig keys are laid over the arm's; exploitability is exact, every 10 steps.", ""]
@@ -472,6 +480,22 @@ def followups_markdown(followups: Mapping[str, Any], words: Wording) -> str:
     return "\n".join(lines)
 
 
+def write_followups(recipe: Mapping[str, Any], root: Path, out: Path, names: Sequence[str], words: Wording) -> None:
+    """Write out/<name>.json and out/<name>.md for each follow-up in `names` (every one when empty) whose runs
+    are all finished, printing each; one with runs missing is named with the count and left as it is."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, result in followup_results(recipe, root, names).items():
+        missing = unfinished_runs(recipe["followups"][name], result)
+        if missing:
+            print(f"follow-up {name}: {missing} run(s) not finished; {out / name}.md not written (run "
+                  f"`python -m sepo.study.organism --phase followup --followup {name}`)")
+            continue
+        text = followups_markdown({name: result}, words)
+        write_json_atomic(out / f"{name}.json", {name: result})
+        write_text_atomic(out / f"{name}.md", text)
+        print(text)
+
+
 @dataclass
 class OrganismReportCommand:
     """The keys of `python -m sepo.study.organism_report`; its `config` is the study recipe (as
@@ -480,8 +504,10 @@ class OrganismReportCommand:
     config: str = field(metadata={"help": "the study recipe the runs were made with (configs/experiments/*/study.yaml)"})
     out: str = field(metadata={"help": "where results.json, curves.png and curves.md go"})
     part: str = field(default="all", metadata={
-        "help": "all: the whole report (and followups.md/json when the recipe has follow-ups); followups: those "
-                "alone (they need no report run)", "choices": ("all", "followups")})
+        "help": "all: the whole report; followups: the follow-ups' files alone (followups/<name>.md/json; they "
+                "need no report run)", "choices": ("all", "followups")})
+    followup: list[str] = field(default_factory=list, metadata={
+        "help": "--part followups: only these follow-ups of the recipe (default: every one)"})
 
 
 def parser() -> RecipeParser:
@@ -494,14 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     out, root, words = Path(ns.out), Path(recipe["output_dir"]), wording(recipe)
     out.mkdir(parents=True, exist_ok=True)
-    if recipe.get("followups"):
-        followups = followup_results(recipe, root)
-        write_json_atomic(out / "followups.json", followups)
-        write_text_atomic(out / "followups.md", followups_markdown(followups, words))
     if ns.part == "followups":
         if not recipe.get("followups"):
             raise UsageError(f"{ns.config}: the recipe has no followups to report")
-        print((out / "followups.md").read_text())
+        write_followups(recipe, root, out / "followups", ns.followup, words)
         return 0
     results = build_results(recipe, root, out)
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
