@@ -401,3 +401,33 @@ def test_fused_head_entropy_times_the_same_log_probabilities_both_ways(tiny_mode
     assert [len(v) for v in result["seconds"].values()] == [3, 3]
     median = result["median_seconds"]
     assert result["ratio"] == round(median["entropy"] / median["baseline"], 3)
+
+
+def test_first_tokens_lists_the_first_token_distribution_and_the_canonical_share(tiny_model_dir):
+    """benchmarks.first_tokens: at every Kuhn decision state, the listed tokens are the next-token distribution's
+    most probable in order, and `canonical_first` is the probability of the legal answers' first tokens, both
+    recomputed here from the model's own logits."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmarks.first_tokens import first_tokens
+    from envs.kuhn_tabular import infoset_messages
+    from sepo.eval.exact import require
+    from sepo.rollout.chat import ChatRenderer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    params = {"num_hands": 1, "first_mover": "random", "prompt_style": "compact"}
+    table = first_tokens(model, tok, "kuhn", params, top=3)
+    states = require("kuhn").states(params)
+    assert list(table) == [s.key for s in states]
+    renderer = ChatRenderer(tok)
+    for state in states:
+        ids = renderer.prompt_ids(infoset_messages(state.key, params))
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+        firsts = {tok.encode(a, add_special_tokens=False)[0] for a in state.legal}
+        assert table[state.key]["canonical_first"] == pytest.approx(float(sum(probs[t] for t in firsts)), abs=1e-4)
+        listed = [p for _, p in table[state.key]["top"]]
+        assert listed == sorted(listed, reverse=True) and listed[0] == pytest.approx(float(probs.max()), abs=1e-4)
+        assert table[state.key]["top"][0][0] == tok.decode([int(probs.argmax())])
