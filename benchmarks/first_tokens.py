@@ -9,7 +9,7 @@ the probability of the first tokens of the legal actions' canonical text (each a
 rollout writes it). A first token the canonical answers do not start with (the card's name, say) is mass that no
 canonical answer can win back after it.
 
-    python -m benchmarks.first_tokens --model PATH [--adapter DIR] [--game kuhn] [--game_params JSON] [--top 5]
+    python -m benchmarks.first_tokens --model PATH --game GAME [--game_params JSON] [--adapter DIR] [--top 5]
         [--out FILE]
 """
 
@@ -61,6 +61,7 @@ def load(model_path: str, adapter: str | None) -> tuple[Any, Any]:
     path = resolve_model(model_path)
     model = AutoModelForCausalLM.from_pretrained(path)
     if adapter:
+        # deferred: peft loads only over an adapter
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter)
@@ -72,10 +73,9 @@ class FirstTokensConfig:
     """The keys of `python -m benchmarks.first_tokens`."""
 
     model: str = field(metadata={"help": "the model (a path, or a name `sepo train` resolves)"})
+    game: str = field(metadata={"help": "a game with an exact analysis"})
     adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory over the model"})
-    game: str = field(default="kuhn", metadata={"help": "a game with an exact analysis"})
-    game_params: str = field(default='{"num_hands": 1, "first_mover": "random", "prompt_style": "compact"}',
-                             metadata={"help": "the game's parameters, JSON (default: the compact one-hand Kuhn)"})
+    game_params: str = field(default="{}", metadata={"help": "the game's parameters, JSON"})
     top: int = field(default=5, metadata={"help": "first tokens listed per state"})
     out: str | None = field(default=None, metadata={"help": "also write the table here (JSON)"})
 
