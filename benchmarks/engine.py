@@ -34,7 +34,7 @@ from envs import make_game, make_strategy, strategy_registry
 from sepo.config.checks import UsageError
 from sepo.config.models import resolve_model
 from sepo.config.subcommands import report_usage_errors
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import (
     EpisodeRecord,
@@ -79,7 +79,7 @@ def game_answers(game: str) -> tuple[str, ...]:
     return tuple(answers[game])
 
 
-class InstantReplayBackend:
+class InstantReplayBackend(GenerationBackend):
     """Benchmark double for a generation backend: answers at once with one of `answers`, picked from the
     prompt's content (so a batched and a one-at-a-time rollout get the same answer for the same context),
     tokenised once, cut at `max_new_tokens` like a real backend. Constrained decodes pick a legal choice
@@ -95,7 +95,7 @@ class InstantReplayBackend:
     def _pick(prompt: Prompt, n: int) -> int:
         return hash((len(prompt.ids), tuple(prompt.ids[-24:]))) % n  # ints hash the same in every process
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: None = None) -> list[Generation]:
         out = []
         for prompt in prompts:
             text, ids = self.answers[self._pick(prompt, len(self.answers))]
@@ -103,7 +103,8 @@ class InstantReplayBackend:
             out.append(Generation(kept, [-0.25] * len(kept), text, len(ids) <= sampling.max_new_tokens))
         return out
 
-    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
+    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
+                        session: None = None) -> list[Generation]:
         out = []
         for prompt, legal in zip(prompts, choices):
             choice = legal[self._pick(prompt, len(legal))]

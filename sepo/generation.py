@@ -15,8 +15,7 @@ backend loaded by name learns it from the same function (`template_end_of_turn`)
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -88,77 +87,31 @@ class Generation:
     finished: bool
 
 
-def prefix_session(backend: Any) -> AbstractContextManager[Any]:
-    """The backend's optional `prefix_session()`, opening a session object to pass to its calls (HF: the KV
-    cache they reuse; the weights must not change meanwhile), or a no-op yielding None for backends without one
-    (vLLM caches prefixes by itself)."""
-    opener = getattr(backend, "prefix_session", None)
-    return opener() if opener is not None else nullcontext()
-
-
-def session_generate(backend: GenerationBackend, prompts: list[Prompt], sampling: SamplingSpec,
-                     session: Any = None) -> list[Generation]:
-    """`backend.generate`, in `session` (an open `prefix_session` of this backend; None: a plain call, the only
-    kind backends without sessions take)."""
-    if session is None:
-        return backend.generate(prompts, sampling)
-    return backend.generate(prompts, sampling, session=session)
-
-
-def session_generate_choice(backend: GenerationBackend, prompts: list[Prompt], choices: list[list[str]],
-                            sampling: SamplingSpec, session: Any = None) -> list[Generation]:
-    """`backend.generate_choice`, in `session` as `session_generate` is."""
-    if session is None:
-        return backend.generate_choice(prompts, choices, sampling)
-    return backend.generate_choice(prompts, choices, sampling, session=session)
-
-
 @runtime_checkable
 class GenerationBackend(Protocol):
-    """What the rollout engine and `sepo eval` need from a model server."""
+    """What the rollout engine and `sepo eval` need from a model server.
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
-        """Free generation for every prompt, one completion each."""
+    A session is state a backend keeps between the calls of one rollout: `prefix_session()` opens one, and the
+    calls given it (`session=`) may reuse it (HF: the key/value cache of the previous round; the weights must
+    not change meanwhile). Backends subclass this protocol and inherit its no-op session, None, unless they
+    keep one (vLLM and OpenAI-compatible servers cache prefixes by themselves)."""
+
+    def prefix_session(self) -> AbstractContextManager[Any]:
+        """A session for the calls of one rollout; here a no-op yielding None."""
+        return nullcontext()
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: Any = None) -> list[Generation]:
+        """Free generation for every prompt, one completion each (in `session`, an open `prefix_session`)."""
         ...
 
     def generate_choice(
-        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec
+        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec, session: Any = None
     ) -> list[Generation]:
-        """Constrained decode: completion i is exactly one of `choices[i]` followed by end-of-turn."""
+        """Constrained decode: completion i is exactly one of `choices[i]` followed by end-of-turn (in
+        `session`, as `generate`)."""
         ...
 
     def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
         """Exact probabilities of each choice as the continuation of prompt i (teacher-forced
         log-likelihood of the choice tokens plus end-of-turn, normalised over the choices)."""
         ...
-
-
-@dataclass
-class TimedBackend:
-    """A GenerationBackend around `inner` that adds up the seconds spent inside its calls and counts them (the
-    trainer's per-step generation time); sessions are `inner`'s."""
-
-    inner: GenerationBackend
-    seconds: float = 0.0
-    calls: int = 0
-
-    def _timed(self, fn: Callable[..., Any], *a: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn(*a)
-        finally:
-            self.seconds += time.perf_counter() - t0
-            self.calls += 1
-
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: Any = None) -> list[Generation]:
-        return self._timed(session_generate, self.inner, prompts, sampling, session)
-
-    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
-                        session: Any = None) -> list[Generation]:
-        return self._timed(session_generate_choice, self.inner, prompts, choices, sampling, session)
-
-    def score_choices(self, prompts: list[Prompt], choices: list[list[str]]) -> list[list[float]]:
-        return self._timed(self.inner.score_choices, prompts, choices)
-
-    def prefix_session(self) -> AbstractContextManager[Any]:
-        return prefix_session(self.inner)

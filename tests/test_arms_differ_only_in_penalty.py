@@ -17,6 +17,7 @@ import random
 import pytest
 import torch
 
+from sepo.generation import Generation, GenerationBackend
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.trainer import SEPOTrainer
 from sepo.tiny_models import build_tiny_model
@@ -133,7 +134,7 @@ def test_trl_plain_normaliser_shrinks_the_payoff_gradient_by_the_training_share(
 # --- the exact evaluation's prompts ---------------------------------------------------------------------------
 
 
-class AnswersWithALegalAction:
+class AnswersWithALegalAction(GenerationBackend):
     """Test double of the generation backend only (the engine, renderer, tokenizer and game are real): answers
     each turn with a seeded random legal action read from the prompt's last line, then end-of-turn, and keeps
     every prompt it was asked."""
@@ -141,9 +142,7 @@ class AnswersWithALegalAction:
     def __init__(self, tokenizer, eot: int, seed: int = 0) -> None:
         self.tokenizer, self.eot, self.rng, self.prompts = tokenizer, eot, random.Random(seed), []
 
-    def generate(self, prompts, sampling):
-        from sepo.generation import Generation
-
+    def generate(self, prompts, sampling, session=None):
         out = []
         for p in prompts:
             self.prompts.append(list(p.ids))
@@ -153,7 +152,7 @@ class AnswersWithALegalAction:
             out.append(Generation(token_ids=ids, logprobs=[0.0] * len(ids), text=action, finished=True))
         return out
 
-    def generate_choice(self, prompts, choices, sampling):
+    def generate_choice(self, prompts, choices, sampling, session=None):
         raise AssertionError("every turn parses: no fallback")
 
     def score_choices(self, prompts, choices):

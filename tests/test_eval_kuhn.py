@@ -12,12 +12,12 @@ from envs.kuhn import INFO_STATES, actions_at
 from envs.kuhn_exact import exploitability
 from sepo.eval.config import EvalConfig
 from sepo.eval.evaluate import evaluate_models
-from sepo.generation import Generation
+from sepo.generation import Generation, GenerationBackend
 
 LETTER = {"PASS": "p", "FOLD": "p", "BET": "b", "CALL": "b"}
 
 
-class ScriptedKuhnPolicyTestDouble:
+class ScriptedKuhnPolicyTestDouble(GenerationBackend):
     """A test double for a generation backend whose model is a tabular Kuhn policy. It reads the information
     set from the last user message (the card and the betting so far), writes one line of reasoning and the
     table's most likely action, and scores every legal action with the table's probability."""
@@ -34,7 +34,7 @@ class ScriptedKuhnPolicyTestDouble:
         moves = [m.split()[-1] for m in betting.group(1).split(", ")] if betting else []
         return card + "".join(LETTER[m] for m in moves)
 
-    def generate(self, prompts, sampling):
+    def generate(self, prompts, sampling, session=None):
         out = []
         for p in prompts:
             row = self.table[self.infoset(p)]
@@ -43,7 +43,7 @@ class ScriptedKuhnPolicyTestDouble:
             out.append(Generation(token_ids=ids, logprobs=[0.0] * len(ids), text=text, finished=True))
         return out
 
-    def generate_choice(self, prompts, choices, sampling):
+    def generate_choice(self, prompts, choices, sampling, session=None):
         raise AssertionError("every answer of the scripted policy parses; no fallback expected")
 
     def score_choices(self, prompts, choices):

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs import GAMES, make_game
-from sepo.generation import Generation, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 
@@ -238,7 +238,7 @@ FIRST_ILLEGAL = {"negotiation_multi": ["[5, 0, 0]", "[0, 5, 5]", "[1, 1]", "[1, 
 MAX_TURN_TOKENS = 256
 
 
-class ReplayBackendTestDouble:
+class ReplayBackendTestDouble(GenerationBackend):
     """Stands in for a model: `generate` replays the given outputs in order (tokenised with the real tokenizer,
     + end-of-turn, cut at max_new_tokens like a real backend); `generate_choice` answers the constrained
     fallback with a seeded random legal choice + end-of-turn."""
@@ -246,7 +246,7 @@ class ReplayBackendTestDouble:
     def __init__(self, tokenizer, end_of_turn_id: int, outputs: list[str], seed: int) -> None:
         self.tokenizer, self.eot, self.outputs, self.rng = tokenizer, end_of_turn_id, list(outputs), random.Random(seed)
 
-    def generate(self, prompts, sampling):
+    def generate(self, prompts, sampling, session=None):
         gens = []
         for _ in prompts:
             text = self.outputs.pop(0) if self.outputs else "noise"
@@ -257,7 +257,7 @@ class ReplayBackendTestDouble:
                                    finished))  # fmt: skip
         return gens
 
-    def generate_choice(self, prompts, choices, sampling):
+    def generate_choice(self, prompts, choices, sampling, session=None):
         out = []
         for choice in choices:
             pick = self.rng.choice(choice)

@@ -12,7 +12,7 @@ import pytest
 import envs
 from envs import Strategy, UnknownNameError
 from sepo.backends.hf import HFBackend
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
 from sepo.rollout.engine import EpisodeSpec, play_episodes
 from sepo.rollout.fallback import FALLBACK_CUE
@@ -29,7 +29,7 @@ SAMPLING = SamplingSpec(temperature=1.0, top_p=0.95, max_new_tokens=8, seed=0)
 SCRIPTED = SamplingSpec(max_new_tokens=32, seed=0)  # long enough for the scripted answers
 
 
-class ScriptedBackendTestDouble:
+class ScriptedBackendTestDouble(GenerationBackend):
     """Test double for a model that answers in a fixed way: `generate` returns `script(prompt_index)` as the
     turn (tokenised, + end-of-turn, cut at max_new_tokens like a real backend); constrained decoding and
     scoring go to the real HF backend it wraps. Stands in for a trained policy, which tiny random models
@@ -38,7 +38,7 @@ class ScriptedBackendTestDouble:
     def __init__(self, real: HFBackend, script):
         self.real, self.script = real, script
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session=None) -> list[Generation]:
         out = []
         for i, _ in enumerate(prompts):
             text = self.script(i)
@@ -48,24 +48,24 @@ class ScriptedBackendTestDouble:
             out.append(Generation(ids, [-0.5] * len(ids), text, finished))
         return out
 
-    def generate_choice(self, prompts, choices, sampling):
+    def generate_choice(self, prompts, choices, sampling, session=None):
         return self.real.generate_choice(prompts, choices, sampling)
 
     def score_choices(self, prompts, choices):
         return self.real.score_choices(prompts, choices)
 
 
-class CallCounter:
-    """Wraps a backend and records (method, batch size) of every call."""
+class CallCounter(GenerationBackend):
+    """Wraps a backend and records (method, batch size) of every call (no session: plain calls of the inner one)."""
 
     def __init__(self, inner):
         self.inner, self.calls = inner, []
 
-    def generate(self, prompts, sampling):
+    def generate(self, prompts, sampling, session=None):
         self.calls.append(("generate", len(prompts)))
         return self.inner.generate(prompts, sampling)
 
-    def generate_choice(self, prompts, choices, sampling):
+    def generate_choice(self, prompts, choices, sampling, session=None):
         self.calls.append(("generate_choice", len(prompts)))
         return self.inner.generate_choice(prompts, choices, sampling)
 

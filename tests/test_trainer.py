@@ -47,7 +47,7 @@ class FabricatedRolloutTestDouble(SEPOTrainer):
     def generation_backend(self):
         yield None
 
-    def play(self, rows, backend):
+    def play(self, rows, backend, timer):
         out = []
         first = self.accelerator.process_index * len(rows)
         for i, row in enumerate(rows):

@@ -25,7 +25,7 @@ from transformers import (
 from sepo.backends.hf_decoding import TrieLogitsProcessor, score_actions
 from sepo.backends.prefix_cache import COUNTS, PrefixCache, plan_call
 from sepo.config.models import adapter_base_model, resolve_model
-from sepo.generation import Generation, Prompt, SamplingSpec, template_end_of_turn
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec, template_end_of_turn
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -72,7 +72,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
     return dtype
 
 
-class HFBackend:
+class HFBackend(GenerationBackend):
     """GenerationBackend over a transformers causal LM (optionally PEFT-wrapped).
 
     The model is put in eval mode and run without gradients during every call, and its training mode is

@@ -39,7 +39,7 @@ from sepo.backends.vllm import (
     choice_token_ids,
     request_seeds,
 )
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 
 if TYPE_CHECKING:
     import openai
@@ -96,8 +96,9 @@ def connect(base_url: str | None, api_key: str | None, timeout: float, max_retri
     return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
 
-class OpenAIBackend:
-    """`GenerationBackend` over an OpenAI-compatible chat endpoint (a vLLM server gets exact extras)."""
+class OpenAIBackend(GenerationBackend):
+    """`GenerationBackend` over an OpenAI-compatible chat endpoint (a vLLM server gets exact extras; no session:
+    the server caches prefixes by itself)."""
 
     def __init__(
         self,
@@ -220,7 +221,7 @@ class OpenAIBackend:
 
     # -- GenerationBackend ----------------------------------------------------------------------------
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: None = None) -> list[Generation]:
         """One chat completion per prompt (its messages, plus the assistant prefix as an assistant turn)."""
         vllm = self.server == "vllm"
         seeds = request_seeds(sampling, len(prompts))
@@ -240,7 +241,7 @@ class OpenAIBackend:
         return self._map(one, len(prompts))
 
     def generate_choice(
-        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec
+        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec, session: None = None
     ) -> list[Generation]:
         """Constrained answer per prompt: vLLM structured `choice` continuing the assistant's text, else a
         json_schema enum (see the module docstring)."""

@@ -18,14 +18,15 @@ from typing import Any
 from accelerate.utils import gather_object
 
 from sepo.backends.vllm import VLLMBackend, check_batch, choice_max_tokens
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 
 Collective = Callable[[list[list[int]], dict[str, Any]], tuple[list[list[int]], list[list[list[float]]]]]
 """(token-id prompts, generation kwargs for this call) -> (completion ids, logprobs per token), on every rank."""
 
 
-class TRLVLLMBackend:
-    """Adapter from TRL's `VLLMGeneration` (colocate `llm`, or server `collective`) to `GenerationBackend`."""
+class TRLVLLMBackend(GenerationBackend):
+    """Adapter from TRL's `VLLMGeneration` (colocate `llm`, or server `collective`) to `GenerationBackend` (no
+    session: vLLM caches prefixes by itself)."""
 
     def __init__(self, collective: Collective, llm: Any, tokenizer: Any, end_of_turn_id: int) -> None:
         self.collective, self.tokenizer, self.eot = collective, tokenizer, int(end_of_turn_id)
@@ -53,13 +54,14 @@ class TRLVLLMBackend:
                                    finished=bool(toks) and toks[-1] == self.eot))
         return gens
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: None = None) -> list[Generation]:
         if self.local is not None:
             return self.local.generate(prompts, sampling) if prompts else []
         kwargs = {"max_tokens": sampling.max_new_tokens, "stop_token_ids": [self.eot]}
         return self._collective([p.ids for p in prompts], kwargs)
 
-    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec):
+    def generate_choice(self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec,
+                        session: None = None) -> list[Generation]:
         if self.local is not None:
             return self.local.generate_choice(prompts, choices, sampling) if prompts else []
         check_batch(prompts, choices)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sepo.config.models import resolve_model
-from sepo.generation import Generation, Prompt, SamplingSpec
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 
 if TYPE_CHECKING:
     from vllm import LLM, SamplingParams
@@ -105,8 +105,9 @@ def check_model_path(path: str) -> None:
         )
 
 
-class VLLMBackend:
-    """`GenerationBackend` over a `vllm.LLM`: one batched engine call per method call."""
+class VLLMBackend(GenerationBackend):
+    """`GenerationBackend` over a `vllm.LLM`: one batched engine call per method call (no session: vLLM caches
+    prefixes by itself)."""
 
     def __init__(self, llm: LLM, end_of_turn_ids: Sequence[int] | None = None) -> None:
         self.llm = llm
@@ -157,7 +158,7 @@ class VLLMBackend:
             ))  # fmt: skip
         return gens
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingSpec) -> list[Generation]:
+    def generate(self, prompts: list[Prompt], sampling: SamplingSpec, session: None = None) -> list[Generation]:
         """Free generation from each prompt's token ids, stopping at end-of-turn (included when reached)."""
         params = [
             sampling_params(sampling, seed=seed, stop_token_ids=self.end_of_turn_ids, detokenize=False)
@@ -166,7 +167,7 @@ class VLLMBackend:
         return self._run(prompts, params)
 
     def generate_choice(
-        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec
+        self, prompts: list[Prompt], choices: list[list[str]], sampling: SamplingSpec, session: None = None
     ) -> list[Generation]:
         """Structured `choice` decoding per prompt (vLLM StructuredOutputsParams); the token budget is set
         from the choices so no completion is cut short, `sampling.max_new_tokens` is not used."""

@@ -19,7 +19,7 @@ from sepo.grpo.rewards import SEPOReward
 from sepo.objective import PROBE_CREDITS
 from sepo.pools import Pools
 from sepo.rollout.chat import ChatRenderer
-from sepo.rollout.engine import EpisodeSpec, OpponentFactory, play_episodes
+from sepo.rollout.engine import EpisodeSpec, OpponentFactory, PhaseTimer, play_episodes
 
 Played = list[tuple[Any, Any, list[Any]]]
 """`play`'s results: (record, trajectory, probe records) per rollout, in the batch's order."""
@@ -73,10 +73,10 @@ def probe_specs(args: SEPOConfig, pools: Mapping[str, Pools], row: dict[str, Any
             for pool in ("exploit", "collusive") for name in game_pools.names(pool)]
 
 
-def play(ctx: RolloutContext, rows: list[dict[str, Any]], backend: GenerationBackend) -> Played:
+def play(ctx: RolloutContext, rows: list[dict[str, Any]], backend: GenerationBackend, timer: PhaseTimer) -> Played:
     """Play one episode per row in one lock-step batch, then (credit shared or auxiliary) the rows' probe
     episodes in another, with the same number of generation calls on every rank; returns (record,
-    trajectory, probe records).
+    trajectory, probe records). `timer` accumulates both batches' phases (its generation laps: the calls).
 
     The probes sample from their own seeded stream (`probe_sampling`), which leaves the run's random state as
     they found it (HF and vLLM colocate; TRL's vLLM server client takes no per-request seed). A probe arm then
@@ -89,7 +89,7 @@ def play(ctx: RolloutContext, rows: list[dict[str, Any]], backend: GenerationBac
               for i, r in enumerate(rows)]
     flat = [spec for specs_i in probes for spec in specs_i]
     how = dict(opponents=ctx.factories, fallback=args.fallback, trajectories=True, collective=ctx.num_processes > 1,
-               turn_decode=args.turn_decode)
+               turn_decode=args.turn_decode, timer=timer)
     main = play_episodes(specs, backend, ctx.renderer, ctx.sampling, **how)
     rest = iter(play_episodes(flat, backend, ctx.renderer, probe_sampling(ctx.sampling, rows), **how)
                 if flat else [])

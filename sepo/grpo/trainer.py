@@ -5,8 +5,8 @@ One step, from dataset row to loss. TRL drives it and calls back into SEPO twice
 
     1. `rollout(prompts, mode)`: TRL's rollout_func, for this rank's rows (`sepo.grpo.groups` names each row's game,
        pool, opponent, seed and seat in its prompt). The engine is opened by name (`sepo.backends.trainer_backend`: HF
-       generate over the live policy, or TRL's vLLM engine), timed (`sepo.generation.TimedBackend`), every episode
-       and probe episode is played in lock-step rounds (`sepo.grpo.rollouts.play` -> `sepo.rollout.engine`), and
+       generate over the live policy, or TRL's vLLM engine), every episode and probe episode is played in lock-step
+       rounds (`sepo.grpo.rollouts.play` -> `sepo.rollout.engine`, whose `PhaseTimer` times its generation calls), and
        each rollout's per-round rewards are credited once into TRL's columns (`sepo.grpo.rollouts.rollout_columns`
        -> `sepo.grpo.rewards`). Returns the columns and the step's rollout metrics (the seam logs them).
     2. TRL scores the batch: the SEPO reward (`sepo.grpo.rewards.SEPOReward`, the mean of the credited round
@@ -35,7 +35,7 @@ from transformers import TrainerCallback
 from envs import make_game
 from sepo.backends import trainer_backend, trainer_engine
 from sepo.config.checks import PUSH_REFUSED
-from sepo.generation import GenerationBackend, TimedBackend
+from sepo.generation import GenerationBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
 from sepo.grpo.config import SEPOConfig
 from sepo.grpo.groups import TrainingGroups, parse_group_prompt, training_groups
@@ -54,7 +54,7 @@ from sepo.grpo.scoring import Batch, Scored, score_batch
 from sepo.grpo.trl_seam import SeamTrainer, check_supported, ensure_weight_sync
 from sepo.objective import resolve_lambdas
 from sepo.rollout.chat import ChatRenderer
-from sepo.rollout.engine import EpisodeSpec
+from sepo.rollout.engine import EpisodeSpec, PhaseTimer
 
 logger = logging.getLogger(__name__)
 
@@ -122,16 +122,17 @@ class SEPOTrainer(SeamTrainer):
         with self.generation_backend() as backend:
             if self.adaptive is not None and self.adaptive.due(self.state.global_step, self.args.adaptive_every):
                 metrics.update(self._refresh_adaptive(backend))
-            timed = TimedBackend(backend)
-            results = self.play(rows, timed)
+            timer = PhaseTimer()
+            results = self.play(rows, backend, timer)
         rollout_s = time.perf_counter() - t0
         metrics.update({f"sepo/prefix_cache/{name}": float(n)  # HF: KV reuse across rounds, per step
                         for name, n in getattr(backend, "prefix_counts", {}).items()})
         for hook in self.rollout_hooks:
             hook(self, results)
-        metrics.update({"sepo/time/generation_s": timed.seconds, "sepo/time/rollout_s": rollout_s,
-                        "sepo/time/rollout_overhead_s": rollout_s - timed.seconds,
-                        "sepo/generation_calls": float(timed.calls)})
+        generation_s = timer.seconds.get("generation", 0.0)  # the engine's backend calls, one lap each
+        metrics.update({"sepo/time/generation_s": generation_s, "sepo/time/rollout_s": rollout_s,
+                        "sepo/time/rollout_overhead_s": rollout_s - generation_s,
+                        "sepo/generation_calls": float(timer.laps.get("generation", 0))})
         columns = rollout_columns(results, self.sepo_reward, self.stop_ids, self.renderer.end_of_turn_id,
                                   self.args.mask_forced_tokens)
         return columns, metrics
@@ -144,10 +145,10 @@ class SEPOTrainer(SeamTrainer):
         with self.engine_parts(self.engine) as engine:
             yield trainer_backend(self.engine, self.renderer.end_of_turn_id, **engine)
 
-    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend) -> Played:
-        """This rank's rollout batch played with `backend` (`sepo.grpo.rollouts.play`); with `_spec` and
-        `probe_specs`, the methods a rollout test double overrides or reuses."""
-        return play(self.rollout_context, rows, backend)
+    def play(self, rows: list[dict[str, Any]], backend: GenerationBackend, timer: PhaseTimer) -> Played:
+        """This rank's rollout batch played with `backend`, its phases timed by `timer` (`sepo.grpo.rollouts.play`);
+        with `_spec` and `probe_specs`, the methods a rollout test double overrides or reuses."""
+        return play(self.rollout_context, rows, backend, timer)
 
     def _spec(self, game: str, pool: str, opponent: str, seed: int, seat: int) -> EpisodeSpec:
         """The episode one rollout plays (`sepo.grpo.rollouts.episode_spec`)."""

@@ -27,15 +27,7 @@ from tqdm.auto import tqdm
 
 from envs import Game, GameState, RoundResult, Strategy, make_game, make_strategy
 from envs.base import act_all
-from sepo.generation import (
-    Generation,
-    GenerationBackend,
-    Prompt,
-    SamplingSpec,
-    prefix_session,
-    session_generate,
-    session_generate_choice,
-)
+from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer, Lap
 from sepo.rollout.choice import TURN_DECODES, choice_generations
 from sepo.rollout.fallback import FALLBACK_CUE, fallback_prompt_ids
@@ -44,20 +36,23 @@ OpponentFactory = Callable[[], Strategy]
 
 
 class PhaseTimer:
-    """Wall seconds per phase of `play_episodes` (for benchmarks): each `lap(phase)` charges the time since
-    the previous lap (or since construction) to `phase`, read from `clock` (wall time by default; a CPU clock
-    such as `time.process_time` leaves out other jobs' load). Phases: game (episode setup, observations, opponents,
-    game steps), rendering, tokenisation (encoding and decoding), generation (backend calls), parsing,
+    """Wall seconds per phase of `play_episodes` (for benchmarks and the trainer's per-step generation time):
+    each `lap(phase)` charges the time since the previous lap (or since construction) to `phase`, read from
+    `clock` (wall time by default; a CPU clock such as `time.process_time` leaves out other jobs' load), and
+    counts one lap of it in `laps`. Phases: game (episode setup, observations, opponents, game steps),
+    rendering, tokenisation (encoding and decoding), generation (backend calls: one lap per call), parsing,
     bookkeeping (trajectories, records, prompts)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.seconds: dict[str, float] = {}
+        self.laps: dict[str, int] = {}
         self.clock = clock
         self._last = clock()
 
     def lap(self, phase: str) -> None:
         now = self.clock()
         self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self.laps[phase] = self.laps.get(phase, 0) + 1
         self._last = now
 
 
@@ -389,11 +384,13 @@ def play_episodes(
     collective: True (or an int number of iterations, identical on all ranks) makes the call sequence fixed:
         exactly one generate and one generate_choice call per iteration for `Game.max_decisions_per_seat`
         iterations.
-    reuse_prefix: let a backend that offers `prefix_session()` (HF) reuse each round's key/value cache in
-        the next round instead of re-encoding the conversation (same tokens; False re-encodes, for timing).
+    reuse_prefix: open the backend's `prefix_session()` for the rollout (HF: each round's key/value cache is
+        reused in the next round instead of re-encoding the conversation; same tokens; False re-encodes, for
+        timing; backends without a session state open a no-op one).
     session: an open `prefix_session()` of `backend` to generate in instead of one opened for this call
         (e.g. to read its counts afterwards); every call of the rollout is passed the one session.
-    timer: accumulates the wall time of each phase (benchmarks; see `PhaseTimer`; None: a timer nobody reads).
+    timer: accumulates the wall time of each phase and its laps (one generation lap per backend call; see
+        `PhaseTimer`; None: a timer nobody reads).
     openings: per spec, the LLM seat's first actions, played as given instead of generated (each the action's
         text and end-of-turn, environment tokens in the trajectory): they put the model at a later decision
         point of a real episode (e.g. a card game's information set after the seat's own PASS) to sample its
@@ -420,7 +417,7 @@ def play_episodes(
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: [ep.opponent.close() for ep in episodes])  # sandboxed opponents end with the rollout
         if session is None and reuse_prefix:
-            session = stack.enter_context(prefix_session(backend))
+            session = stack.enter_context(backend.prefix_session())
         while True:
             _advance_opponents(episodes)
             acting = [ep for ep in episodes if ep.agent_to_act()]
@@ -435,16 +432,17 @@ def play_episodes(
             scripted = {k for k, ep in enumerate(acting) if len(ep.turns) < len(ep.opening)}
             free = [k for k in range(len(acting)) if k not in scripted]
             gens = []
-            if turn_decode == "choice" and (free or n_iter is not None):
-                gens = choice_generations(backend, [prompts[k] for k in free],
-                                          [acting[k].game.legal_actions(acting[k].state, acting[k].spec.seat)
-                                           for k in free],
-                                          _seeded(turn_sampling, iteration, 0), renderer.tokenizer,
-                                          renderer.end_of_turn_id)
-            elif free or n_iter is not None:
-                gens = session_generate(backend, [prompts[k] for k in free], _seeded(turn_sampling, iteration, 0),
-                                        session)
-            lap("generation")
+            if free or n_iter is not None:  # one backend call, one generation lap
+                if turn_decode == "choice":
+                    gens = choice_generations(backend, [prompts[k] for k in free],
+                                              [acting[k].game.legal_actions(acting[k].state, acting[k].spec.seat)
+                                               for k in free],
+                                              _seeded(turn_sampling, iteration, 0), renderer.tokenizer,
+                                              renderer.end_of_turn_id)
+                else:
+                    gens = backend.generate([prompts[k] for k in free], _seeded(turn_sampling, iteration, 0),
+                                            session=session)
+                lap("generation")
             model_turns = iter(_model_turns([acting[k] for k in free], gens, renderer, fallback, lap))
             turns = [_opening_turn(ep, renderer) if k in scripted else next(model_turns)
                      for k, ep in enumerate(acting)]
@@ -454,7 +452,7 @@ def play_episodes(
                 prompts, cues = [prompt for prompt, _ in asks], [cue for _, cue in asks]
                 legal = [acting[k].game.legal_actions(acting[k].state, acting[k].spec.seat) for k in pending]
                 lap("bookkeeping")
-                forced = session_generate_choice(backend, prompts, legal, _seeded(sampling, iteration, 1), session)
+                forced = backend.generate_choice(prompts, legal, _seeded(sampling, iteration, 1), session=session)
                 lap("generation")
                 for k, cue, gen, acts in zip(pending, cues, forced, legal):
                     turns[k] = _forced_turn(acting[k], turns[k], cue, gen, acts, renderer)
