@@ -168,14 +168,14 @@ def test_prefix_cache_continues_only_rows_it_holds(tiny_model_dirs):
     with backend.prefix_session() as cache:
         gens = backend.generate(first, spec, session=cache)
         assert cache.kv and cache.tokens[0][: len(first[0].ids)] == first[0].ids
-        assert (cache.misses, cache.stored) == (1, 1)  # the session's first call finds nothing stored
+        assert (cache.counts["misses"], cache.counts["stored"]) == (1, 1)  # the session's first call finds nothing stored
         tail = backend.tokenizer.encode(" next", add_special_tokens=False)
         second = [Prompt(ids=p.ids + g.token_ids + tail) for p, g in zip(first, gens)]
         reused = backend.generate(second, spec, session=cache)
-        assert cache.hits == 1
+        assert cache.counts["hits"] == 1
         stranger = [Prompt(ids=tail + p.ids) for p in second]
         backend.generate(stranger, spec, session=cache)
-        assert cache.misses == 2
+        assert cache.counts["misses"] == 2
     assert backend.prefix_counts == {"hits": 1, "misses": 2, "stored": 3, "refused": 0, "refused_cache_type": 0,
                                      "refused_over_budget": 0}
     fresh = backend.generate(second, spec)
@@ -276,7 +276,7 @@ def test_prefix_cache_planning_reads_each_prompt_a_bounded_number_of_times(tiny_
         second = [_CountedIds(p.ids + g.token_ids + words[: 1 + i % 4]) for i, (p, g) in enumerate(zip(first, gens))]
         _CountedIds.reads = 0
         planned = cache.plan(second, backend.pad_id, torch.device("cpu"), 2)
-    assert planned is not None and cache.hits == 1
+    assert planned is not None and cache.counts["hits"] == 1
     assert _CountedIds.reads <= 3 * sum(len(ids) for ids in second)
 
 
@@ -295,7 +295,7 @@ def test_prefix_cache_continues_each_episode_by_its_key(tiny_model_dirs):
         second = [Prompt(ids=first[k].ids + gens[k].token_ids + tails[i], key=first[k].key) for i, k in enumerate(left)]
         planned = cache.plan([p.ids for p in second], backend.pad_id, torch.device("cpu"), 6, [p.key for p in second])
         reused = backend.generate(second, spec, session=cache)
-        assert cache.hits == 2
+        assert cache.counts["hits"] == 2
     # each prompt's own row holds all but its tail, plus the turn's last token when the turn was cut at the
     # token limit (the last sampled token is never cached), and at least one token is left; a twin's row
     # would hold its prompt only (their turns differ), leaving the whole turn (cached tokens re-fed in place
@@ -327,10 +327,10 @@ def test_prefix_cache_counts_refused_stores_and_the_misses_they_cause(tiny_model
     backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
     cache = _two_rounds(backend, {"max_bytes": 0})
     assert not cache.kv
-    assert cache.counts() == {"hits": 0, "misses": 2, "stored": 0, "refused": 2, "refused_cache_type": 0,
+    assert cache.counts == {"hits": 0, "misses": 2, "stored": 0, "refused": 2, "refused_cache_type": 0,
                               "refused_over_budget": 2}
     assert "over the budget of 0.00 GiB" in cache.last_refusal
-    assert _two_rounds(backend).counts()["hits"] == 1  # the same calls within budget reuse the first call's rows
+    assert _two_rounds(backend).counts["hits"] == 1  # the same calls within budget reuse the first call's rows
 
 
 def test_prefix_cache_counts_a_model_whose_cache_it_cannot_reuse():
@@ -345,7 +345,7 @@ def test_prefix_cache_counts_a_model_whose_cache_it_cannot_reuse():
                         num_attention_heads=2, num_key_value_heads=1, layer_types=["conv", "full_attention"],
                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
-    counts = _two_rounds(HFBackend(AutoModelForCausalLM.from_config(config).eval(), tok)).counts()
+    counts = _two_rounds(HFBackend(AutoModelForCausalLM.from_config(config).eval(), tok)).counts
     assert counts["refused_cache_type"] == counts["refused"] == 2 and counts["stored"] == counts["hits"] == 0
 
 
@@ -361,7 +361,7 @@ def test_prefix_cache_budget_is_a_fraction_of_free_cpu_memory(tiny_model_dirs):
     assert MEMORY_FRACTION == 0.5
     assert budget == pytest.approx(0.5 * available, rel=0.05)  # other processes move the free figure a little
     backend = HFBackend.from_model(tiny_model_dirs["llama"], device="cpu")
-    assert _two_rounds(backend, {"memory_fraction": 1e-12}).counts()["refused_over_budget"] == 2
+    assert _two_rounds(backend, {"memory_fraction": 1e-12}).counts["refused_over_budget"] == 2
     with pytest.raises(ValueError, match="memory_fraction"):
         PrefixCache(memory_fraction=0)
 

@@ -446,7 +446,7 @@ def decode_arm(ctx: Context, backend: Any, batch: int, prompt_len: int, new_toke
         timed(2, cache)  # warm-up; a full-attention model's cache is stored, so later calls preallocate theirs
         prefill_s, _ = timed(1, cache)
         total_s, steps = timed(new_tokens, cache)
-        counts = cache.counts()
+        counts = dict(cache.counts)
     decode_s = total_s - prefill_s
     dtype_bytes = next(backend.model.parameters()).element_size()
     weights = weight_bytes_read(backend.model)

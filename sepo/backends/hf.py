@@ -168,7 +168,7 @@ class HFBackend(GenerationBackend):
         try:
             yield session
         finally:
-            for name, n in session.counts().items():
+            for name, n in session.counts.items():
                 self.prefix_counts[name] += n
 
     # --- GenerationBackend ---------------------------------------------------------------------------

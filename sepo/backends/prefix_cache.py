@@ -23,7 +23,7 @@ dropped) is left out. Per layer kind (`sepo.backends.cache_layers`):
 - linear attention (Qwen 3.5): the recurrent state is copied at the end of each prompt and only the prompt is
   stored (the next call feeds the turn again); padding after a row's cached state would move that state on,
   so `feed_ahead` feeds those columns before `generate` and puts the waiting rows' states back.
-Other layer kinds take the plain path, and the refusal is counted (`PrefixCache.counts()`: `refused_cache_type`).
+Other layer kinds take the plain path, and the refusal is counted (`PrefixCache.counts`: `refused_cache_type`).
 
 Budget: unless `max_bytes` is given, a call's cache is kept only if it fits in `MEMORY_FRACTION` (half) of
 the memory free on its device at the time it is stored: on CUDA, `torch.cuda.mem_get_info` plus the blocks
@@ -254,15 +254,14 @@ class PrefixCache:
 
     max_bytes: a fixed budget for the stored cache; None (the default) sizes it at every store from the
     device's free memory (`memory_fraction` of it, see the module doc). The counts of planned calls (hits,
-    misses) and of stores (stored, refused and why) survive refusals; `counts()` returns them.
+    misses) and of stores (stored, refused and why) survive refusals, in `counts` (name -> count, `COUNTS`).
     """
 
     def __init__(self, max_bytes: int | None = None, memory_fraction: float = MEMORY_FRACTION):
         if not 0 < memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
         self.max_bytes, self.memory_fraction = max_bytes, memory_fraction
-        self.hits = self.misses = self.stored = self.refused = 0
-        self.refused_cache_type = self.refused_over_budget = 0
+        self.counts: dict[str, int] = dict.fromkeys(COUNTS, 0)  # hits/misses of planned calls, stores by outcome
         self.last_refusal: str | None = None
         self.clear()
 
@@ -275,10 +274,6 @@ class PrefixCache:
         self.prompt_lengths: list[int] = []  # per row: how many of them were its prompt
         self.row_of: dict[Hashable, int] = {}  # prompt key -> row
 
-    def counts(self) -> dict[str, int]:
-        """hits/misses of planned calls, stored/refused stores (refused split by reason)."""
-        return {name: getattr(self, name) for name in COUNTS}
-
     def budget(self, device: torch.device) -> int:
         """The bytes a cache stored now may take: `max_bytes`, or `memory_fraction` of what is free on
         `device` counting the cache held now (storing replaces it)."""
@@ -288,8 +283,8 @@ class PrefixCache:
 
     def _refuse(self, reason: str, message: str) -> bool:
         self.clear()
-        self.refused += 1
-        setattr(self, f"refused_{reason}", getattr(self, f"refused_{reason}") + 1)
+        self.counts["refused"] += 1
+        self.counts[f"refused_{reason}"] += 1
         self.last_refusal = message
         return False
 
@@ -315,12 +310,12 @@ class PrefixCache:
         if not prompts:
             return None
         if not self.kv:  # nothing stored (the session's first call, or the last store was refused)
-            self.misses += 1
+            self.counts["misses"] += 1
             return None
         keys = _keys(keys, len(prompts))
         matches = [self._row_for(ids, key) for ids, key in zip(prompts, keys)]
         if any(m is None for m in matches):
-            self.misses += 1
+            self.counts["misses"] += 1
             return None
         rows = [row for row, _ in matches]
         new = [len(ids) - k for ids, (_, k) in zip(prompts, matches)]
@@ -331,9 +326,9 @@ class PrefixCache:
         kept = [k - r for (_, k), r in zip(matches, refed)]
         width = max(kept)
         if width == 0:  # every row feeds its whole prompt: nothing to reuse
-            self.misses += 1
+            self.counts["misses"] += 1
             return None
-        self.hits += 1
+        self.counts["hits"] += 1
         source = self.valid.device
         columns = torch.zeros(len(prompts), width, dtype=torch.long, device=source)
         valid = torch.zeros(len(prompts), width, dtype=torch.bool, device=source)
@@ -409,5 +404,5 @@ class PrefixCache:
         self.tokens = [list(p) + g[: min(n, generated_cols)] for p, g, n in zip(prompts, gen, kept)]
         self.prompt_lengths = [len(p) for p in prompts]
         self.row_of = {key: row for row, key in enumerate(_keys(keys, len(prompts)))}
-        self.stored += 1
+        self.counts["stored"] += 1
         return True
