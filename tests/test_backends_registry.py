@@ -11,7 +11,7 @@ from sepo.backends import (
     TRAINER_BACKENDS,
     backend_class,
     make_backend,
-    trainer_backend,
+    trainer_backend_class,
     trainer_engine,
 )
 from sepo.config.checks import UsageError
@@ -39,7 +39,7 @@ def test_eval_takes_the_registry_s_names_and_refuses_a_trainer_only_engine():
     with pytest.raises(ValueError, match="choose one of: hf, vllm, openai"):
         make_backend("trl_vllm", "default")
     with pytest.raises(ValueError, match="choose one of: hf, trl_vllm"):
-        trainer_backend("openai", 0)
+        trainer_backend_class("openai")
 
 
 def test_the_trainer_s_engine_is_chosen_by_name():
@@ -60,6 +60,6 @@ def test_the_hf_backend_stops_at_the_end_of_turn_id_it_is_given(tiny_model_dir):
     assert HFBackend(model, tok).end_of_turn_id == renderer_id
     other = tok.convert_tokens_to_ids("<|im_start|>")
     assert other != renderer_id
-    backend = trainer_backend("hf", other, tokenizer=tok, model=model)
+    backend = trainer_backend_class("hf").from_trainer(other, tokenizer=tok, model=model)
     assert isinstance(backend, HFBackend) and isinstance(backend, GenerationBackend)
     assert backend.end_of_turn_id == other and other in backend.stop_ids

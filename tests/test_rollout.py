@@ -378,7 +378,8 @@ def test_prefix_kv_reuse_changes_nothing_but_the_work(game, sampling, backends):
             assert traj_b.logprobs == pytest.approx(traj_a.logprobs, abs=1e-4), arch
             assert rec_b.n_fallbacks == rec_a.n_fallbacks
         # after the session's first call, later rounds and the fallback calls all continued the stored rows
-        assert cache.counts["hits"] > 0 and cache.counts["misses"] == 1 and cache.counts["refused"] == 0, (arch, cache.counts)
+        counts = cache.counts
+        assert counts["hits"] > 0 and counts["misses"] == 1 and counts["refused"] == 0, (arch, counts)
         assert fed[0] < fed_plain, (arch, fed[0], fed_plain)
 
 

@@ -448,14 +448,14 @@ class ServerVLLMGenerationTestDouble:
 def test_server_mode_adapter_one_collective_call_per_choice_set(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from sepo.backends import trainer_backend
+    from sepo.backends import trainer_backend_class
     from sepo.generation import Prompt, SamplingSpec
     from sepo.grpo.trl_seam import vllm_engine_parts
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     vg = ServerVLLMGenerationTestDouble(tok, eot)
-    backend = trainer_backend("trl_vllm", eot, tokenizer=tok, **vllm_engine_parts(vg))  # as the trainer builds it
+    backend = trainer_backend_class("trl_vllm").from_trainer(eot, tokenizer=tok, **vllm_engine_parts(vg))  # as trained
     prompts = [Prompt(ids=[1, 2, i]) for i in range(3)]
     choices = [["PASS", "BET"], ["CALL", "FOLD"], ["PASS", "BET"]]
     gens = backend.generate_choice(prompts, choices, SamplingSpec())

@@ -6,9 +6,10 @@
     openai    an OpenAI-compatible endpoint, e.g. a served model (sepo.backends.openai_api)
     trl_vllm  TRL's own vLLM engine of a training run, colocate or server (sepo.backends.trl_vllm)
 
-`make_backend` loads a model by name (`sepo eval --backend`, the names in `BACKENDS`); `trainer_backend` wraps
-the engine a trainer holds (the names in `TRAINER_BACKENDS`, chosen by `trainer_engine`). Each class is imported
-only when it is built (vLLM and openai are optional).
+`make_backend` loads a model by name (`sepo eval --backend`, the names in `BACKENDS`); `trainer_backend_class` is
+the class whose `from_trainer` wraps the engine a trainer holds (the names in `TRAINER_BACKENDS`, chosen by
+`trainer_engine`), looked up once per run. Each class is imported only when it is looked up (vLLM and openai are
+optional).
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ def trainer_engine(use_vllm: bool) -> str:
     return "trl_vllm" if use_vllm else "hf"
 
 
-def trainer_backend(kind: str, end_of_turn_id: int, **engine: Any) -> GenerationBackend:
-    """Backend `kind` over a trainer's engine (`engine`: what the trainer's seam hands over for it: its text
-    `tokenizer`, and e.g. the unwrapped policy `model` for `hf`), stopping at the trainer's renderer's
-    `end_of_turn_id`."""
+def trainer_backend_class(kind: str) -> type:
+    """The class of trainer backend `kind` (imported now): its `from_trainer(end_of_turn_id, **engine)` wraps a
+    trainer's engine (`engine`: what the trainer's seam hands over for it: its text `tokenizer`, and e.g. the
+    unwrapped policy `model` for `hf`), stopping at the trainer's renderer's `end_of_turn_id`."""
     if kind not in TRAINER_BACKENDS:
         raise ValueError(f"unknown trainer backend {kind!r}; choose one of: {', '.join(TRAINER_BACKENDS)}")
-    return backend_class(kind).from_trainer(end_of_turn_id, **engine)
+    return backend_class(kind)

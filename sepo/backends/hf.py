@@ -132,7 +132,7 @@ class HFBackend(GenerationBackend):
 
     @classmethod
     def from_trainer(cls, end_of_turn_id: int, tokenizer: Any, model: Any) -> HFBackend:
-        """The trainer's engine (`sepo.backends.trainer_backend`): its live policy `model`, unwrapped for
+        """The trainer's engine (`sepo.backends.trainer_backend_class`): its live policy `model`, unwrapped for
         generation; weights are shared, nothing is copied."""
         return cls(model, tokenizer, end_of_turn_id)
 

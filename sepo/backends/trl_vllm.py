@@ -35,7 +35,7 @@ class TRLVLLMBackend(GenerationBackend):
     @classmethod
     def from_trainer(cls, end_of_turn_id: int, tokenizer: Any, collective: Collective, llm: Any
                      ) -> TRLVLLMBackend:
-        """The trainer's engine (`sepo.backends.trainer_backend`): TRL's, as the seam hands it in."""
+        """The trainer's engine (`sepo.backends.trainer_backend_class`): TRL's, as the seam hands it in."""
         return cls(collective, llm, tokenizer, end_of_turn_id)
 
     # --- server mode: collective calls -------------------------------------------------------------

@@ -4,11 +4,12 @@ One step, from dataset row to loss. TRL drives it and calls back into SEPO twice
 (`sepo.grpo.trl_seam`, the one place TRL's private names are used):
 
     1. `rollout(prompts, mode)`: TRL's rollout_func, for this rank's rows (`sepo.grpo.groups` names each row's game,
-       pool, opponent, seed and seat in its prompt). The engine is opened by name (`sepo.backends.trainer_backend`: HF
-       generate over the live policy, or TRL's vLLM engine), every episode and probe episode is played in lock-step
-       rounds (`sepo.grpo.rollouts.play` -> `sepo.rollout.engine`, whose `PhaseTimer` times its generation calls), and
-       each rollout's per-round rewards are credited once into TRL's columns (`sepo.grpo.rollouts.rollout_columns`
-       -> `sepo.grpo.rewards`). Returns the columns and the step's rollout metrics (the seam logs them).
+       pool, opponent, seed and seat in its prompt). The engine is opened by its class, looked up once per run
+       (`sepo.backends.trainer_backend_class`: HF generate over the live policy, or TRL's vLLM engine), every episode
+       and probe episode is played in lock-step rounds (`sepo.grpo.rollouts.play` -> `sepo.rollout.engine`, whose
+       `PhaseTimer` times its generation calls), and each rollout's per-round rewards are credited once into TRL's
+       columns (`sepo.grpo.rollouts.rollout_columns` -> `sepo.grpo.rewards`). Returns the columns and the step's
+       rollout metrics (the seam logs them).
     2. TRL scores the batch: the SEPO reward (`sepo.grpo.rewards.SEPOReward`, the mean of the credited round
        rewards, with the batch's episode metrics), the old and reference log-probabilities.
     3. `scored_advantages(inputs, output, mode)`: one scoring call (`sepo.grpo.scoring.score_batch`), the (B, T)
@@ -33,7 +34,7 @@ from accelerate.utils import gather
 from transformers import TrainerCallback
 
 from envs import make_game
-from sepo.backends import trainer_backend, trainer_engine
+from sepo.backends import trainer_backend_class, trainer_engine
 from sepo.config.checks import PUSH_REFUSED
 from sepo.generation import GenerationBackend
 from sepo.grpo.callbacks import CheckpointEvalCallback, eval_config
@@ -91,8 +92,9 @@ class SEPOTrainer(SeamTrainer):
                          train_dataset=groups.dataset, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks)
         self.renderer = ChatRenderer(self.text_tokenizer(), enable_thinking=args.enable_thinking)
-        # fixed for the run: the engine's name, TRL's end-of-completion ids, the group size of each metric mode
+        # fixed for the run: the engine's name and class, TRL's end-of-completion ids, each metric mode's group size
         self.engine = trainer_engine(args.use_vllm)
+        self.engine_class = trainer_backend_class(self.engine)
         self.stop_ids = self.stop_token_ids()
         self.group_sizes = {mode: self.group_size(mode) for mode in ("train", "eval")}
         if args.use_vllm:
@@ -139,11 +141,11 @@ class SEPOTrainer(SeamTrainer):
 
     @contextmanager
     def generation_backend(self):
-        """The rollout engine for this step, by its name (`self.engine`, from `sepo.backends.trainer_engine`): TRL's
-        vLLM engine (colocate or server) when use_vllm, else HF generate over the live policy (it switches
-        eval/no_grad per call), over what the seam hands over of it."""
+        """The rollout engine for this step, built by its class (`self.engine_class`, named by
+        `sepo.backends.trainer_engine`): TRL's vLLM engine (colocate or server) when use_vllm, else HF generate over
+        the live policy (it switches eval/no_grad per call), over what the seam hands over of it."""
         with self.engine_parts(self.engine) as engine:
-            yield trainer_backend(self.engine, self.renderer.end_of_turn_id, **engine)
+            yield self.engine_class.from_trainer(self.renderer.end_of_turn_id, **engine)
 
     def play(self, rows: list[dict[str, Any]], backend: GenerationBackend, timer: PhaseTimer) -> Played:
         """This rank's rollout batch played with `backend`, its phases timed by `timer` (`sepo.grpo.rollouts.play`);
