@@ -14,7 +14,7 @@ from envs import Strategy, UnknownNameError
 from sepo.backends.hf import HFBackend
 from sepo.generation import Generation, GenerationBackend, Prompt, SamplingSpec
 from sepo.rollout.chat import ChatRenderer
-from sepo.rollout.engine import EpisodeSpec, play_episodes
+from sepo.rollout.engine import EpisodeSpec, PhaseTimer, play_episodes
 from sepo.rollout.fallback import FALLBACK_CUE
 from sepo.tiny_models import ARCHS
 
@@ -194,25 +194,33 @@ def test_parse_success_and_fallback_paths_token_exact(arch, backends):
 
 
 def test_lock_step_call_counts(backends):
+    """The calls a rollout makes, and the timer's generation laps, one per call (the trainer's
+    `sepo/generation_calls`)."""
     real = backends["llama"]
     counts = []
     for n in (2, 5):
-        counter = CallCounter(real)
-        play_episodes(_specs("ipd", "tit_for_tat", n, {"num_rounds": 4}), counter, renderer_of(real), SAMPLING)
+        counter, timer = CallCounter(real), PhaseTimer()
+        play_episodes(_specs("ipd", "tit_for_tat", n, {"num_rounds": 4}), counter, renderer_of(real), SAMPLING,
+                      timer=timer)
         assert counter.count("generate") == 4  # one call per round, whatever the batch size
         assert [b for m, b in counter.calls if m == "generate"] == [n] * 4
+        assert timer.laps["generation"] == len(counter.calls)
         counts.append(counter.count("generate_choice"))
     assert counts == [4, 4]  # random model: some turn needs the fallback every round
 
-    scripted = CallCounter(ScriptedBackendTestDouble(real, lambda i: "COOPERATE"))
-    play_episodes(_specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, renderer_of(real), SCRIPTED)
+    scripted, timer = CallCounter(ScriptedBackendTestDouble(real, lambda i: "COOPERATE")), PhaseTimer()
+    play_episodes(_specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, renderer_of(real), SCRIPTED,
+                  timer=timer)
     assert scripted.count("generate") == 4 and scripted.count("generate_choice") == 0  # data-dependent
+    assert timer.laps["generation"] == 4
     scripted.calls.clear()
+    timer = PhaseTimer()
     play_episodes(
-        _specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, renderer_of(real), SCRIPTED, collective=True
+        _specs("ipd", "tit_for_tat", 3, {"num_rounds": 4}), scripted, renderer_of(real), SCRIPTED, collective=True,
+        timer=timer,
     )
     assert scripted.count("generate") == 4 and scripted.count("generate_choice") == 4  # fixed, empty calls
-    assert ("generate_choice", 0) in scripted.calls
+    assert ("generate_choice", 0) in scripted.calls and timer.laps["generation"] == 8
 
     kuhn = envs.make_game("kuhn", num_hands=3)
     assert kuhn.max_decisions_per_seat == 2 * kuhn.num_rounds
