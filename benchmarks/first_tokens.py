@@ -9,8 +9,11 @@ the probability of the first tokens of the legal actions' canonical text (each a
 rollout writes it). A first token the canonical answers do not start with (the card's name, say) is mass that no
 canonical answer can win back after it.
 
-    python -m benchmarks.first_tokens --model PATH --game GAME [--game_params JSON] [--adapter DIR] [--top 5]
-        [--out FILE]
+    python -m benchmarks.first_tokens --model PATH (--game GAME [--game_params JSON] | --study RECIPE)
+        [--adapter DIR] [--top 5] [--out FILE]
+
+`--study` takes the game and its parameters from an organism study's recipe (configs/experiments/*/study.yaml), so
+a table of the study's checkpoints asks what they were trained on (make figures-lm-kuhn-first-tokens).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from sepo.config.checks import UsageError
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
+from sepo.study.organism import game_params, load_recipe, organism_game
 
 PROG = "python -m benchmarks.first_tokens"
 
@@ -73,24 +78,37 @@ class FirstTokensConfig:
     """The keys of `python -m benchmarks.first_tokens`."""
 
     model: str = field(metadata={"help": "the model (a path, or a name `sepo train` resolves)"})
-    game: str = field(metadata={"help": "a game with an exact analysis"})
-    adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory over the model"})
+    game: str | None = field(default=None, metadata={"help": "a game with an exact analysis"})
     game_params: str = field(default="{}", metadata={"help": "the game's parameters, JSON"})
+    study: str | None = field(default=None, metadata={
+        "help": "an organism study's recipe: its game and parameters (instead of --game and --game_params)"})
+    adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory over the model"})
     top: int = field(default=5, metadata={"help": "first tokens listed per state"})
     out: str | None = field(default=None, metadata={"help": "also write the table here (JSON)"})
+
+
+def game_of(args: FirstTokensConfig) -> tuple[str, dict[str, Any]]:
+    """The game and its parameters: the study recipe's (`--study`), else `--game` and `--game_params`."""
+    if (args.study is None) == (args.game is None):
+        raise UsageError("give either --game (with --game_params) or --study")
+    if args.study is None:
+        return args.game, json.loads(args.game_params)
+    recipe = load_recipe(args.study)
+    return organism_game(recipe).name, game_params(recipe)
 
 
 def main(argv: list[str] | None = None) -> int:
     (args,) = RecipeParser((FirstTokensConfig,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
         sys.argv[1:] if argv is None else argv)
+    game, params = game_of(args)
     model, tokenizer = load(args.model, args.adapter)
-    table = first_tokens(model, tokenizer, args.game, json.loads(args.game_params), args.top)
+    table = first_tokens(model, tokenizer, game, params, args.top)
     for key, row in table.items():
         tops = ", ".join(f"{t!r} {p:.3f}" for t, p in row["top"])
         print(f"{key:>4}: canonical first tokens {row['canonical_first']:.3f}; most probable: {tops}")
     if args.out:
-        write_json_atomic(args.out, {"model": args.model, "adapter": args.adapter, "game": args.game,
-                                     "game_params": json.loads(args.game_params), "states": table})
+        write_json_atomic(args.out, {"model": args.model, "adapter": args.adapter, "game": game,
+                                     "game_params": params, "states": table})
     return 0
 
 

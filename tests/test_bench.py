@@ -431,3 +431,21 @@ def test_first_tokens_lists_the_first_token_distribution_and_the_canonical_share
         listed = [p for _, p in table[state.key]["top"]]
         assert listed == sorted(listed, reverse=True) and listed[0] == pytest.approx(float(probs.max()), abs=1e-4)
         assert table[state.key]["top"][0][0] == tok.decode([int(probs.argmax())])
+
+
+def test_first_tokens_reads_the_game_from_a_study_recipe_or_the_command_line():
+    """`--study` asks a study's checkpoints what they were trained on: the recipe's game and its parameters, as
+    the YAML file has them; `--game` and `--study` together, or neither, is a usage error."""
+    import yaml
+
+    from benchmarks.first_tokens import FirstTokensConfig, game_of
+    from sepo.config.checks import UsageError
+
+    path = ROOT / "configs/experiments/lm_kuhn/study.yaml"
+    train = yaml.safe_load(path.read_text())["train"]
+    game, params = game_of(FirstTokensConfig(model="m", study=str(path)))
+    assert (game, params) == (train["games"][0], train["game_params"][train["games"][0]])
+    assert game_of(FirstTokensConfig(model="m", game=game, game_params='{"num_hands": 2}')) == (game, {"num_hands": 2})
+    for wrong in (FirstTokensConfig(model="m"), FirstTokensConfig(model="m", game=game, study=str(path))):
+        with pytest.raises(UsageError, match="either --game"):
+            game_of(wrong)
