@@ -13,7 +13,7 @@ canonical answer can win back after it.
         [--adapter DIR] [--top 5] [--out FILE]
 
 `--study` takes the game and its parameters from an organism study's recipe (configs/experiments/*/study.yaml), so
-a table of the study's checkpoints asks what they were trained on (make figures-lm-kuhn-first-tokens).
+a table of the study's checkpoints asks what they were trained on (a make target writes a follow-up's tables).
 """
 
 from __future__ import annotations
