@@ -221,7 +221,7 @@ figures-lm-kuhn: install
 # One follow-up of the study (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0):
 # benchmarks/lm_kuhn/followups/$(FOLLOWUP).md and .json, recorded in followups/$(FOLLOWUP)_record. Resumable as the
 # study is. The latest by default; make figures-lm-kuhn-followups FOLLOWUP=unparsed_credit for the first.
-FOLLOWUP ?= choice_decode
+FOLLOWUP ?= kl_anchor_strong
 figures-lm-kuhn-followups: install
 	$(RECORD) benchmarks/lm_kuhn/followups/$(FOLLOWUP)_record \
 	  --title "SmolLM2 (LoRA) on compact Kuhn: follow-up $(FOLLOWUP) on the pilot seeds" \
