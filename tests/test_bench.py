@@ -433,6 +433,38 @@ def test_first_tokens_lists_the_first_token_distribution_and_the_canonical_share
         assert table[state.key]["top"][0][0] == tok.decode([int(probs.argmax())])
 
 
+def test_first_token_nudges_raise_their_target_from_the_same_start_each_time(tiny_model_dir):
+    """benchmarks.first_tokens' nudges: at every state, each action's one step raises that action's first token,
+    every step starts from the same weights (a second pass gives the same table, and the weights are restored),
+    the gainers exclude the legal first tokens and are listed by their gain, and the LoRA is the study's."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmarks.first_tokens import nudges, trainable_lora
+    from sepo.eval.exact import require
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    recipe = {"train": {"lora_r": 4, "lora_alpha": 8}}
+    model = trainable_lora(AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), recipe)
+    assert {m.r["default"] for m in model.modules() if hasattr(m, "lora_A")} == {4}
+    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    params = {"num_hands": 1, "first_mover": "random", "prompt_style": "compact"}
+    table = nudges(model, tok, "kuhn", params, lr=1e-2, top=3)
+    assert all(torch.equal(p, start[n]) for n, p in model.named_parameters() if p.requires_grad)
+    assert nudges(model, tok, "kuhn", params, lr=1e-2, top=3) == table
+    states = require("kuhn").states(params)
+    assert list(table) == [s.key for s in states]
+    for state in states:
+        firsts = {tok.decode([tok.encode(a, add_special_tokens=False)[0]]) for a in state.legal}
+        assert list(table[state.key]) == list(state.legal)
+        for action, row in table[state.key].items():
+            token, before, after = row["first"]
+            assert token == tok.decode([tok.encode(action, add_special_tokens=False)[0]]) and after > before
+            assert not {t for t, _, _ in row["gainers"]} & firsts
+            gains = [a - b for _, b, a in row["gainers"]]
+            assert gains == sorted(gains, reverse=True)
+
+
 def test_first_tokens_reads_the_game_from_a_study_recipe_or_the_command_line():
     """`--study` asks a study's checkpoints what they were trained on: the recipe's game and its parameters, as
     the YAML file has them; `--game` and `--study` together, or neither, is a usage error."""
@@ -443,9 +475,11 @@ def test_first_tokens_reads_the_game_from_a_study_recipe_or_the_command_line():
 
     path = ROOT / "configs/experiments/lm_kuhn/study.yaml"
     train = yaml.safe_load(path.read_text())["train"]
-    game, params = game_of(FirstTokensConfig(model="m", study=str(path)))
+    game, params, recipe = game_of(FirstTokensConfig(model="m", study=str(path)))
     assert (game, params) == (train["games"][0], train["game_params"][train["games"][0]])
-    assert game_of(FirstTokensConfig(model="m", game=game, game_params='{"num_hands": 2}')) == (game, {"num_hands": 2})
+    assert recipe["train"]["lora_r"] == train["lora_r"]  # the nudges' LoRA is the study's
+    assert game_of(FirstTokensConfig(model="m", game=game, game_params='{"num_hands": 2}')) == (
+        game, {"num_hands": 2}, None)
     for wrong in (FirstTokensConfig(model="m"), FirstTokensConfig(model="m", game=game, study=str(path))):
         with pytest.raises(UsageError, match="either --game"):
             game_of(wrong)
