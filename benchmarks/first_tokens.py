@@ -114,6 +114,13 @@ def nudges(model: Any, tokenizer: Any, game: str, params: dict[str, Any], lr: fl
     return out
 
 
+def canonical_fell(nudged: dict[str, Any]) -> list[str]:
+    """"state action" for every nudge after which the legal actions' first tokens held less probability than
+    before: a step towards one canonical answer that gave mass to text no canonical answer starts with."""
+    return [f"{key} {action}" for key, row in nudged.items() for action, n in row.items()
+            if n["canonical_first"][1] < n["canonical_first"][0]]
+
+
 def trainable_lora(model: Any, recipe: dict[str, Any] | None) -> Any:
     """`model` with a fresh LoRA adapter built as `sepo train` builds it (trl's `get_peft_config` of the study
     recipe's `train` LoRA keys; `SEPOModelConfig`'s defaults without a recipe), at a fixed initialisation."""
@@ -197,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                 gainers = ", ".join(f"{t!r} {b:.4f}->{a:.4f}" for t, b, a in n["gainers"][:3])
                 print(f"{key:>4} towards {action}: {n['first'][0]!r} {n['first'][1]:.4f}->{n['first'][2]:.4f}; "
                       f"gained most: {gainers}")
-        written |= {"nudge_lr": args.nudge_lr, "nudges": nudged}
+        fell = canonical_fell(nudged)
+        print(f"a step towards one canonical answer lowered the canonical answers' first-token share in {len(fell)} "
+              f"of {sum(map(len, nudged.values()))}: {', '.join(fell)}")
+        written |= {"nudge_lr": args.nudge_lr, "nudges": nudged, "canonical_fell": fell}
     if args.out:
         write_json_atomic(args.out, written)
     return 0

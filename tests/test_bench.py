@@ -440,7 +440,7 @@ def test_first_token_nudges_raise_their_target_from_the_same_start_each_time(tin
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from benchmarks.first_tokens import nudges, trainable_lora
+    from benchmarks.first_tokens import canonical_fell, nudges, trainable_lora
     from sepo.eval.exact import require
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -463,6 +463,10 @@ def test_first_token_nudges_raise_their_target_from_the_same_start_each_time(tin
             assert not {t for t, _, _ in row["gainers"]} & firsts
             gains = [a - b for _, b, a in row["gainers"]]
             assert gains == sorted(gains, reverse=True)
+    # the summary names the steps after which the canonical first tokens held less, and only those
+    made_up = {"s": {"up": {"canonical_first": [0.9, 0.95]}, "down": {"canonical_first": [0.9, 0.85]}},
+               "t": {"same": {"canonical_first": [0.5, 0.5]}}}
+    assert canonical_fell(made_up) == ["s down"]
 
 
 def test_first_tokens_reads_the_game_from_a_study_recipe_or_the_command_line():
