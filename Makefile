@@ -219,10 +219,11 @@ figures-lm-kuhn: install
 	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml && \
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn'
 
-# One follow-up of the study (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0):
+# One follow-up of the study (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0,
+# or from its own when it changes the game's parameters: runs/experiments/lm_kuhn/followup_warm_start/<name>/):
 # benchmarks/lm_kuhn/followups/$(FOLLOWUP).md and .json, recorded in followups/$(FOLLOWUP)_record. Resumable as the
 # study is. The latest by default; make figures-lm-kuhn-followups FOLLOWUP=unparsed_credit for the first.
-FOLLOWUP ?= kl_anchor_strong
+FOLLOWUP ?= card_words
 figures-lm-kuhn-followups: install
 	$(RECORD) benchmarks/lm_kuhn/followups/$(FOLLOWUP)_record \
 	  --title "SmolLM2 (LoRA) on compact Kuhn: follow-up $(FOLLOWUP) on the pilot seeds" \
@@ -241,24 +242,30 @@ figures-lm-kuhn-first-tokens: install
 	  --title "SmolLM2 on compact Kuhn, follow-up $(FOLLOWUP): where the first answer token goes (warm start 0 and the final checkpoints)" \
 	  -- sh -c '\
 	  set -e; runs=runs/experiments/lm_kuhn; out=benchmarks/lm_kuhn/followups/$(FOLLOWUP)_first_tokens; \
-	  first="$(BIN)/python -m benchmarks.first_tokens --study configs/experiments/lm_kuhn/study.yaml"; \
-	  OMP_NUM_THREADS=1 $$first --model $$runs/warm_start/merged --out $$out/warm_start_0.json; \
+	  first="$(BIN)/python -m benchmarks.first_tokens --study configs/experiments/lm_kuhn/study.yaml --followup $(FOLLOWUP)"; \
+	  start=$$runs/followup_warm_start/$(FOLLOWUP)/warm_start/merged; [ -d $$start ] || start=$$runs/warm_start/merged; \
+	  OMP_NUM_THREADS=1 $$first --model $$start --out $$out/warm_start_0.json; \
 	  for work in $$runs/runs/followup/$(FOLLOWUP)/*/.work_seed_*; do \
 	    variant=$$(basename $$(dirname $$work)); \
-	    OMP_NUM_THREADS=1 $$first --model $$runs/warm_start/merged --adapter $$work \
+	    OMP_NUM_THREADS=1 $$first --model $$start --adapter $$work \
 	      --out $$out/$${variant}_seed_$${work##*.work_seed_}.json; \
 	  done'
 
 # Where one update towards a canonical answer sends the first token (benchmarks.first_tokens --nudge_lr) at warm
 # start 0, at the study's two design rates: benchmarks/lm_kuhn/nudges/, recorded in nudges/record. Needs the study's
-# warm start here (make figures-lm-kuhn, or a follow-up, first).
+# warm start here (make figures-lm-kuhn, or a follow-up, first). NUDGE_FOLLOWUP=<name>: at the own warm start of a
+# follow-up that changes the game (made by make figures-lm-kuhn-followups), into followups/<name>_nudges/.
+NUDGE_FOLLOWUP ?=
+comma := ,
+NUDGES := $(if $(NUDGE_FOLLOWUP),benchmarks/lm_kuhn/followups/$(NUDGE_FOLLOWUP)_nudges,benchmarks/lm_kuhn/nudges)
 figures-lm-kuhn-nudges: install
-	$(RECORD) benchmarks/lm_kuhn/nudges/record \
-	  --title "SmolLM2 on compact Kuhn: where one update towards a canonical answer sends the first token (warm start 0)" \
+	$(RECORD) $(NUDGES)/record \
+	  --title "SmolLM2 on compact Kuhn$(if $(NUDGE_FOLLOWUP),$(comma) follow-up $(NUDGE_FOLLOWUP)): where one update towards a canonical answer sends the first token (warm start 0)" \
 	  -- sh -c '\
 	  set -e; for lr in 1e-4 3e-5; do \
 	    OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.first_tokens --study configs/experiments/lm_kuhn/study.yaml \
-	      --model runs/experiments/lm_kuhn/warm_start/merged --nudge_lr $$lr --out benchmarks/lm_kuhn/nudges/warm_start_0_lr_$$lr.json; \
+	      $(if $(NUDGE_FOLLOWUP),--followup $(NUDGE_FOLLOWUP) --model runs/experiments/lm_kuhn/followup_warm_start/$(NUDGE_FOLLOWUP)/warm_start/merged,--model runs/experiments/lm_kuhn/warm_start/merged) \
+	      --nudge_lr $$lr --out $(NUDGES)/warm_start_0_lr_$$lr.json; \
 	  done'
 
 # Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).

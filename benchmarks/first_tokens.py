@@ -15,7 +15,7 @@ that action's first token alone, then the next-token distribution again. The tab
 that gained the most probability: if an update towards a canonical answer also raises some other token (the card's
 name, say), training the canonical answers alone moves mass to it, with no credit to that token at all.
 
-    python -m benchmarks.first_tokens --model PATH (--game GAME [--game_params JSON] | --study RECIPE)
+    python -m benchmarks.first_tokens --model PATH (--game GAME [--game_params JSON] | --study RECIPE [--followup NAME])
         [--adapter DIR] [--top 5] [--nudge_lr LR] [--out FILE]
 
 `--study` takes the game and its parameters from an organism study's recipe (configs/experiments/*/study.yaml), so
@@ -33,7 +33,7 @@ from sepo.config.checks import UsageError
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
-from sepo.study.organism import game_params, load_recipe, organism_game
+from sepo.study.organism import followup_recipe, game_params, load_recipe, organism_game, selected_followups
 
 PROG = "python -m benchmarks.first_tokens"
 
@@ -165,6 +165,8 @@ class FirstTokensConfig:
     game_params: str = field(default="{}", metadata={"help": "the game's parameters, JSON"})
     study: str | None = field(default=None, metadata={
         "help": "an organism study's recipe: its game and parameters (instead of --game and --game_params)"})
+    followup: str | None = field(default=None, metadata={
+        "help": "with --study: the game's parameters as this follow-up of the recipe runs it"})
     adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter directory over the model"})
     top: int = field(default=5, metadata={"help": "first tokens listed per state"})
     nudge_lr: float | None = field(default=None, metadata={
@@ -174,13 +176,17 @@ class FirstTokensConfig:
 
 
 def game_of(args: FirstTokensConfig) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
-    """The game, its parameters and the study's recipe: the study recipe's (`--study`), else `--game` and
-    `--game_params` with no recipe."""
+    """The game, its parameters and the study's recipe: the study recipe's (`--study`; as its follow-up
+    `--followup` runs them, when given), else `--game` and `--game_params` with no recipe."""
     if (args.study is None) == (args.game is None):
         raise UsageError("give either --game (with --game_params) or --study")
     if args.study is None:
+        if args.followup is not None:
+            raise UsageError("--followup needs --study")
         return args.game, json.loads(args.game_params), None
     recipe = load_recipe(args.study)
+    if args.followup is not None:
+        recipe = followup_recipe(recipe, selected_followups(recipe, [args.followup])[args.followup])
     return organism_game(recipe).name, game_params(recipe), recipe
 
 

@@ -69,6 +69,10 @@ class KuhnState(GameState):
 
 FIRST_MOVER_RULES: tuple[str, ...] = ("alternate", "random")
 PROMPT_STYLES: tuple[str, ...] = ("chat", "compact")
+CARD_NAMES: dict[str, dict[str, str]] = {  # how the compact prompt names each card
+    "letters": {card: card for card in CARDS},
+    "words": {"J": "Jack", "Q": "Queen", "K": "King"},  # no card's name is a one-letter token an answer starts with
+}
 
 
 class KuhnPoker(Game):
@@ -80,6 +84,8 @@ class KuhnPoker(Game):
     (card, position, this hand's betting and the legal actions in a few dozen tokens, no earlier hands: with
     one hand per episode the LLM's prompt is a function of its information set alone, so the exact analysis
     of its scored policy is exact for the prompts training shows).
+    card_names: how the compact prompt names the cards, "letters" (J, Q, K) or "words" (Jack, Queen, King:
+    a card's name then shares no first token with an answer, each of which starts with a one-letter token).
     """
 
     name = "kuhn"
@@ -88,12 +94,13 @@ class KuhnPoker(Game):
     max_decisions_per_round = 2  # a hand: open (PASS/BET), then CALL/FOLD after pass-bet
 
     def __init__(self, num_hands: int = 6, ante: int = 1, bet: int = 1, first_mover: str = "alternate",
-                 prompt_style: str = "chat") -> None:
+                 prompt_style: str = "chat", card_names: str = "letters") -> None:
         for label, value in (("num_hands", num_hands), ("ante", ante), ("bet", bet)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"kuhn: {label} must be a positive integer, got {value!r}")
         for label, value, choices in (("first_mover", first_mover, FIRST_MOVER_RULES),
-                                      ("prompt_style", prompt_style, PROMPT_STYLES)):
+                                      ("prompt_style", prompt_style, PROMPT_STYLES),
+                                      ("card_names", card_names, tuple(CARD_NAMES))):
             if value not in choices:
                 raise ValueError(f"kuhn: {label} must be one of {', '.join(choices)}, got {value!r}")
         self.num_rounds = num_hands
@@ -101,6 +108,7 @@ class KuhnPoker(Game):
         self.bet = bet
         self.first_mover_rule = first_mover
         self.prompt_style = prompt_style
+        self.card_names = card_names
 
     @property
     def max_payoff(self) -> float:
@@ -117,7 +125,7 @@ class KuhnPoker(Game):
     @property
     def params(self) -> dict[str, Any]:
         return {"num_hands": self.num_rounds, "ante": self.ante, "bet": self.bet, "cards": list(CARDS),
-                "first_mover": self.first_mover_rule, "prompt_style": self.prompt_style}
+                "first_mover": self.first_mover_rule, "prompt_style": self.prompt_style, "card_names": self.card_names}
 
     # --- episode -----------------------------------------------------------------------------
     def new_state(self, rng: random.Random) -> KuhnState:
@@ -224,7 +232,7 @@ class KuhnPoker(Game):
         check_seat("kuhn", seat)
         a, b = self.ante, self.bet
         if self.prompt_style == "compact":
-            return (f"Kuhn poker. Cards J < Q < K. Ante {a}, bet {b}. "
+            return (f"Kuhn poker. Cards {' < '.join(CARD_NAMES[self.card_names][c] for c in CARDS)}. Ante {a}, bet {b}. "
                     "Answer with one legal action on the last line.")
         return (
             f"You are playing Kuhn poker against one opponent for {self.num_rounds} hands. The deck has three "
@@ -244,7 +252,7 @@ class KuhnPoker(Game):
             raise ValueError(f"kuhn: seat {seat} has no decision to make now")
         view = self.view(state, seat)
         if self.prompt_style == "compact":
-            return _compact_observation(view, state.round, self.num_rounds, legal)
+            return _compact_observation(view, state.round, self.num_rounds, legal, CARD_NAMES[self.card_names])
         lines = [f"Hand {state.round + 1} of {self.num_rounds}. Your card: {view.private['card']}."]
         if view.history:
             lines.append("Previous hands:")
@@ -273,12 +281,13 @@ class KuhnPoker(Game):
         return match_action(text, self.legal_actions(state, seat), normalize=_normalize)
 
 
-def _compact_observation(view: View, hand: int, num_hands: int, legal: list[str]) -> str:
-    """The compact prompt: card, position, this hand's betting and the legal actions (no earlier hands)."""
+def _compact_observation(view: View, hand: int, num_hands: int, legal: list[str], names: Mapping[str, str]) -> str:
+    """The compact prompt: card (by `names`), position, this hand's betting and the legal actions (no earlier
+    hands)."""
     moves = ", ".join(_describe_move(e) for e in view.current["betting"]) or "none"
     where = "first" if view.current["i_am_first"] else "second"
     head = f"Hand {hand + 1} of {num_hands}. " if num_hands > 1 else ""
-    return f"{head}Card {view.private['card']}. You act {where}. Betting: {moves}. Actions: {' or '.join(legal)}"
+    return f"{head}Card {names[view.private['card']]}. You act {where}. Betting: {moves}. Actions: {' or '.join(legal)}"
 
 
 def _normalize(line: str) -> str:

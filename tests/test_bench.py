@@ -487,3 +487,12 @@ def test_first_tokens_reads_the_game_from_a_study_recipe_or_the_command_line():
     for wrong in (FirstTokensConfig(model="m"), FirstTokensConfig(model="m", game=game, study=str(path))):
         with pytest.raises(UsageError, match="either --game"):
             game_of(wrong)
+    # a follow-up that changes the game: its parameters over the study's
+    followups = yaml.safe_load(path.read_text())["followups"]
+    name = next(n for n, f in followups.items() if f.get("game_params"))
+    _, changed, _ = game_of(FirstTokensConfig(model="m", study=str(path), followup=name))
+    assert changed == {**params, **followups[name]["game_params"]} and changed != params
+    with pytest.raises(UsageError, match="no follow-up 'nope'"):
+        game_of(FirstTokensConfig(model="m", study=str(path), followup="nope"))
+    with pytest.raises(UsageError, match="--followup needs --study"):
+        game_of(FirstTokensConfig(model="m", game=game, followup=name))

@@ -235,6 +235,23 @@ def test_compact_prompt_mentions_card_position_betting_actions():
         assert "Previous" not in text and "Chips" not in text and "Pot" not in text
 
 
+def test_compact_prompt_names_cards_as_words_on_request():
+    """`card_names: words` names every card by its word in the compact prompt and its rules, with no card letter
+    left as a word of either; the default keeps the letters, word for word the prompt the studies trained on."""
+    words = KuhnPoker(num_hands=1, first_mover="random", prompt_style="compact", card_names="words")
+    letters = KuhnPoker(num_hands=1, first_mover="random", prompt_style="compact")
+    state = _state(words, [("Q", "K")], [1])
+    named = words.observation(state, 1)
+    assert named == letters.observation(state, 1).replace("Card K.", "Card King.")
+    assert words.system_prompt(1) == letters.system_prompt(1).replace("J < Q < K", "Jack < Queen < King")
+    for text in (named, words.system_prompt(1)):
+        assert not {"J", "Q", "K"} & set(text.replace(".", " ").split())
+    assert words.params["card_names"] == "words" and letters.params["card_names"] == "letters"
+    with pytest.raises(ValueError, match="letters, words") as err:
+        KuhnPoker(card_names="pictures")
+    assert "pictures" in str(err.value)
+
+
 def _second_hand_prompt(style: str, hand0_deal, hand0_actions) -> str:
     """Seat 0's prompt at the start of hand 2 (card J, first to act) after a given first hand."""
     game = KuhnPoker(num_hands=3, first_mover="random", prompt_style=style)

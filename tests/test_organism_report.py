@@ -220,12 +220,21 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path,
     blocks = recipe["followups"]
     assert len(blocks) >= 2 and len(jobs) == sum(len(b["variants"]) * len(b["seeds"]) for b in blocks.values()) - 1
     assert str(done) not in [job[4] for job in jobs]
+    changes_game = [name for name, b in blocks.items() if b.get("game_params")]
+    assert changes_game  # the recipe has a follow-up that changes the game (card_words)
     for job_recipe, arm, seed, steps, out, start in jobs:
-        variant, spec = Path(out).parent.name, blocks[Path(out).parent.parent.name]
+        name = Path(out).parent.parent.name
+        variant, spec = Path(out).parent.name, blocks[name]
         assert seed in spec["seeds"] and Path(out).name == f"seed_{seed}.json"
-        assert arm == spec["arm"] and steps == spec["steps"] and start == str(tmp_path / "start")
+        assert arm == spec["arm"] and steps == spec["steps"]
         assert job_recipe["played"] is None
         assert all(job_recipe["arms"][arm][k] == v for k, v in spec["variants"][variant].items())
+        params = job_recipe["train"]["game_params"]["kuhn"]
+        if name in changes_game:  # its own warm start, and the game as it changes it, the rest as the study's
+            assert start == str(tmp_path / "followup_warm_start" / name / "warm_start" / "merged")
+            assert params == {**recipe["train"]["game_params"]["kuhn"], **spec["game_params"]}
+        else:
+            assert start == str(tmp_path / "start") and params == recipe["train"]["game_params"]["kuhn"]
     results = followup_results(recipe, tmp_path)["unparsed_credit"]["variants"]
     row = results["lr_1e-4_non_positive"]["seeds"]["100"]
     assert (row["min"], row["final"], row["min_canonical_mass"]) == (0.1, 0.12, 0.91)

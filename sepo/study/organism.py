@@ -439,10 +439,37 @@ def variant_jobs(recipe: Mapping[str, Any], spec: Mapping[str, Any] | None, dire
 
 def followup_jobs(recipe: Mapping[str, Any], root: Path, start: Path, names: Sequence[str] = ()) -> list[tuple]:
     """The unfinished jobs of the follow-ups `names` (every one when empty; `followups`: questions asked after the
-    report, each a block of variants on pilot seeds, from the design's warm start), written under
-    runs/followup/<name>/."""
+    report, each a block of variants on pilot seeds, from the design's warm start, or from its own when it changes
+    the game: `followup_start`), written under runs/followup/<name>/."""
     return [job for name, spec in selected_followups(recipe, names).items()
-            for job in variant_jobs(recipe, spec, root / "runs" / "followup" / name, start)]
+            for job in variant_jobs(followup_recipe(recipe, spec), spec, root / "runs" / "followup" / name,
+                                    followup_start(spec, root, name, start))]
+
+
+def followup_recipe(recipe: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe a follow-up runs: its `game_params`, when it has them, laid over the study game's (a prompt
+    format, say); otherwise the study's."""
+    if not spec.get("game_params"):
+        return dict(recipe)
+    game = organism_game(recipe).name
+    params = {**recipe["train"]["game_params"], game: {**game_params(recipe), **spec["game_params"]}}
+    return {**recipe, "train": {**recipe["train"], "game_params": params}}
+
+
+def followup_start(spec: Mapping[str, Any], root: Path, name: str, start: Path) -> Path:
+    """Where a follow-up's warm start is: `start` (the design's), or, for a follow-up that changes the game's
+    parameters, its own (`followup_warm_starts` makes it)."""
+    if not spec.get("game_params"):
+        return start
+    return warm_start_dir(root / "followup_warm_start" / name, 0) / "merged"
+
+
+def followup_warm_starts(recipe: Mapping[str, Any], root: Path, names: Sequence[str] = ()) -> list[Path]:
+    """Makes the own warm start of every follow-up in `names` (every one when empty) that changes the game's
+    parameters: the study's warm start 0 made again on the changed game (`warm_start`, resumable), at
+    `followup_start`'s path."""
+    return [warm_start(followup_recipe(recipe, spec), root / "followup_warm_start" / name, 0)
+            for name, spec in selected_followups(recipe, names).items() if spec.get("game_params")]
 
 
 def selected_followups(recipe: Mapping[str, Any], names: Sequence[str] = ()) -> dict[str, Any]:
@@ -600,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.phase == "design":
         run_jobs(variant_jobs(recipe, recipe.get("design"), root / "runs" / "design", starts[0]), ns.workers)
     if ns.phase == "followup":
+        followup_warm_starts(recipe, root, ns.followup)
         run_jobs(followup_jobs(recipe, root, starts[0], ns.followup), ns.workers)
     if ns.phase in ("pilot", "report", "all"):
         recipe = with_design(recipe, root)
