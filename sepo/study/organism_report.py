@@ -42,6 +42,8 @@ from sepo.study.organism import (
     model_name,
     organism_game,
     pretrained,
+    rerun_dir,
+    rerun_recipe,
     selected_followups,
     warm_start_dir,
     warm_start_seeds,
@@ -115,11 +117,11 @@ def beside(path: Path, pairs: Sequence[Sequence[str]], exploitability: Callable[
     return {"record": str(path), "rows": rows}
 
 
-def build_results(recipe: Mapping[str, Any], root: Path, out: Path) -> dict[str, Any]:
-    """The results document from the finished report-phase runs (and the pilot's choice). Runs are keyed
-    `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = "report") -> dict[str, Any]:
+    """The results document from the finished report-phase runs under runs/<into>/ (a rerun's `rerun_dir`; and
+    the pilot's choice). Runs are keyed `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
-    finished_runs = finished(root, "report")
+    finished_runs = finished(root, into)
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
             for arm, seeds in finished_runs.items()}
     arms = {}
@@ -508,6 +510,8 @@ class OrganismReportCommand:
                 "need no report run)", "choices": ("all", "followups")})
     followup: list[str] = field(default_factory=list, metadata={
         "help": "--part followups: only these follow-ups of the recipe (default: every one)"})
+    rerun: str | None = field(default=None, metadata={
+        "help": "report rerun <name>'s runs (report.reruns; `python -m sepo.study.organism --rerun`) instead"})
 
 
 def parser() -> RecipeParser:
@@ -525,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"{ns.config}: the recipe has no followups to report")
         write_followups(recipe, root, out / "followups", ns.followup, words)
         return 0
-    results = build_results(recipe, root, out)
+    if ns.rerun is not None:
+        recipe = rerun_recipe(recipe, ns.rerun)
+    results = build_results(recipe, root, out, rerun_dir(ns.rerun))
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
     text = markdown(results, words, lambda table: analysis.exploitability(table, params))
     write_json_atomic(out / "results.json", results)
