@@ -193,7 +193,11 @@ def test_a_rerun_is_the_report_again_with_its_keys_over_every_arm(tmp_path):
     assert recipe["arms"]["per_pool"].get("beta") != keys["beta"]  # the study's own recipe is untouched
     with pytest.raises(UsageError, match="no rerun 'nope'.*" + name):
         rerun_recipe(recipe, "nope")
-    from sepo.study.organism import main
+    # the design chooses the learning rate, which every rerun sets: no design run is needed for one
+    from sepo.study.organism import main, sets_the_design
+
+    assert all(sets_the_design(recipe, n) for n in recipe["report"]["reruns"]) and not sets_the_design(recipe, None)
+    assert not sets_the_design({**recipe, "report": {"reruns": {"x": {"beta": 0.4}}}}, "x")
 
     study = str(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
     with pytest.raises(UsageError, match="--phase report only"):  # before any warm start is made

@@ -526,6 +526,15 @@ def rerun_recipe(recipe: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {**recipe, "arms": {arm: {**(keys or {}), **reruns[name]} for arm, keys in recipe["arms"].items()}}
 
 
+def sets_the_design(recipe: Mapping[str, Any], rerun: str | None) -> bool:
+    """Whether rerun `rerun` sets every key the design phase chooses among, so that the design's choice (and its
+    runs) cannot change what the rerun trains: its keys are laid over the arms', which win over the design's."""
+    if rerun is None:
+        return False
+    keys = set(recipe["report"]["reruns"][rerun])
+    return all(set(v or {}) <= keys for v in (recipe.get("design") or {}).get("variants", {}).values())
+
+
 def rerun_dir(name: str | None) -> str:
     """The directory under runs/ of the report's runs (`report`), or of rerun `name`'s (`report_<name>`)."""
     return "report" if name is None else f"report_{name}"
@@ -651,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.phase == "followup":
         followup_warm_starts(recipe, root, ns.followup)
         run_jobs(followup_jobs(recipe, root, starts[0], ns.followup), ns.workers)
-    if ns.phase in ("pilot", "report", "all"):
+    if ns.phase in ("pilot", "report", "all") and not sets_the_design(recipe, ns.rerun):
         recipe = with_design(recipe, root)
     if ns.phase in ("pilot", "all"):
         run_jobs(phase_jobs(recipe, "pilot", root, starts, None), ns.workers)
