@@ -461,14 +461,19 @@ def followup_start(spec: Mapping[str, Any], root: Path, name: str, start: Path) 
     parameters, its own (`followup_warm_starts` makes it)."""
     if not spec.get("game_params"):
         return start
-    return warm_start_dir(root / "followup_warm_start" / name, 0) / "merged"
+    return warm_start_dir(followup_root(root, name), 0) / "merged"
+
+
+def followup_root(root: Path, name: str) -> Path:
+    """The study root of follow-up `name`'s own warm start (one that changes the game's parameters)."""
+    return root / "followup_warm_start" / name
 
 
 def followup_warm_starts(recipe: Mapping[str, Any], root: Path, names: Sequence[str] = ()) -> list[Path]:
     """Makes the own warm start of every follow-up in `names` (every one when empty) that changes the game's
     parameters: the study's warm start 0 made again on the changed game (`warm_start`, resumable), at
     `followup_start`'s path."""
-    return [warm_start(followup_recipe(recipe, spec), root / "followup_warm_start" / name, 0)
+    return [warm_start(followup_recipe(recipe, spec), followup_root(root, name), 0)
             for name, spec in selected_followups(recipe, names).items() if spec.get("game_params")]
 
 
