@@ -87,7 +87,12 @@ def test_flipping_the_advantages_sign_raises_e_star(organism, monkeypatch):
     from sepo.grpo.trainer import SEPOTrainer
 
     real = SEPOTrainer.scored_advantages
-    monkeypatch.setattr(SEPOTrainer, "scored_advantages", lambda self, *a: -real(self, *a))
+
+    def ascent(self, *args):
+        advantages, metrics = real(self, *args)
+        return -advantages, metrics
+
+    monkeypatch.setattr(SEPOTrainer, "scored_advantages", ascent)
     curve = descend(organism, "ascent", 1e-4)
     assert curve[-1] - curve[0] >= MARGIN, curve
 

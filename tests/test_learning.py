@@ -65,7 +65,8 @@ class NegatedAdvantagesTrainer(SEPOTrainer):
     """Test-only negative control: SEPOTrainer with every per-token advantage's sign flipped."""
 
     def scored_advantages(self, inputs, output, mode):
-        return -super().scored_advantages(inputs, output, mode)
+        advantages, metrics = super().scored_advantages(inputs, output, mode)
+        return -advantages, metrics
 
 
 def learning_config(tmp_path, learning_rate: float) -> SEPOConfig:

@@ -22,7 +22,7 @@ class FixedAdvantagesTestDouble(SEPOTrainer):
 
     def scored_advantages(self, inputs, output, mode):
         mask = output["completion_mask"]
-        return torch.linspace(-1.0, 1.0, mask.numel()).view_as(mask).to(torch.float32)
+        return torch.linspace(-1.0, 1.0, mask.numel()).view_as(mask).to(torch.float32), {}
 
 
 def _trainer(tmp_path, model_dir: str, trainer_class: type = SEPOTrainer, **overrides) -> SEPOTrainer:

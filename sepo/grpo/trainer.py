@@ -13,7 +13,8 @@ One step, from dataset row to loss. TRL drives it and calls back into SEPO twice
     2. TRL scores the batch: the SEPO reward (`sepo.grpo.rewards.SEPOReward`, the mean of the credited round
        rewards, with the batch's episode metrics), the old and reference log-probabilities.
     3. `scored_advantages(inputs, output, mode)`: one scoring call (`sepo.grpo.scoring.score_batch`), the (B, T)
-       per-token advantages from per-round group normalisation in place of TRL's own.
+       per-token advantages from per-round group normalisation in place of TRL's own, and their metrics (the
+       seam logs them).
     4. TRL's loss and optimiser step on those advantages (the seam's shared-prefix pass computes the
        log-probabilities when `share_prompt_prefix` is set).
 
@@ -173,16 +174,16 @@ class SEPOTrainer(SeamTrainer):
         return {f"sepo/adaptive/{key}": value for key, value in {**figures, "refresh_s": seconds}.items()}
 
     # --- 3. advantages -------------------------------------------------------------------------------
-    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
-        """The seam's hook after TRL scored a batch: this rank's SEPO advantages (`score`), their metrics and
-        time logged under `mode`."""
+    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str
+                          ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The seam's hook after TRL scored a batch: this rank's SEPO advantages (`score`) and their metrics and
+        time, which the seam logs under `mode`."""
         t0 = time.perf_counter()
         scored = self.score(inputs, output, mode)
-        self.record_metrics(mode, {**scored.metrics, "sepo/time/advantages_s": time.perf_counter() - t0})
         if scored.metrics["sepo/no_learning_signal"] and mode == "train":
             logger.warning("step %d: every group's rewards are equal (zero spread), so every advantage is 0 and "
                            "this step has no learning signal", self.state.global_step + 1)
-        return scored.advantages
+        return scored.advantages, {**scored.metrics, "sepo/time/advantages_s": time.perf_counter() - t0}
 
     def score(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> Scored:
         """The step's one scoring call (`sepo.grpo.scoring.score_batch`) on this rank's scored batch, with the

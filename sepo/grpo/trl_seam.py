@@ -61,7 +61,8 @@ class SeamTrainer(GRPOTrainer):
         returning (columns, metrics): columns with at least `ROLLOUT_KEYS` (token ids, sampling logprobs) and
         optionally `env_mask`, and the rollout's metrics, which the seam logs under `mode`;
     `scored_advantages(inputs, output, mode)`: the (B, T) advantages of a batch TRL has scored (`inputs`: the
-        rows with the rollout's extra columns; `output`: TRL's tensors), in place of TRL's own.
+        rows with the rollout's extra columns; `output`: TRL's tensors), in place of TRL's own, and their
+        metrics, which the seam logs under `mode`.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -78,12 +79,15 @@ class SeamTrainer(GRPOTrainer):
     def rollout(self, prompts: list, mode: str) -> tuple[dict[str, list], dict[str, float]]:
         raise NotImplementedError
 
-    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str) -> torch.Tensor:
+    def scored_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str
+                          ) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)  # rollout extras are now in inputs[i]
-        output["advantages"] = self.scored_advantages(inputs, output, self.metric_mode())
+        mode = self.metric_mode()
+        output["advantages"], metrics = self.scored_advantages(inputs, output, mode)
+        self.record_metrics(mode, metrics)
         return output
 
     def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,

@@ -5,7 +5,7 @@ model's turns. The rollout keeps it as token ids (so training sees exactly what 
 module to render the pieces with the model's own chat template: the first prompt, and each later user turn
 as the ids the template would put after the previous assistant turn's end-of-turn token.
 
-The rollout asks for the new ids of all its episodes at once (`new_turn_ids`). Rendering the whole
+The rollout asks for the new ids of all its episodes at once (`new_turns`). Rendering the whole
 conversation with Jinja and tokenising it every turn would cost O(length) per turn per episode, so the
 renderer finds once, from probe conversations, the constant text the template writes around message
 contents (`TemplateGlue`), builds each new turn's text from it, and tokenises all new texts in one batched
@@ -31,7 +31,7 @@ Lap = Callable[[str], None]
 
 # A probe conversation used to locate template features (end-of-turn token, system-role support).
 _MARK = "Zq"
-# new_turn_ids: how many turns of each kind are also computed from the whole conversation and compared.
+# new_turns: how many turns of each kind are also computed from the whole conversation and compared.
 TURN_CHECKS = 16
 # Probe conversations for TemplateGlue: system, then (user, assistant) rounds, then the new user content. Their
 # contents have no edge whitespace (templates may trim it; such contents take the straightforward path) and
@@ -45,6 +45,15 @@ _CLEANUP_PROBE = "a . b , c ? d ! e n't f 'm g"  # text that tokenizer clean-up 
 
 def no_lap(phase: str) -> None:
     """The default `lap`: no timing."""
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """What the template adds for a new user turn (`ChatRenderer.new_turns`): its token ids, and for a first
+    turn the text the generation prompt puts inside the assistant turn (None after an assistant turn)."""
+
+    ids: list[int]
+    prefill: str | None
 
 
 @dataclass(frozen=True)
@@ -148,9 +157,10 @@ class ChatRenderer:
         return list(self._apply(messages, add_generation_prompt=True, tokenize=True))
 
     # --- new turns -------------------------------------------------------------------------------
-    def new_turn_ids(self, conversations: Sequence[list[Message]], lap: Lap = no_lap) -> list[list[int]]:
+    def new_turns(self, conversations: Sequence[list[Message]], lap: Lap = no_lap) -> list[NewTurn]:
         """For each conversation ending with a new user message, the ids the template adds for it: the whole
-        prompt for a first turn ([system,] user), else `env_turn_ids` of the conversation before it.
+        prompt for a first turn ([system,] user), else `env_turn_ids` of the conversation before it; and for a
+        first turn the assistant prefill (`assistant_prefill`: a recorded turn re-renders as the model saw it).
 
         One batched tokenizer call for all conversations. `lap` is called with "rendering" and "tokenisation"
         after each phase (benchmark timing)."""
@@ -166,7 +176,8 @@ class ChatRenderer:
         lap("tokenisation")
         if not self.straightforward and any(self._checks_left.values()):
             self._check(conversations, out)
-        result = [ids if ids is not None and not self.straightforward else self._reference_ids(conv)
+        result = [NewTurn(ids=ids if ids is not None and not self.straightforward else self._reference_ids(conv),
+                          prefill=self._prefill(conv) if self._kind(conv) == "first" else None)
                   for ids, conv in zip(out, conversations)]
         lap("rendering")
         return result
@@ -178,15 +189,15 @@ class ChatRenderer:
         Defined like TRL's `_get_tool_suffix_ids`: render with and without the new message, cut the longer
         render after the shorter one's last end-of-turn, and keep what follows (`_reference_ids`). Cutting
         after the n-th end-of-turn rather than comparing prefixes keeps templates that re-render history
-        (Gemma drops old thought channels) right. Computed by `new_turn_ids`.
+        (Gemma drops old thought channels) right. Computed by `new_turns`.
         """
         if isinstance(env_message, str):
             env_message = {"role": "user", "content": env_message}
         if not prev_messages or prev_messages[-1]["role"] != "assistant":
             raise ChatTemplateError("env_turn_ids needs a conversation that ends with an assistant turn")
-        return self.new_turn_ids([[*prev_messages, env_message]])[0]
+        return self.new_turns([[*prev_messages, env_message]])[0].ids
 
-    def prefill(self, first_messages: list[Message]) -> str:
+    def _prefill(self, first_messages: list[Message]) -> str:
         """`assistant_prefill(first_messages)`, from the template glue while its checks hold."""
         if self.glue is not None and not self.straightforward:
             return self.glue.prefill

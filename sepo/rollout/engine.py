@@ -243,13 +243,11 @@ def _open_turns(acting: list[_InPlay], renderer: ChatRenderer, lap: Lap) -> list
         if ep.traj is None:
             ep.messages.append({"role": "system", "content": system})
         ep.messages.append({"role": "user", "content": obs})
-    new_ids = renderer.new_turn_ids([ep.messages for ep in acting], lap)
-    for ep, ids in zip(acting, new_ids):
+    for ep, turn in zip(acting, renderer.new_turns([ep.messages for ep in acting], lap)):
         if ep.traj is None:
-            ep.traj = Trajectory(prompt_ids=ids)
-            ep.prefill = renderer.prefill(ep.messages)
+            ep.traj, ep.prefill = Trajectory(prompt_ids=turn.ids), turn.prefill
         else:
-            ep.traj.extend(ids, None, env=0, rnd=ep.state.round, forced=0)
+            ep.traj.extend(turn.ids, None, env=0, rnd=ep.state.round, forced=0)
     prompts = [Prompt(ids=ep.context, messages=list(ep.messages), key=ep.key) for ep in acting]
     lap("bookkeeping")
     return prompts
