@@ -33,7 +33,7 @@ from sepo.config.checks import UsageError
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
-from sepo.study.organism import followup_recipe, game_params, load_recipe, organism_game, selected_followups
+from sepo.study.organism import game_params, load_recipe, organism_game, selected_followups, with_game_params
 
 PROG = "python -m benchmarks.first_tokens"
 
@@ -186,7 +186,7 @@ def game_of(args: FirstTokensConfig) -> tuple[str, dict[str, Any], dict[str, Any
         return args.game, json.loads(args.game_params), None
     recipe = load_recipe(args.study)
     if args.followup is not None:
-        recipe = followup_recipe(recipe, selected_followups(recipe, [args.followup])[args.followup])
+        recipe = with_game_params(recipe, selected_followups(recipe, [args.followup])[args.followup].get("game_params"))
     return organism_game(recipe).name, game_params(recipe), recipe
 
 

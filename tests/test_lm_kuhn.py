@@ -204,6 +204,27 @@ def test_a_rerun_is_the_report_again_with_its_keys_over_every_arm(tmp_path):
         main(["--config", study, "--phase", "design", "--rerun", name])
 
 
+def test_a_rerun_that_changes_the_game_runs_it_from_its_own_warm_starts(tmp_path):
+    """A rerun with `game_params` (the recipe's word-named cards): its arms keep their keys plus the rerun's
+    others, every job plays the changed game (and is scored on it: `game_params`), and its warm starts and Base
+    are its own (`warm_root`), while a rerun of keys alone starts from the study's."""
+    from sepo.study.organism import game_params, load_recipe, phase_jobs, rerun_dir, rerun_recipe, warm_root
+
+    recipe = load_recipe(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
+    name, spec = next((n, s) for n, s in recipe["report"]["reruns"].items() if s.get("game_params"))
+    keys = {k: v for k, v in spec.items() if k != "game_params"}
+    rerun = rerun_recipe(recipe, name)
+    assert game_params(rerun) == {**game_params(recipe), **spec["game_params"]} != game_params(recipe)
+    assert all(rerun["arms"][arm] == {**(recipe["arms"][arm] or {}), **keys} for arm in recipe["arms"])
+    own = warm_root(recipe, tmp_path, name)
+    assert own == tmp_path / "rerun_warm_start" / name
+    jobs = phase_jobs(rerun, "report", tmp_path, [own / "w0", own / "w1", own / "w2"], None, rerun_dir(name))
+    assert jobs and all(game_params(job[0]) == game_params(rerun) and Path(job[5]).parent == own for job in jobs)
+    plain = next(n for n, s in recipe["report"]["reruns"].items() if not s.get("game_params"))
+    assert warm_root(recipe, tmp_path, plain) == warm_root(recipe, tmp_path, None) == tmp_path
+    assert game_params(rerun_recipe(recipe, plain)) == game_params(recipe)
+
+
 def test_base_is_the_pretrained_model_scored_before_sft(tiny_model, tmp_path):
     """`base_record`: the model the recipe names, before any SFT, scored at every information set as a checkpoint
     is (its table is the backend's own scoring of that model), written once to base.json and reused; a recipe

@@ -442,18 +442,19 @@ def followup_jobs(recipe: Mapping[str, Any], root: Path, start: Path, names: Seq
     report, each a block of variants on pilot seeds, from the design's warm start, or from its own when it changes
     the game: `followup_start`), written under runs/followup/<name>/."""
     return [job for name, spec in selected_followups(recipe, names).items()
-            for job in variant_jobs(followup_recipe(recipe, spec), spec, root / "runs" / "followup" / name,
+            for job in variant_jobs(with_game_params(recipe, spec.get("game_params")), spec,
+                                    root / "runs" / "followup" / name,
                                     followup_start(spec, root, name, start))]
 
 
-def followup_recipe(recipe: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The recipe a follow-up runs: its `game_params`, when it has them, laid over the study game's (a prompt
-    format, say); otherwise the study's."""
-    if not spec.get("game_params"):
+def with_game_params(recipe: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The recipe with `params` laid over the study game's parameters (a prompt format, say: what a follow-up or a
+    rerun with `game_params` runs); the recipe as it is when there are none."""
+    if not params:
         return dict(recipe)
     game = organism_game(recipe).name
-    params = {**recipe["train"]["game_params"], game: {**game_params(recipe), **spec["game_params"]}}
-    return {**recipe, "train": {**recipe["train"], "game_params": params}}
+    merged = {**recipe["train"]["game_params"], game: {**game_params(recipe), **params}}
+    return {**recipe, "train": {**recipe["train"], "game_params": merged}}
 
 
 def followup_start(spec: Mapping[str, Any], root: Path, name: str, start: Path) -> Path:
@@ -473,7 +474,7 @@ def followup_warm_starts(recipe: Mapping[str, Any], root: Path, names: Sequence[
     """Makes the own warm start of every follow-up in `names` (every one when empty) that changes the game's
     parameters: the study's warm start 0 made again on the changed game (`warm_start`, resumable), at
     `followup_start`'s path."""
-    return [warm_start(followup_recipe(recipe, spec), followup_root(root, name), 0)
+    return [warm_start(with_game_params(recipe, spec["game_params"]), followup_root(root, name), 0)
             for name, spec in selected_followups(recipe, names).items() if spec.get("game_params")]
 
 
@@ -524,11 +525,24 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
 
 def rerun_recipe(recipe: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The recipe with rerun `name`'s keys (`report.reruns`: the report's arms again with other settings, asked
-    by a rule after the report) laid over every arm's; a name the recipe does not hold is a usage error."""
+    by a rule after the report) laid over every arm's, and its `game_params`, when it has them, over the study
+    game's (`with_game_params`; its warm starts are then its own: `warm_root`); a name the recipe does not hold
+    is a usage error."""
     reruns = recipe["report"].get("reruns") or {}
     if name not in reruns:
         raise UsageError(f"no rerun {name!r} in the recipe's report.reruns; it has: {', '.join(reruns) or 'none'}")
-    return {**recipe, "arms": {arm: {**(keys or {}), **reruns[name]} for arm, keys in recipe["arms"].items()}}
+    keys = {k: v for k, v in reruns[name].items() if k != "game_params"}
+    arms = {arm: {**(arm_keys or {}), **keys} for arm, arm_keys in recipe["arms"].items()}
+    return with_game_params({**recipe, "arms": arms}, reruns[name].get("game_params"))
+
+
+def warm_root(recipe: Mapping[str, Any], root: Path, rerun: str | None) -> Path:
+    """Where the warm starts of the report (or of rerun `rerun`) and the base model's record are: the study's
+    root, or, for a rerun that changes the game's parameters, its own, root/rerun_warm_start/<name>/ (every warm
+    start made again on the changed game, as a follow-up's is). `recipe` is the study's, before `rerun_recipe`."""
+    if rerun is None or not recipe["report"]["reruns"][rerun].get("game_params"):
+        return root
+    return root / "rerun_warm_start" / rerun
 
 
 def sets_the_design(recipe: Mapping[str, Any], rerun: str | None) -> bool:
@@ -650,15 +664,16 @@ def parser() -> RecipeParser:
 def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
+    root = Path(recipe["output_dir"])
+    warm = root
     if ns.rerun is not None:
         if ns.phase != "report":
             raise UsageError("--rerun runs with --phase report only")
-        recipe = rerun_recipe(recipe, ns.rerun)
-    root = Path(recipe["output_dir"])
-    base_record(recipe, root)
+        recipe, warm = rerun_recipe(recipe, ns.rerun), warm_root(recipe, root, ns.rerun)
+    base_record(recipe, warm)
     # the design and the follow-ups run from the first warm start alone
     count = 1 if ns.phase in ("design", "followup") else len(warm_start_seeds(recipe))
-    starts = [warm_start(recipe, root, k) for k in range(count)]
+    starts = [warm_start(recipe, warm, k) for k in range(count)]
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
         run_jobs(variant_jobs(recipe, recipe.get("design"), root / "runs" / "design", starts[0]), ns.workers)

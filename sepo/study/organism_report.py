@@ -45,6 +45,7 @@ from sepo.study.organism import (
     rerun_dir,
     rerun_recipe,
     selected_followups,
+    warm_root,
     warm_start_dir,
     warm_start_seeds,
 )
@@ -117,9 +118,12 @@ def beside(path: Path, pairs: Sequence[Sequence[str]], exploitability: Callable[
     return {"record": str(path), "rows": rows}
 
 
-def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = "report") -> dict[str, Any]:
+def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = "report",
+                  warm: Path | None = None) -> dict[str, Any]:
     """The results document from the finished report-phase runs under runs/<into>/ (a rerun's `rerun_dir`; and
-    the pilot's choice). Runs are keyed `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+    the pilot's choice), their warm starts and Base under `warm` (a rerun's `warm_root`; the study's root by
+    default). Runs are keyed `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+    warm = root if warm is None else warm
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
     finished_runs = finished(root, into)
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
@@ -134,7 +138,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
     for k in range(len(warm_start_seeds(recipe))):
         first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)
         if first is not None:
-            starts.append({"index": k, "dir": str(warm_start_dir(root, k)), "policy": first["policy"],
+            starts.append({"index": k, "dir": str(warm_start_dir(warm, k)), "policy": first["policy"],
                            "exploitability": analysis.exploitability(first["policy"], params), "game_value": first["game_value"],
                            "J": first["J"], "u_train": first["u_train"],
                            **({"canonical_mass": first["canonical_mass"]} if "canonical_mass" in first else {})})
@@ -153,7 +157,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
     def exploitability(policy: Any) -> float:
         return analysis.exploitability(policy, params)
 
-    extra.update(against_base(root, starts, exploitability))
+    extra.update(against_base(warm, starts, exploitability))
     if recipe["report"].get("beside"):
         spec = recipe["report"]["beside"]
         extra["beside"] = beside(Path(spec["record"]), [p for p in spec["arms"] if p[0] in runs], exploitability)
@@ -529,9 +533,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"{ns.config}: the recipe has no followups to report")
         write_followups(recipe, root, out / "followups", ns.followup, words)
         return 0
+    warm = root
     if ns.rerun is not None:
-        recipe = rerun_recipe(recipe, ns.rerun)
-    results = build_results(recipe, root, out, rerun_dir(ns.rerun))
+        recipe, warm = rerun_recipe(recipe, ns.rerun), warm_root(recipe, root, ns.rerun)
+    results = build_results(recipe, root, out, rerun_dir(ns.rerun), warm)
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
     text = markdown(results, words, lambda table: analysis.exploitability(table, params))
     write_json_atomic(out / "results.json", results)
