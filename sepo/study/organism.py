@@ -545,6 +545,14 @@ def warm_root(recipe: Mapping[str, Any], root: Path, rerun: str | None) -> Path:
     return root / "rerun_warm_start" / rerun
 
 
+def rerun_and_root(recipe: Mapping[str, Any], root: Path, rerun: str | None) -> tuple[dict[str, Any], Path]:
+    """The recipe and the warm-start root the report runs with: the study's own (`rerun` None), or rerun
+    `rerun`'s (`rerun_recipe`, `warm_root`); what the runner and the report both read."""
+    if rerun is None:
+        return dict(recipe), root
+    return rerun_recipe(recipe, rerun), warm_root(recipe, root, rerun)
+
+
 def sets_the_design(recipe: Mapping[str, Any], rerun: str | None) -> bool:
     """Whether rerun `rerun` sets every key the design phase chooses among, so that the design's choice (and its
     runs) cannot change what the rerun trains: its keys are laid over the arms', which win over the design's."""
@@ -664,12 +672,10 @@ def parser() -> RecipeParser:
 def main(argv: list[str] | None = None) -> int:
     (ns,) = parser().parse(sys.argv[1:] if argv is None else argv)
     recipe = load_recipe(ns.config)
+    if ns.rerun is not None and ns.phase != "report":
+        raise UsageError("--rerun runs with --phase report only")
     root = Path(recipe["output_dir"])
-    warm = root
-    if ns.rerun is not None:
-        if ns.phase != "report":
-            raise UsageError("--rerun runs with --phase report only")
-        recipe, warm = rerun_recipe(recipe, ns.rerun), warm_root(recipe, root, ns.rerun)
+    recipe, warm = rerun_and_root(recipe, root, ns.rerun)
     base_record(recipe, warm)
     # the design and the follow-ups run from the first warm start alone
     count = 1 if ns.phase in ("design", "followup") else len(warm_start_seeds(recipe))

@@ -42,10 +42,9 @@ from sepo.study.organism import (
     model_name,
     organism_game,
     pretrained,
+    rerun_and_root,
     rerun_dir,
-    rerun_recipe,
     selected_followups,
-    warm_root,
     warm_start_dir,
     warm_start_seeds,
 )
@@ -533,9 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"{ns.config}: the recipe has no followups to report")
         write_followups(recipe, root, out / "followups", ns.followup, words)
         return 0
-    warm = root
-    if ns.rerun is not None:
-        recipe, warm = rerun_recipe(recipe, ns.rerun), warm_root(recipe, root, ns.rerun)
+    recipe, warm = rerun_and_root(recipe, root, ns.rerun)
     results = build_results(recipe, root, out, rerun_dir(ns.rerun), warm)
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
     text = markdown(results, words, lambda table: analysis.exploitability(table, params))
