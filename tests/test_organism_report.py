@@ -264,3 +264,37 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path,
                                                                                        ["unparsed_credit"])
     assert (out / "unparsed_credit.md").read_text().startswith("# ")
     assert not (out / "choice_decode.md").exists()  # none of its runs finished
+
+
+def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkeypatch):
+    """A rerun (`report.reruns`) sets the learning rate the study's design chose: its results carry neither the
+    design phase's variants nor the design's choice (its curves.md would name a rate it overrides), while the
+    study's own report from the same tree carries both. Runs are built from the recorded report's checkpoints."""
+    from sepo.study.organism_report import build_results
+
+    repo = Path(__file__).parents[1]
+    monkeypatch.chdir(repo)  # report.beside names its record from the repository root
+    recipe = load_recipe(LM_KUHN)
+    record = json.loads((repo / "benchmarks" / "lm_kuhn" / "results.json").read_text())
+    arm = "per_pool"
+    checkpoints = record["arms"][arm]["seeds"]["0/3001"]
+    run = {"seed": 3001, "config": record["arms"][arm]["config"], "seconds_per_step": 10.0,
+           "checkpoints": checkpoints}
+    for into in ("report", "report_x"):
+        path = tmp_path / "runs" / into / arm / "seed_3001.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(run))
+    variant = next(iter(recipe["design"]["variants"]))
+    design = tmp_path / "runs" / "design" / variant / "seed_100.json"
+    design.parent.mkdir(parents=True)
+    design.write_text(json.dumps({**run, "seed": 100}))
+    (design.parent.parent / "choice.json").write_text(json.dumps(
+        {"rule": "lowest mean final", "mean_final": {variant: 0.2}, "chosen": variant, "floor_met": True}))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "references.json").write_text((repo / "benchmarks" / "lm_kuhn" / "references.json").read_text())
+    own = build_results(recipe, tmp_path, out)
+    rerun = build_results(recipe, tmp_path, out, "report_x")
+    assert list(own["design"][variant]["seeds"]) == ["100"] and own["design_choice"]["chosen"] == variant
+    assert "design" not in rerun and "design_choice" not in rerun
+    assert rerun["arms"] == own["arms"] and list(rerun["arms"]) == [arm]

@@ -121,8 +121,11 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
                   warm: Path | None = None) -> dict[str, Any]:
     """The results document from the finished report-phase runs under runs/<into>/ (a rerun's `rerun_dir`; and
     the pilot's choice), their warm starts and Base under `warm` (a rerun's `warm_root`; the study's root by
-    default). Runs are keyed `"<k>/<seed>"` (warm start k, training seed: `run_key`)."""
+    default). Runs are keyed `"<k>/<seed>"` (warm start k, training seed: `run_key`). The design phase and its
+    choice belong to the study's own report only: a rerun sets the learning rate the design chose, and its
+    document does not carry a choice it overrides."""
     warm = root if warm is None else warm
+    own = into == "report"
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
     finished_runs = finished(root, into)
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
@@ -151,7 +154,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         extra["goal_thresholds"] = dict(recipe["goals"])
     if recipe.get("title"):
         extra["title"] = recipe["title"]
-    if design_choice.exists():
+    if own and design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
     def exploitability(policy: Any) -> float:
         return analysis.exploitability(policy, params)
@@ -173,7 +176,7 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         "pilot": json.loads(choice_path.read_text()) if choice_path.exists() else None,
         "pilot_runs": {arm: {str(s): r["checkpoints"][-1]["exploitability"] for s, r in seeds.items()}
                        for arm, seeds in finished(root, "pilot").items()},
-        "design": design_results(recipe, root),
+        **({"design": design_results(recipe, root)} if own else {}),
     }
 
 
@@ -539,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(out / "results.json", results)
     plot(results, out / "curves.png")
     write_text_atomic(out / "curves.md", text)
-    if results["design"]:
+    if results.get("design"):
         write_text_atomic(out / "design.md", design_markdown(results, words))
     print(text)
     return 0
