@@ -269,7 +269,8 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path,
 def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkeypatch):
     """A rerun (`report.reruns`) sets the learning rate the study's design chose: its results carry neither the
     design phase's variants nor the design's choice (its curves.md would name a rate it overrides), while the
-    study's own report from the same tree carries both. Runs are built from the recorded report's checkpoints."""
+    study's own report from the same tree carries both. The rerun is set beside that report instead: each arm's
+    final minus the report's, paired by run. Runs are built from the recorded report's checkpoints."""
     from sepo.study.organism_report import build_results
 
     repo = Path(__file__).parents[1]
@@ -280,10 +281,13 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     checkpoints = record["arms"][arm]["seeds"]["0/3001"]
     run = {"seed": 3001, "config": record["arms"][arm]["config"], "seconds_per_step": 10.0,
            "checkpoints": checkpoints}
+    shift = {"seed_3001.json": 0.1, "ws1_seed_3002.json": 0.3}  # the rerun's final, above the report's
     for into in ("report", "report_x"):
-        path = tmp_path / "runs" / into / arm / "seed_3001.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(run))
+        for name, up in shift.items():
+            final = {**checkpoints[-1], "exploitability": checkpoints[-1]["exploitability"] + up * (into != "report")}
+            path = tmp_path / "runs" / into / arm / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({**run, "seed": 3001 + ("ws1" in name), "checkpoints": checkpoints[:-1] + [final]}))
     variant = next(iter(recipe["design"]["variants"]))
     design = tmp_path / "runs" / "design" / variant / "seed_100.json"
     design.parent.mkdir(parents=True)
@@ -297,4 +301,8 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     rerun = build_results(recipe, tmp_path, out, "report_x")
     assert list(own["design"][variant]["seeds"]) == ["100"] and own["design_choice"]["chosen"] == variant
     assert "design" not in rerun and "design_choice" not in rerun
-    assert rerun["arms"] == own["arms"] and list(rerun["arms"]) == [arm]
+    assert list(rerun["arms"]) == list(own["arms"]) == [arm] and "against_report" not in own
+    # beside the study's own report, paired by run: the final minus the report's, per metric
+    diff = rerun["against_report"][arm]
+    assert diff["exploitability"]["mean"] == pytest.approx(0.2) and diff["exploitability"]["n"] == 2
+    assert diff["canonical_mass"]["mean"] == pytest.approx(0.0)

@@ -156,6 +156,8 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         extra["title"] = recipe["title"]
     if own and design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
+    if not own:
+        extra["against_report"] = against_report(runs, finished(root, "report"))
     def exploitability(policy: Any) -> float:
         return analysis.exploitability(policy, params)
 
@@ -178,6 +180,19 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
                        for arm, seeds in finished(root, "pilot").items()},
         **({"design": design_results(recipe, root)} if own else {}),
     }
+
+
+def against_report(runs: Mapping[str, Mapping[str, Any]], report: Mapping[str, Mapping[Any, Any]]
+                   ) -> dict[str, dict[str, Any]]:
+    """A rerun beside the study's own report (runs/report): per arm, the rerun's final minus the report's, paired
+    by run (the same warm start index, training seed and deals), for exploitability and, where the checkpoints
+    carry it, the canonical-answer mass; None where fewer than two runs pair."""
+    out = {}
+    for arm, seeds in runs.items():
+        pair = {"rerun": seeds, "report": {run_key(k): run["checkpoints"] for k, run in report.get(arm, {}).items()}}
+        metrics = [m for m in ("exploitability", "canonical_mass") if m in next(iter(seeds.values()))[-1]]
+        out[arm] = {m: paired(pair, "rerun", "report", m) for m in metrics}
+    return out
 
 
 def design_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
@@ -424,6 +439,12 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
     lines += ["", "Paired differences of final exploitability (same warm start, seed and deals; each pair differs "
               "in one thing of the recipe):", ""]
     lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
+    if results.get("against_report"):
+        lines += ["", "This rerun minus the study's own report (its final minus the report's, paired by run: the same "
+                  "warm start, training seed and deals):", ""]
+        label = {"exploitability": "exploitability", "canonical_mass": "canonical mass (lowest information set)"}
+        lines += [f"- {arm}: " + "; ".join(f"{label[m]} {fmt(v)}" for m, v in diffs.items())
+                  for arm, diffs in sorted(results["against_report"].items())]
     lines += ["", "References (computed, `sepo.eval.optimum`): Nash "
               f"{refs['nash']:.3f}; uniform play {refs['uniform']:.4f}; reward_only's optimum (best responses to "
               f"the training mix, a tie set) {refs['reward_only']['low']:.3f}–{refs['reward_only']['high']:.3f}; "
