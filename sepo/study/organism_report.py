@@ -156,8 +156,8 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         extra["title"] = recipe["title"]
     if own and design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
-    if not own:
-        extra["against_report"] = against_report(runs, finished(root, "report"))
+    if not own and recipe["report"].get("record"):
+        extra["against_report"] = against_report(runs, Path(recipe["report"]["record"]))
     def exploitability(policy: Any) -> float:
         return analysis.exploitability(policy, params)
 
@@ -182,16 +182,19 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
     }
 
 
-def against_report(runs: Mapping[str, Mapping[str, Any]], report: Mapping[str, Mapping[Any, Any]]
-                   ) -> dict[str, dict[str, Any]]:
-    """A rerun beside the study's own report (runs/report): per arm, the rerun's final minus the report's, paired
-    by run (the same warm start index, training seed and deals), for exploitability and, where the checkpoints
-    carry it, the canonical-answer mass; None where fewer than two runs pair."""
-    out = {}
+def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path) -> dict[str, Any]:
+    """A rerun beside the study's own report, read from its record (the recipe's `report.record`, the report's
+    results.json): per arm, the rerun's final minus the report's, paired by run (the same warm start index,
+    training seed and deals), for exploitability and, where the checkpoints carry it, the canonical-answer mass;
+    None where fewer than two runs pair."""
+    if not path.is_file():
+        raise UsageError(f"report.record: no record at {path}")
+    report = json.loads(path.read_text())["arms"]
+    out: dict[str, Any] = {"record": str(path), "arms": {}}
     for arm, seeds in runs.items():
-        pair = {"rerun": seeds, "report": {run_key(k): run["checkpoints"] for k, run in report.get(arm, {}).items()}}
+        pair = {"rerun": seeds, "report": report.get(arm, {}).get("seeds", {})}
         metrics = [m for m in ("exploitability", "canonical_mass") if m in next(iter(seeds.values()))[-1]]
-        out[arm] = {m: paired(pair, "rerun", "report", m) for m in metrics}
+        out["arms"][arm] = {m: paired(pair, "rerun", "report", m) for m in metrics}
     return out
 
 
@@ -440,11 +443,12 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
               "in one thing of the recipe):", ""]
     lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
     if results.get("against_report"):
-        lines += ["", "This rerun minus the study's own report (its final minus the report's, paired by run: the same "
-                  "warm start, training seed and deals):", ""]
+        against = results["against_report"]
+        lines += ["", f"This rerun minus the study's own report (`{against['record']}`): its final minus the "
+                  "report's, paired by run (the same warm start, training seed and deals):", ""]
         label = {"exploitability": "exploitability", "canonical_mass": "canonical mass (lowest information set)"}
         lines += [f"- {arm}: " + "; ".join(f"{label[m]} {fmt(v)}" for m, v in diffs.items())
-                  for arm, diffs in sorted(results["against_report"].items())]
+                  for arm, diffs in sorted(against["arms"].items())]
     lines += ["", "References (computed, `sepo.eval.optimum`): Nash "
               f"{refs['nash']:.3f}; uniform play {refs['uniform']:.4f}; reward_only's optimum (best responses to "
               f"the training mix, a tie set) {refs['reward_only']['low']:.3f}–{refs['reward_only']['high']:.3f}; "
