@@ -270,8 +270,8 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     """A rerun (`report.reruns`) sets the learning rate the study's design chose: its results carry neither the
     design phase's variants nor the design's choice (its curves.md would name a rate it overrides), while the
     study's own report from the same tree carries both. The rerun is set beside that report instead: each arm's
-    final minus the report's as recorded (`report.record`), paired by run. Runs are built from the recorded
-    report's checkpoints."""
+    final minus the report's as recorded (`report.record`; its exploitability recomputed from the stored table, not
+    the figure the record states), paired by run. Runs are built from the recorded report's checkpoints."""
     from sepo.config.checks import UsageError
     from sepo.study.organism_report import build_results
 
@@ -299,7 +299,8 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     out = tmp_path / "out"
     out.mkdir()
     (out / "references.json").write_text((repo / "benchmarks" / "lm_kuhn" / "references.json").read_text())
-    recorded = {"arms": {arm: {"seeds": {"0/3001": checkpoints, "1/3002": checkpoints}}}}
+    claimed = checkpoints[:-1] + [{**checkpoints[-1], "exploitability": 9.9}]  # what the record says of itself
+    recorded = {"arms": {arm: {"seeds": {"0/3001": claimed, "1/3002": claimed}}}}
     (tmp_path / "report.json").write_text(json.dumps(recorded))  # the report as recorded (`report.record`)
     recipe["report"]["record"] = str(tmp_path / "report.json")
     own = build_results(recipe, tmp_path, out)
@@ -307,7 +308,7 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     assert list(own["design"][variant]["seeds"]) == ["100"] and own["design_choice"]["chosen"] == variant
     assert "design" not in rerun and "design_choice" not in rerun
     assert list(rerun["arms"]) == list(own["arms"]) == [arm] and "against_report" not in own
-    # beside the study's own report, paired by run: the final minus the report's, per metric
+    # beside the study's own report, paired by run: the final minus the report's (recomputed from its table), per metric
     diff = rerun["against_report"]["arms"][arm]
     assert diff["exploitability"]["mean"] == pytest.approx(0.2) and diff["exploitability"]["n"] == 2
     assert diff["canonical_mass"]["mean"] == pytest.approx(0.0)

@@ -99,17 +99,22 @@ def against_base(root: Path, starts: list[dict[str, Any]], exploitability: Calla
                                           "sft": t_interval([ws["exploitability"] for ws in starts])}}
 
 
+def recorded_arms(path: Path, key: str) -> dict[str, Any]:
+    """The `arms` of a study's record (results.json in this format) that the recipe's `key` names at `path`."""
+    if not path.is_file():
+        raise UsageError(f"{key}: no record at {path}")
+    return json.loads(path.read_text())["arms"]
+
+
 def beside(path: Path, pairs: Sequence[Sequence[str]], exploitability: Callable[[Any], float]) -> dict[str, Any]:
     """Another study's record of the same game and parameters, in this format (the recipe's `report.beside`, e.g.
     the organism's). `pairs`: (this study's arm, the other record's arm) to set side by side. For each pair whose
     other arm the record holds: that arm's final checkpoint's exploitability recomputed from its stored table in
     every run, its 95% t-interval across those runs, and the step of those checkpoints."""
-    if not path.is_file():
-        raise UsageError(f"report.beside: no record at {path}")
-    other = json.loads(path.read_text())
+    other = recorded_arms(path, "report.beside")
     rows = []
     for ours, theirs in pairs:
-        finals = [checkpoints[-1] for checkpoints in other["arms"].get(theirs, {}).get("seeds", {}).values()]
+        finals = [checkpoints[-1] for checkpoints in other.get(theirs, {}).get("seeds", {}).values()]
         if finals:
             rows.append({"arm": ours, "beside_arm": theirs,
                          "exploitability": t_interval([exploitability(c["policy"]) for c in finals]),
@@ -156,11 +161,11 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         extra["title"] = recipe["title"]
     if own and design_choice.exists():
         extra["design_choice"] = json.loads(design_choice.read_text())
-    if not own and recipe["report"].get("record"):
-        extra["against_report"] = against_report(runs, Path(recipe["report"]["record"]))
     def exploitability(policy: Any) -> float:
         return analysis.exploitability(policy, params)
 
+    if not own and recipe["report"].get("record"):
+        extra["against_report"] = against_report(runs, Path(recipe["report"]["record"]), exploitability)
     extra.update(against_base(warm, starts, exploitability))
     if recipe["report"].get("beside"):
         spec = recipe["report"]["beside"]
@@ -182,17 +187,19 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
     }
 
 
-def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path) -> dict[str, Any]:
+def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path,
+                   exploitability: Callable[[Any], float]) -> dict[str, Any]:
     """A rerun beside the study's own report, read from its record (the recipe's `report.record`, the report's
     results.json): per arm, the rerun's final minus the report's, paired by run (the same warm start index,
-    training seed and deals), for exploitability and, where the checkpoints carry it, the canonical-answer mass;
-    None where fewer than two runs pair."""
-    if not path.is_file():
-        raise UsageError(f"report.record: no record at {path}")
-    report = json.loads(path.read_text())["arms"]
+    training seed and deals), for exploitability (the report's recomputed from its stored final tables, as
+    `beside` does) and, where the checkpoints carry it, the canonical-answer mass; None where fewer than two runs
+    pair."""
+    report = recorded_arms(path, "report.record")
     out: dict[str, Any] = {"record": str(path), "arms": {}}
     for arm, seeds in runs.items():
-        pair = {"rerun": seeds, "report": report.get(arm, {}).get("seeds", {})}
+        finals = {k: [{**cps[-1], "exploitability": exploitability(cps[-1]["policy"])}]
+                  for k, cps in report.get(arm, {}).get("seeds", {}).items()}
+        pair = {"rerun": seeds, "report": finals}
         metrics = [m for m in ("exploitability", "canonical_mass") if m in next(iter(seeds.values()))[-1]]
         out["arms"][arm] = {m: paired(pair, "rerun", "report", m) for m in metrics}
     return out
