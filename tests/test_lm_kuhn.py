@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,12 +175,40 @@ def test_paired_warm_starts_give_each_seed_one_start_and_every_arm_every_seed(tm
     assert len(phase_jobs(recipe, "report", tmp_path, starts, None)) == 2 * 4 * 3
 
 
+def test_finished_runs_kept_apart_are_skipped_on_a_fresh_machine(tmp_path):
+    """`runs_dir`: finished runs' records go there and checkpoints stay under the output directory, so that a
+    study whose records are kept (the SmolLM2 study commits them) and whose output directory is gone (a fresh
+    machine) runs only what it has not finished; without `runs_dir` both live under <output_dir>/runs/."""
+    from sepo.files import write_json_atomic
+    from sepo.study.organism import phase_jobs, runs_root, work_dir
+
+    out_dir, kept = tmp_path / "out", tmp_path / "kept"
+    recipe = {"output_dir": str(out_dir), "runs_dir": str(kept),
+              "report": {"arms": ["a", "b"], "seeds": [1, 2], "steps": {"default": 5}}}
+    starts = [out_dir / "w0"]
+    jobs = phase_jobs(recipe, "report", out_dir, starts, None, "report_x")
+    assert {Path(job[4]).parent.parent for job in jobs} == {kept / "report_x"} and len(jobs) == 4
+    done = Path(jobs[0][4])
+    assert work_dir(recipe, done) == out_dir / "runs" / "report_x" / "a" / ".work_seed_1"
+    write_json_atomic(done, {"seed": 1, "checkpoints": []})
+    work_dir(recipe, Path(jobs[1][4])).mkdir(parents=True)  # a run begun here: its checkpoints are not kept
+    shutil.rmtree(out_dir)  # a fresh machine: the output directory is gone, the kept records are not
+    assert [job[4] for job in phase_jobs(recipe, "report", out_dir, starts, None, "report_x")] == [
+        job[4] for job in jobs[1:]]
+    assert sorted(p.name for p in kept.rglob("*")) == ["a", "report_x", "seed_1.json"]
+    plain = {k: v for k, v in recipe.items() if k != "runs_dir"}
+    assert runs_root(plain, out_dir) == out_dir / "runs"
+    assert work_dir(plain, out_dir / "runs" / "report" / "a" / "seed_1.json") == (
+        out_dir / "runs" / "report" / "a" / ".work_seed_1")
+
+
 def test_a_rerun_is_the_report_again_with_its_keys_over_every_arm(tmp_path):
     """`report.reruns`: the report's arms, seeds and warm starts again, each arm's keys kept and the rerun's laid
     over them, written beside the report (runs/report_<name>/), not over it; an unknown rerun names those there."""
     from sepo.study.organism import load_recipe, phase_jobs, rerun_dir, rerun_recipe
 
-    recipe = load_recipe(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
+    study = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
+    recipe = {**load_recipe(study), "runs_dir": str(tmp_path / "kept")}  # not the committed records
     name, keys = next(iter(recipe["report"]["reruns"].items()))
     rerun = rerun_recipe(recipe, name)
     starts = [tmp_path / "w0", tmp_path / "w1", tmp_path / "w2"]
@@ -188,8 +217,8 @@ def test_a_rerun_is_the_report_again_with_its_keys_over_every_arm(tmp_path):
     assert [job[1:4] + (job[5],) for job in jobs] == [job[1:4] + (job[5],) for job in before]  # arms, seeds, starts
     for (job_recipe, arm, _, _, out, _), (_, _, _, _, report_out, _) in zip(jobs, before):
         assert job_recipe["arms"][arm] == {**recipe["arms"][arm], **keys}
-        assert Path(out).relative_to(tmp_path / "runs" / f"report_{name}") == Path(report_out).relative_to(
-            tmp_path / "runs" / "report")
+        assert Path(out).relative_to(tmp_path / "kept" / f"report_{name}") == Path(report_out).relative_to(
+            tmp_path / "kept" / "report")
     assert recipe["arms"]["per_pool"].get("beta") != keys["beta"]  # the study's own recipe is untouched
     with pytest.raises(UsageError, match="no rerun 'nope'.*" + name):
         rerun_recipe(recipe, "nope")
@@ -199,9 +228,8 @@ def test_a_rerun_is_the_report_again_with_its_keys_over_every_arm(tmp_path):
     assert all(sets_the_design(recipe, n) for n in recipe["report"]["reruns"]) and not sets_the_design(recipe, None)
     assert not sets_the_design({**recipe, "report": {"reruns": {"x": {"beta": 0.4}}}}, "x")
 
-    study = str(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
     with pytest.raises(UsageError, match="--phase report only"):  # before any warm start is made
-        main(["--config", study, "--phase", "design", "--rerun", name])
+        main(["--config", str(study), "--phase", "design", "--rerun", name])
 
 
 def test_a_rerun_that_changes_the_game_runs_it_from_its_own_warm_starts(tmp_path):
@@ -211,6 +239,7 @@ def test_a_rerun_that_changes_the_game_runs_it_from_its_own_warm_starts(tmp_path
     from sepo.study.organism import game_params, load_recipe, phase_jobs, rerun_dir, rerun_recipe, warm_root
 
     recipe = load_recipe(Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml")
+    recipe["runs_dir"] = str(tmp_path / "kept")  # not the committed records
     name, spec = next((n, s) for n, s in recipe["report"]["reruns"].items() if s.get("game_params"))
     keys = {k: v for k, v in spec.items() if k != "game_params"}
     rerun = rerun_recipe(recipe, name)

@@ -88,6 +88,11 @@ def test_goals_are_read_off_the_final_intervals():
 LM_RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
 
 
+def lm_recipe(root: Path) -> dict:
+    """The SmolLM2 study's recipe with its finished runs kept under `root` (runs/), not in its committed records."""
+    return {**load_recipe(LM_RECIPE), "runs_dir": str(root / "runs")}
+
+
 def write_design_run(root: Path, variant: str, seed: int, final: float, lowest_mass: float) -> None:
     from sepo.files import write_json_atomic
 
@@ -103,7 +108,7 @@ def test_the_design_choice_follows_the_recipes_rule(tmp_path):
     from sepo.config.checks import UsageError
     from sepo.study.organism import choose_design, with_design
 
-    recipe = load_recipe(LM_RECIPE)
+    recipe = lm_recipe(tmp_path)
     assert list(recipe["design"]["variants"]) == ["lr_3e-5", "lr_1e-4", "lr_3e-4"]
     write_design_run(tmp_path, "lr_3e-5", 100, 0.10, 0.95)
     with pytest.raises(UsageError, match="--phase design first"):
@@ -201,14 +206,13 @@ def test_the_record_beside_is_scored_again_from_its_tables(tmp_path):
         beside(tmp_path / "missing.json", [["per_pool", "per_pool"]], lambda p: 0.0)
 
 
-LM_KUHN = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / "study.yaml"
 
 
 def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path, capsys):
     from sepo.study.organism import followup_jobs
     from sepo.study.organism_report import followup_results, followups_markdown, wording
 
-    recipe = load_recipe(LM_KUHN)
+    recipe = lm_recipe(tmp_path)
     done = tmp_path / "runs" / "followup" / "unparsed_credit" / "lr_1e-4_non_positive" / "seed_100.json"
     done.parent.mkdir(parents=True)
     checkpoints = [{**c, "canonical_mass": m} for c, m in zip(run([0.2, 0.1, 0.12]), [0.97, 0.91, 0.95])]
@@ -277,7 +281,7 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
 
     repo = Path(__file__).parents[1]
     monkeypatch.chdir(repo)  # report.beside names its record from the repository root
-    recipe = load_recipe(LM_KUHN)
+    recipe = lm_recipe(tmp_path)
     record = json.loads((repo / "benchmarks" / "lm_kuhn" / "results.json").read_text())
     arm = "per_pool"
     checkpoints = record["arms"][arm]["seeds"]["0/3001"]
@@ -312,6 +316,39 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     diff = rerun["against_report"]["arms"][arm]
     assert diff["exploitability"]["mean"] == pytest.approx(0.2) and diff["exploitability"]["n"] == 2
     assert diff["canonical_mass"]["mean"] == pytest.approx(0.0)
+    # a warm start made again differently (another machine) does not pair with the report's: named, not paired
+    first = claimed[0]
+    info, row = next(iter(first["policy"].items()))
+    action = next(iter(row))
+    moved = {**first, "policy": {**first["policy"], info: {**row, action: row[action] + 0.01}}}
+    recorded["arms"][arm]["seeds"]["1/3002"] = [moved] + claimed[1:]
+    (tmp_path / "report.json").write_text(json.dumps(recorded))
+    with pytest.raises(UsageError, match=f"warm start 1: run report {arm} 1/3002 starts from another policy than "
+                                         f"run rerun {arm} 1/3002"):
+        build_results(recipe, tmp_path, out, "report_x")
     recipe["report"]["record"] = str(tmp_path / "missing.json")
     with pytest.raises(UsageError, match="report.record: no record at"):
         build_results(recipe, tmp_path, out, "report_x")
+
+
+def test_runs_from_one_warm_start_must_start_from_one_policy():
+    """Runs finished in different sittings may start from a warm start made again on a fresh machine: the report
+    takes a warm start's table from its runs' step-0 checkpoints only when they agree (to `START_TOLERANCE`), and
+    names the two runs that disagree; runs from different warm starts may differ."""
+    from sepo.config.checks import UsageError
+    from sepo.study.organism_report import START_TOLERANCE, one_start
+
+    table = {"J": {"PASS": 0.7, "BET": 0.3}, "Qb": {"FOLD": 0.4, "CALL": 0.6}}
+
+    def moved(by: float) -> dict:
+        return {**table, "Qb": {"FOLD": 0.4 - by, "CALL": 0.6 + by}}
+
+    def runs_of(b_table: dict) -> dict:
+        return {"a": {"0/1": [{"step": 0, "policy": table}], "1/2": [{"step": 0, "policy": moved(0.1)}]},
+                "b": {"0/1": [{"step": 0, "policy": b_table}], "1/2": [{"step": 0, "policy": moved(0.1)}]}}
+
+    assert one_start(runs_of(moved(START_TOLERANCE / 10)), 0)["policy"] == table
+    assert one_start(runs_of(table), 1)["policy"] == moved(0.1) and one_start(runs_of(table), 2) is None
+    with pytest.raises(UsageError, match=r"warm start 0: run b 0/1 starts from another policy than run a 0/1 "
+                                         r"\(largest difference 0.001\)"):
+        one_start(runs_of(moved(1e-3)), 0)

@@ -38,6 +38,7 @@ from sepo.study.organism import (
     game_params,
     load_recipe,
     organism_game,
+    runs_root,
     warm_start_dir,
     warm_start_seeds,
 )
@@ -123,7 +124,7 @@ def design_results(recipe: Mapping[str, Any], root: Path) -> list[dict[str, Any]
     """The design phase's variants in the recipe's order (pilot seeds only): keys, final e* and J, the lowest
     canonical-answer mass over the checkpoints, and whether the variant qualifies under the rule (mass >= 0.9)."""
     spec = recipe.get("design") or {}
-    runs = finished(root, "design")
+    runs = finished(runs_root(recipe, root), "design")
     out = []
     for name, keys in spec.get("variants", {}).items():
         for seed, run in sorted(runs.get(name, {}).items(), key=lambda kv: str(kv[0])):
@@ -157,7 +158,7 @@ def build_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
     params, game, goal = game_params(recipe), organism_game(recipe), summary_goal(recipe)
     analysis = game.tabular
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in seeds.items()}
-            for arm, seeds in finished(root, "report").items()}
+            for arm, seeds in finished(runs_root(recipe, root), "report").items()}
     starts = []
     for k in range(len(warm_start_seeds(recipe))):
         first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)

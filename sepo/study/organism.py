@@ -25,8 +25,10 @@ reported arms on fresh seeds, for each warm start). `followup` (named only) asks
 block of variants, as the design's, tried after the report on the pilot seeds (`runs/followup/<name>/`). Runs go in
 parallel processes, one thread each; every
 finished run is written at once (`runs/<phase>/<arm>/seed_<s>.json`, `ws<k>_seed_<s>.json` for warm start k
-> 0), so a stopped study keeps what it finished and a rerun skips it; a run killed midway resumes from its last
-checkpoint (`.work_<name>/`), its exact checkpoints so far kept in `exact.jsonl` there.
+> 0; `runs/` is the recipe's `runs_dir` where it names one, a directory that may be kept under version control),
+so a stopped study keeps what it finished and a rerun skips it, on this machine or a fresh one; a run killed
+midway resumes from its last checkpoint (`.work_<name>/`, under the output directory), its exact checkpoints so
+far kept in `exact.jsonl` there.
 The report modules of sepo/study (`sepo.study.organism_report` for one-hand games, the multi-round games' table
 report beside it) turn the runs into the records (the Makefile's organism targets name which).
 """
@@ -269,17 +271,19 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     """Train one (arm, seed) from the warm start `start` through `sepo.grpo.train.train` and evaluate it exactly
     every `eval_every` steps (step 0 included); written to `out` (atomic) when finished, and returned.
 
-    The run's directory is `out`'s sibling `.work_<name>/`: checkpoints every `eval_every` steps (the last one
-    kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
+    The run's directory is `work_dir`'s (`out`'s sibling `.work_<name>/` by default): checkpoints every
+    `eval_every` steps (the last one kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
     and keeps the exact checkpoints up to it (the later ones are evaluated again). `callbacks` are the trainer's
     too (the speed measurement's clock). `timing` holds TRL's and SEPO's logged times per logging interval
-    (`TIMING_KEYS`, sepo/time/*). `seconds_per_step` is the sitting's wall time per step trained, its exact
+    (`TIMING_KEYS`, sepo/time/*); `provenance`, the code's commit and the machine of the sitting that finished it
+    (a study's runs may be finished in several). `seconds_per_step` is the sitting's wall time per step trained, its exact
     evaluations and final played measure included (`eval_s` in all); `train_seconds_per_step` leaves them out."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     from transformers import TrainerCallback
 
     from sepo.backends.hf import HFBackend
+    from sepo.config.provenance import run_provenance
     from sepo.config.recipes import RecipeParser
     from sepo.files import last_complete_checkpoint, write_jsonl_atomic
     from sepo.grpo.config import SEPOConfig
@@ -287,7 +291,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     from sepo.lora import SEPOModelConfig
     from sepo.rollout.chat import ChatRenderer
 
-    work = out.parent / f".work_{out.stem}"
+    work = work_dir(recipe, out)
     every, game = int(recipe["eval_every"]), organism_game(recipe)
     keys = run_keys(recipe, arm, seed, steps, str(work), start)
     parser = RecipeParser([SEPOConfig, SEPOModelConfig], prog=f"{game.name} organism, arm {arm}")
@@ -326,7 +330,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     seconds = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "loss" in h]
     trained = max(1, steps - max(0, resume_step))
-    result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "wall_s": seconds,
+    result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "provenance": run_provenance(), "wall_s": seconds,
               "seconds_per_step": seconds / trained, "eval_s": sum(eval_seconds),
               "train_seconds_per_step": (seconds - sum(eval_seconds)) / trained,
               "resumed_from_step": max(0, resume_step), "checkpoints": checkpoints,
@@ -443,7 +447,7 @@ def followup_jobs(recipe: Mapping[str, Any], root: Path, start: Path, names: Seq
     the game: `followup_start`), written under runs/followup/<name>/."""
     return [job for name, spec in selected_followups(recipe, names).items()
             for job in variant_jobs(with_game_params(recipe, spec.get("game_params")), spec,
-                                    root / "runs" / "followup" / name,
+                                    runs_root(recipe, root) / "followup" / name,
                                     followup_start(spec, root, name, start))]
 
 
@@ -517,7 +521,7 @@ def phase_jobs(recipe: Mapping[str, Any], phase: str, root: Path, starts: Sequen
             for arm, steps in arms:
                 if arm in only and seed not in only[arm]:
                     continue
-                out = root / "runs" / (into or phase) / arm / f"{run_name(k, int(seed))}.json"
+                out = runs_root(recipe, root) / (into or phase) / arm / f"{run_name(k, int(seed))}.json"
                 if not out.exists():
                     jobs.append((dict(recipe), arm, int(seed), steps, str(out), str(start)))
     return jobs
@@ -567,11 +571,29 @@ def rerun_dir(name: str | None) -> str:
     return "report" if name is None else f"report_{name}"
 
 
-def finished(root: Path, phase: str) -> dict[str, dict[int | str, dict[str, Any]]]:
-    """{run name: {run: run record}} of a phase's finished runs; the name is the arm (the design variant in the
-    design phase), as its directory says; a run is keyed by its seed (first warm start) or its file stem."""
+def runs_root(recipe: Mapping[str, Any], root: Path) -> Path:
+    """Where a study keeps its finished runs' records (`runs/<phase>/<arm>/seed_<s>.json`, the choices): the
+    recipe's `runs_dir` when it names one, else root/runs. A `runs_dir` apart from the output directory holds the
+    records alone (small JSON; the checkpoints stay under the output directory: `work_dir`), so it can be kept
+    under version control and a study resumed on a fresh machine skips the runs it finished elsewhere."""
+    return Path(recipe["runs_dir"]) if recipe.get("runs_dir") else root / "runs"
+
+
+def work_dir(recipe: Mapping[str, Any], out: Path) -> Path:
+    """Where run `out` trains (checkpoints, `exact.jsonl`): its sibling `.work_<name>/`, or, for a record under
+    the recipe's `runs_dir`, the same place under <output_dir>/runs/ (checkpoints stay out of the kept records)."""
+    kept = recipe.get("runs_dir")
+    if kept and out.is_relative_to(kept):
+        out = Path(recipe["output_dir"]) / "runs" / out.relative_to(kept)
+    return out.parent / f".work_{out.stem}"
+
+
+def finished(runs: Path, phase: str) -> dict[str, dict[int | str, dict[str, Any]]]:
+    """{run name: {run: run record}} of a phase's finished runs under `runs` (`runs_root`); the name is the arm
+    (the design variant in the design phase), as its directory says; a run is keyed by its seed (first warm
+    start) or its file stem."""
     out: dict[str, dict[int | str, dict[str, Any]]] = {}
-    for path in sorted((root / "runs" / phase).glob("*/*seed_*.json")):
+    for path in sorted((runs / phase).glob("*/*seed_*.json")):
         run = json.loads(path.read_text())
         key = int(run["seed"]) if path.stem == f"seed_{run['seed']}" else path.stem
         out.setdefault(path.parent.name, {})[key] = run
@@ -583,7 +605,7 @@ def choose_w(recipe: Mapping[str, Any], root: Path) -> float | None:
     when no pilot arm has a weight to choose)."""
     if not any("{w}" in a for a in (recipe.get("pilot") or {}).get("arms", [])):
         return None
-    runs = finished(root, "pilot")
+    runs = finished(runs_root(recipe, root), "pilot")
     template = next(a for a in recipe["pilot"]["arms"] if "{w}" in a)
     means = {}
     for w in recipe["pilot"]["weights"]:
@@ -591,8 +613,8 @@ def choose_w(recipe: Mapping[str, Any], root: Path) -> float | None:
         if len(seeds) < len(recipe["pilot"]["seeds"]):
             raise RuntimeError(f"pilot runs of w={w} are not finished")
         means[w] = sum(r["checkpoints"][-1]["exploitability"] for r in seeds.values()) / len(seeds)
-    write_json_atomic(root / "runs" / "pilot" / "choice.json", {"rule": recipe["pilot"]["rule"], "means": means,
-                                                                  "chosen_w": min(means, key=means.get)})
+    write_json_atomic(runs_root(recipe, root) / "pilot" / "choice.json",
+                      {"rule": recipe["pilot"]["rule"], "means": means, "chosen_w": min(means, key=means.get)})
     return min(means, key=means.get)
 
 
@@ -606,7 +628,7 @@ def choose_design(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | Non
     rule = spec.get("choose")
     if not rule:
         return None
-    runs, figure = finished(root, "design"), organism_game(recipe).exploit_key
+    runs, figure = finished(runs_root(recipe, root), "design"), organism_game(recipe).exploit_key
     means, kept = {}, {}
     for name in spec["variants"]:
         seeds = runs.get(name, {})
@@ -618,7 +640,7 @@ def choose_design(recipe: Mapping[str, Any], root: Path) -> dict[str, Any] | Non
     floor = float(rule.get("min_canonical_mass", 0.0))
     eligible = [n for n in spec["variants"] if kept[n] >= floor] or list(spec["variants"])
     chosen = min(eligible, key=lambda n: means[n])  # min keeps the first of equal means
-    write_json_atomic(root / "runs" / "design" / "choice.json", {
+    write_json_atomic(runs_root(recipe, root) / "design" / "choice.json", {
         "rule": rule["rule"], "mean_final": means, "min_canonical_mass": kept, "floor_met": kept[chosen] >= floor,
         "chosen": chosen, "keys": spec["variants"][chosen] or {}})
     return dict(spec["variants"][chosen] or {})
@@ -682,7 +704,8 @@ def main(argv: list[str] | None = None) -> int:
     starts = [warm_start(recipe, warm, k) for k in range(count)]
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
-        run_jobs(variant_jobs(recipe, recipe.get("design"), root / "runs" / "design", starts[0]), ns.workers)
+        run_jobs(variant_jobs(recipe, recipe.get("design"), runs_root(recipe, root) / "design", starts[0]),
+                 ns.workers)
     if ns.phase == "followup":
         followup_warm_starts(recipe, root, ns.followup)
         run_jobs(followup_jobs(recipe, root, starts[0], ns.followup), ns.workers)

@@ -44,6 +44,7 @@ from sepo.study.organism import (
     pretrained,
     rerun_and_root,
     rerun_dir,
+    runs_root,
     selected_followups,
     warm_start_dir,
     warm_start_seeds,
@@ -54,6 +55,8 @@ METRICS = ("exploitability", "game_value", "J", "u_train", "canonical_mass")  # 
 # arm a - arm b, paired by run: each isolates one difference of the recipe (the pair is skipped when an arm is absent)
 PAIRS = (("per_pool", "reward_only"), ("per_pool_signed_w10", "per_pool"), ("per_pool_adaptive_w10", "per_pool_signed_w10"),
          ("per_pool_method", "per_pool"), ("exploitability_descent", "per_pool"))
+# the step-0 tables of runs from one warm start agree to this, or they did not start from the same model (`one_start`)
+START_TOLERANCE = 1e-6
 FRONTIER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 3.0, 10.0)
 PROG = "python -m sepo.study.organism_report"
 
@@ -132,18 +135,21 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
     warm = root if warm is None else warm
     own = into == "report"
     analysis, params = organism_game(recipe).tabular, game_params(recipe)
-    finished_runs = finished(root, into)
+    kept = runs_root(recipe, root)
+    finished_runs = finished(kept, into)
     runs = {arm: {run_key(k): run["checkpoints"] for k, run in sorted(seeds.items(), key=lambda kv: str(kv[0]))}
             for arm, seeds in finished_runs.items()}
     arms = {}
     for arm, seeds in finished_runs.items():
         config = {k: v for k, v in next(iter(seeds.values()))["config"].items() if k not in ("seed", "output_dir")}
         arms[arm] = {"config": config, "seeds": runs[arm],
+                     "commits": {run_key(k): run.get("provenance", {}).get("git", "not recorded")
+                                 for k, run in seeds.items()},
                      "seconds_per_step": t_interval([run["seconds_per_step"] for run in seeds.values()]),
                      "adaptive_refresh_s": _refresh_cost(seeds.values())}
     starts = []
     for k in range(len(warm_start_seeds(recipe))):
-        first = next((cps[0] for arm in runs.values() for key, cps in arm.items() if key.startswith(f"{k}/")), None)
+        first = one_start(runs, k)
         if first is not None:
             starts.append({"index": k, "dir": str(warm_start_dir(warm, k)), "policy": first["policy"],
                            "exploitability": analysis.exploitability(first["policy"], params), "game_value": first["game_value"],
@@ -152,8 +158,8 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
     game = organism_game(recipe).name
     lambdas = resolve_lambdas(make_game(game, **game_params(recipe)))
     refs = cached_references(out / "references.json", game, lambdas, FRONTIER_WEIGHTS)
-    choice_path = root / "runs" / "pilot" / "choice.json"
-    design_choice = root / "runs" / "design" / "choice.json"
+    choice_path = kept / "pilot" / "choice.json"
+    design_choice = kept / "design" / "choice.json"
     extra = {"model": model_name(recipe)} if pretrained(recipe) else {}
     if recipe.get("goals"):  # the recipe's own goal thresholds (`goals`), else the organism's
         extra["goal_thresholds"] = dict(recipe["goals"])
@@ -182,9 +188,28 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         "paired": {f"{a} - {b}": paired(runs, a, b, "exploitability") for a, b in PAIRS if a in runs and b in runs},
         "pilot": json.loads(choice_path.read_text()) if choice_path.exists() else None,
         "pilot_runs": {arm: {str(s): r["checkpoints"][-1]["exploitability"] for s, r in seeds.items()}
-                       for arm, seeds in finished(root, "pilot").items()},
+                       for arm, seeds in finished(kept, "pilot").items()},
         **({"design": design_results(recipe, root)} if own else {}),
     }
+
+
+def one_start(runs: Mapping[str, Mapping[str, Any]], k: int) -> dict[str, Any] | None:
+    """The step-0 checkpoint of the runs from warm start `k` (None when none ran from it), checked to be one policy:
+    runs finished in different sittings may start from a warm start made again (a fresh machine), and a paired
+    study needs each to be the same model. A table further than `START_TOLERANCE` from the first run's, at any
+    state and action, is an error that names both runs."""
+    starts = [(f"{arm} {key}", cps[0]) for arm, seeds in runs.items() for key, cps in seeds.items()
+              if key.startswith(f"{k}/")]
+    if not starts:
+        return None
+    (name, first), policy = starts[0], starts[0][1]["policy"]
+    for other, checkpoint in starts[1:]:
+        gap = max(abs(p - policy[info][a]) for info, row in checkpoint["policy"].items() for a, p in row.items())
+        if gap > START_TOLERANCE:
+            raise UsageError(f"warm start {k}: run {other} starts from another policy than run {name} (largest "
+                             f"difference {gap:.2g}): its warm start was made again differently; remove one and "
+                             f"run it again from the same warm start")
+    return first
 
 
 def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path,
@@ -193,8 +218,13 @@ def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path,
     results.json): per arm, the rerun's final minus the report's, paired by run (the same warm start index,
     training seed and deals), for exploitability (the report's recomputed from its stored final tables, as
     `beside` does) and, where the checkpoints carry it, the canonical-answer mass; None where fewer than two runs
-    pair."""
+    pair. The pairing needs the same warm starts: each of the rerun's must start where the report's did
+    (`one_start` over both, step 0: a warm start made again on another machine must be the same model)."""
     report = recorded_arms(path, "report.record")
+    both = {**{f"rerun {arm}": seeds for arm, seeds in runs.items()},
+            **{f"report {arm}": spec.get("seeds", {}) for arm, spec in report.items()}}
+    for k in sorted({key.split("/")[0] for seeds in runs.values() for key in seeds}):
+        one_start(both, int(k))
     out: dict[str, Any] = {"record": str(path), "arms": {}}
     for arm, seeds in runs.items():
         finals = {k: [{**cps[-1], "exploitability": exploitability(cps[-1]["policy"])}]
@@ -207,14 +237,14 @@ def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path,
 
 def design_results(recipe: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """The design phase's variants (`variant_results`)."""
-    return variant_results(recipe.get("design") or {}, finished(root, "design"))
+    return variant_results(recipe.get("design") or {}, finished(runs_root(recipe, root), "design"))
 
 
 def followup_results(recipe: Mapping[str, Any], root: Path, names: Sequence[str] = ()) -> dict[str, Any]:
     """Per follow-up of the recipe named in `names` (every one when empty; `selected_followups`): its question
     and its variants (`variant_results`)."""
     return {name: {"question": spec.get("question", ""), "steps": spec["steps"],
-                   "variants": variant_results(spec, finished(root, f"followup/{name}"))}
+                   "variants": variant_results(spec, finished(runs_root(recipe, root), f"followup/{name}"))}
             for name, spec in selected_followups(recipe, names).items()}
 
 
