@@ -352,3 +352,31 @@ def test_runs_from_one_warm_start_must_start_from_one_policy():
     with pytest.raises(UsageError, match=r"warm start 0: run b 0/1 starts from another policy than run a 0/1 "
                                          r"\(largest difference 0.001\)"):
         one_start(runs_of(moved(1e-3)), 0)
+
+
+def test_warm_starts_made_at_once_are_the_ones_made_one_by_one(tmp_path):
+    """`warm_starts`: the warm starts a fresh machine lacks are trained in parallel processes (one thread each), and
+    each is the model the one-process path makes from its seed, weight for weight; one already made is reused."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    from sepo.study.organism import warm_start, warm_start_dir, warm_starts
+
+    recipe = copy.deepcopy(load_recipe(RECIPE))
+    recipe["warm_start"].update(steps=3, rows_per_infoset=2)
+    recipe["model"]["seeds"] = [0, 1, 2]
+    first = warm_start(recipe, tmp_path / "at_once", 0)  # made before: the parallel path must reuse it
+    stamp = (first / "config.json").stat().st_mtime_ns
+    starts = warm_starts(recipe, tmp_path / "at_once", 3, workers=2)  # 1 and 2 in two processes
+    assert starts == [first] + [warm_start_dir(tmp_path / "at_once", k) / "merged" for k in (1, 2)]
+    assert (first / "config.json").stat().st_mtime_ns == stamp
+    alone = warm_start(recipe, tmp_path / "one_by_one", 2)
+
+    def weights(path: Path) -> dict:
+        return load_file(str(next(path.glob("*.safetensors"))))
+
+    made, expected, other = weights(starts[2]), weights(alone), weights(starts[1])
+    assert made.keys() == expected.keys()
+    assert all(made[k].equal(expected[k]) for k in made)
+    assert not all(made[k].equal(other[k]) for k in made)  # warm start 2 is its own seed's, not warm start 1's

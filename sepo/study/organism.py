@@ -211,6 +211,30 @@ def warm_start_dir(root: Path, index: int) -> Path:
     return root / ("warm_start" if index == 0 else f"warm_start_{index}")
 
 
+def made(merged: Path) -> bool:
+    """Whether a warm start's merged checkpoint is complete (the SFT stage writes its config last)."""
+    return (merged / "config.json").exists()
+
+
+def warm_starts(recipe: Mapping[str, Any], root: Path, count: int, workers: int) -> list[Path]:
+    """The first `count` warm starts (`warm_start`), those not yet made trained in up to `workers` processes at
+    once, one thread each as in one process (on a fresh machine the SmolLM2 study's three SFTs are its first
+    hour and a half in a row); each resumes from its own checkpoints after a kill."""
+    todo = [k for k in range(count) if not made(warm_start_dir(root, k) / "merged")]
+    if workers > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_warm_start_job, [(dict(recipe), str(root), k) for k in todo]))
+    return [warm_start(recipe, root, k) for k in range(count)]
+
+
+def _warm_start_job(job: tuple[dict[str, Any], str, int]) -> str:
+    recipe, root, index = job
+    _die_with_parent()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return str(warm_start(recipe, Path(root), index))
+
+
 def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
     """Answer-only SFT on the demonstrator (the project's SFT stage, every row in each batch unless
     `warm_start.batch_size` says fewer), seeded by warm-start seed `index` (`warm_start_seeds`); the merged
@@ -222,7 +246,7 @@ def warm_start(recipe: Mapping[str, Any], root: Path, index: int = 0) -> Path:
     which the SFT stage merges."""
     out = warm_start_dir(root, index)
     merged = out / "merged"
-    if (merged / "config.json").exists():
+    if made(merged):
         return merged
     # deferred: datasets and sepo.sft.train (trl, peft, torch) take seconds to import, and a rerun whose warm
     # start is already merged returns above without them
@@ -701,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     base_record(recipe, warm)
     # the design and the follow-ups run from the first warm start alone
     count = 1 if ns.phase in ("design", "followup") else len(warm_start_seeds(recipe))
-    starts = [warm_start(recipe, warm, k) for k in range(count)]
+    starts = warm_starts(recipe, warm, count, ns.workers)
     print(f"warm starts: {', '.join(map(str, starts))}", flush=True)
     if ns.phase == "design":
         run_jobs(variant_jobs(recipe, recipe.get("design"), runs_root(recipe, root) / "design", starts[0]),
