@@ -281,13 +281,17 @@ figures-lm-kuhn-nudges: install
 	      --nudge_lr $$lr --out $(NUDGES)/warm_start_0_lr_$$lr.json; \
 	  done'
 
-# Seconds per step of the study above, and where they go (3 steps of exploitability descent from the base model).
+# Seconds per step of the study above, and where they go: 3 steps of exploitability descent from the base model,
+# and from the warm start on one thread (a study run's share of the two cores) and on both.
 lm-kuhn-speed: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --steps 3 --out benchmarks/lm_kuhn/speed_shared_prefix.json
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --steps 3 --start runs/experiments/lm_kuhn/warm_start/merged \
 	  --out benchmarks/lm_kuhn/speed_warm_start.json
+	OMP_NUM_THREADS=2 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
+	  --arm exploitability_descent --steps 3 --start runs/experiments/lm_kuhn/warm_start/merged \
+	  --out benchmarks/lm_kuhn/speed_warm_start_2_threads.json
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --rows 48 --repeats 1 --out benchmarks/lm_kuhn/loss_speed.json
 
