@@ -275,7 +275,8 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     design phase's variants nor the design's choice (its curves.md would name a rate it overrides), while the
     study's own report from the same tree carries both. The rerun is set beside that report instead: each arm's
     final minus the report's as recorded (`report.record`; its exploitability recomputed from the stored table, not
-    the figure the record states), paired by run. Runs are built from the recorded report's checkpoints."""
+    the figure the record states), paired by run. An arm's seconds per step leave out a resumed run. Runs are built
+    from the recorded report's checkpoints."""
     from sepo.config.checks import UsageError
     from sepo.study.organism_report import build_results
 
@@ -293,7 +294,10 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
             final = {**checkpoints[-1], "exploitability": checkpoints[-1]["exploitability"] + up * (into != "report")}
             path = tmp_path / "runs" / into / arm / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({**run, "seed": 3001 + ("ws1" in name), "checkpoints": checkpoints[:-1] + [final]}))
+            # the report's ws1 run was resumed at step 110: its last sitting's seconds per step are not a step's
+            resumed = {"resumed_from_step": 110, "seconds_per_step": 40.0} if "ws1" in name and into == "report" else {}
+            path.write_text(json.dumps({**run, "seed": 3001 + ("ws1" in name), **resumed,
+                                        "checkpoints": checkpoints[:-1] + [final]}))
     variant = next(iter(recipe["design"]["variants"]))
     design = tmp_path / "runs" / "design" / variant / "seed_100.json"
     design.parent.mkdir(parents=True)
@@ -312,6 +316,8 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     assert list(own["design"][variant]["seeds"]) == ["100"] and own["design_choice"]["chosen"] == variant
     assert "design" not in rerun and "design_choice" not in rerun
     assert list(rerun["arms"]) == list(own["arms"]) == [arm] and "against_report" not in own
+    timed = own["arms"][arm]["seconds_per_step"]  # over the runs trained in one sitting only
+    assert (timed["mean"], timed["n"], timed["runs"], timed["resumed_included"]) == (10.0, 1, ["0/3001"], False)
     # beside the study's own report, paired by run: the final minus the report's (recomputed from its table), per metric
     diff = rerun["against_report"]["arms"][arm]
     assert diff["exploitability"]["mean"] == pytest.approx(0.2) and diff["exploitability"]["n"] == 2
