@@ -291,7 +291,7 @@ lm-kuhn-speed: install
 	  --out benchmarks/lm_kuhn/speed_warm_start.json
 	OMP_NUM_THREADS=2 $(BIN)/python -m sepo.study.organism_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --steps 3 --start runs/experiments/lm_kuhn/warm_start/merged \
-	  --out benchmarks/lm_kuhn/speed_warm_start_2_threads.json
+	  --threads 2 --out benchmarks/lm_kuhn/speed_warm_start_2_threads.json
 	OMP_NUM_THREADS=1 $(BIN)/python -m sepo.study.loss_speed --config configs/experiments/lm_kuhn/study.yaml \
 	  --arm exploitability_descent --rows 48 --repeats 1 --out benchmarks/lm_kuhn/loss_speed.json
 

@@ -74,6 +74,8 @@ class SpeedCommand:
     start: str | None = field(default=None, metadata={"help": "the weights to start from (default: the recipe's "
                                                                  "model, without its warm start)"})
     played_samples: int = field(default=8, metadata={"help": "played samples per information set for its cost"})
+    threads: int | None = field(default=None, metadata={"help": "torch threads of the timed run (default: the "
+                                                                  "recipe's train.torch_threads)"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(ns.config)
     root = Path(recipe["output_dir"]) / "speed"
     played = {**(recipe.get("played") or {}), "samples": ns.played_samples}
-    recipe = {**recipe, "eval_every": ns.steps, "played": played, "train": {**recipe["train"], "logging_steps": 1}}
+    threads = {} if ns.threads is None else {"torch_threads": ns.threads}
+    recipe = {**recipe, "eval_every": ns.steps, "played": played,
+              "train": {**recipe["train"], "logging_steps": 1, **threads}}
     start = ns.start or pretrained(recipe)
     if start is None:
         raise ValueError("the recipe builds its model (no model.name_or_path): give --start")
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                    "The base model, not the warm start: its turns run to the turn length and reach the fallback "
                    "more often"),
         "cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-        "torch_threads": os.environ.get("OMP_NUM_THREADS"),
+        "torch_threads": recipe["train"].get("torch_threads"), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "per_step": [{**clock_row, **timing} for clock_row, timing in zip(clock.steps, run["timing"])],
         "wall_s_per_step": sum(r["wall_s"] for r in clock.steps) / len(clock.steps),
         "cpu_s_per_step": sum(r["cpu_s"] for r in clock.steps) / len(clock.steps),
