@@ -300,3 +300,20 @@ def test_answers_drawn_as_a_choice_play_the_scored_table_whatever_the_canonical_
     assert not misses, misses
     assert all(f == 0 for f in out["played_fallback"].values())
     assert out["played_canonical"] == out["played"]
+
+
+def test_the_speed_measurement_runs_on_the_threads_it_is_given():
+    """`--threads` sets the timed run's torch threads over the recipe's `torch_threads: 1`, which a bare
+    OMP_NUM_THREADS=2 does not override; without it the recipe's stand, and the study's recipe is left as it was."""
+    from dataclasses import replace
+
+    from sepo.study.organism import load_recipe
+    from sepo.study.organism_speed import SpeedCommand, timed_recipe
+
+    recipe = load_recipe(RECIPE)
+    assert recipe["train"]["torch_threads"] == 1
+    plain = SpeedCommand(config=str(RECIPE), out="speed.json", steps=3)
+    assert timed_recipe(recipe, plain)["train"]["torch_threads"] == 1
+    timed = timed_recipe(recipe, replace(plain, threads=2))
+    assert (timed["train"]["torch_threads"], timed["eval_every"], timed["train"]["logging_steps"]) == (2, 3, 1)
+    assert recipe["train"]["torch_threads"] == 1

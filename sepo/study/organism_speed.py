@@ -22,6 +22,7 @@ import resource
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,15 +79,21 @@ class SpeedCommand:
                                                                   "recipe's train.torch_threads)"})
 
 
+def timed_recipe(recipe: Mapping[str, Any], ns: SpeedCommand) -> dict[str, Any]:
+    """The study recipe as the measurement runs it: evaluated at the start and after `ns.steps` only, logging
+    every step, `ns.played_samples` played samples per information set, and `ns.threads` torch threads where
+    given (the recipe's `torch_threads` otherwise; OMP_NUM_THREADS alone does not override it)."""
+    played = {**(recipe.get("played") or {}), "samples": ns.played_samples}
+    threads = {} if ns.threads is None else {"torch_threads": ns.threads}
+    return {**recipe, "eval_every": ns.steps, "played": played,
+            "train": {**recipe["train"], "logging_steps": 1, **threads}}
+
+
 def main(argv: list[str] | None = None) -> int:
     (ns,) = RecipeParser((SpeedCommand,), prog=PROG, description=__doc__.split("\n\n")[0]).parse(
         sys.argv[1:] if argv is None else argv)
-    recipe = load_recipe(ns.config)
+    recipe = timed_recipe(load_recipe(ns.config), ns)
     root = Path(recipe["output_dir"]) / "speed"
-    played = {**(recipe.get("played") or {}), "samples": ns.played_samples}
-    threads = {} if ns.threads is None else {"torch_threads": ns.threads}
-    recipe = {**recipe, "eval_every": ns.steps, "played": played,
-              "train": {**recipe["train"], "logging_steps": 1, **threads}}
     start = ns.start or pretrained(recipe)
     if start is None:
         raise ValueError("the recipe builds its model (no model.name_or_path): give --start")
