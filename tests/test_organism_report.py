@@ -206,8 +206,6 @@ def test_the_record_beside_is_scored_again_from_its_tables(tmp_path):
         beside(tmp_path / "missing.json", [["per_pool", "per_pool"]], lambda p: 0.0)
 
 
-
-
 def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path, capsys):
     from sepo.study.organism import followup_jobs
     from sepo.study.organism_report import followup_results, followups_markdown, wording
@@ -275,7 +273,7 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     design phase's variants nor the design's choice (its curves.md would name a rate it overrides), while the
     study's own report from the same tree carries both. The rerun is set beside that report instead: each arm's
     final minus the report's as recorded (`report.record`; its exploitability recomputed from the stored table, not
-    the figure the record states), paired by run. An arm's seconds per step leave out a resumed run. Runs are built
+    the figure the record states), paired by run, from the same warm starts unless the rerun changes the game. An arm's seconds per step leave out a resumed run. Runs are built
     from the recorded report's checkpoints."""
     from sepo.config.checks import UsageError
     from sepo.study.organism_report import build_results
@@ -332,6 +330,11 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     with pytest.raises(UsageError, match=f"warm start 1: run report {arm} 1/3002 starts from another policy than "
                                          f"run rerun {arm} 1/3002"):
         build_results(recipe, tmp_path, out, "report_x")
+    # a rerun that changes the game has warm starts of its own (`warm_root`, the same SFT seeds on its prompt): its
+    # runs pair with the report's by seed and are not held to the report's step 0
+    own_game = build_results(recipe, tmp_path, out, "report_x", warm=tmp_path / "rerun_warm_start" / "report_x")
+    assert own_game["against_report"]["same_warm_starts"] is False
+    assert own_game["against_report"]["arms"][arm]["exploitability"]["n"] == 2
     recipe["report"]["record"] = str(tmp_path / "missing.json")
     with pytest.raises(UsageError, match="report.record: no record at"):
         build_results(recipe, tmp_path, out, "report_x")

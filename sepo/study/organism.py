@@ -230,8 +230,7 @@ def warm_starts(recipe: Mapping[str, Any], root: Path, count: int, workers: int)
 
 def _warm_start_job(job: tuple[dict[str, Any], str, int]) -> str:
     recipe, root, index = job
-    _die_with_parent()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _worker()
     return str(warm_start(recipe, Path(root), index))
 
 
@@ -299,8 +298,9 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     `eval_every` steps (the last one kept), and `exact.jsonl`, the exact checkpoints so far. A run killed midway resumes from its last checkpoint
     and keeps the exact checkpoints up to it (the later ones are evaluated again). `callbacks` are the trainer's
     too (the speed measurement's clock). `timing` holds TRL's and SEPO's logged times per logging interval
-    (`TIMING_KEYS`, sepo/time/*); `provenance`, the code's commit and the machine of the sitting that finished it
-    (a study's runs may be finished in several). `seconds_per_step` is the sitting's wall time per step trained, its exact
+    (`TIMING_KEYS`, sepo/time/*); `provenance`, the commit and machine of the sitting that finished it (a study's
+    runs may be finished in several), taken when the process first ran a run, so a worker reused across runs names
+    the code it imported, not a commit made while it trained. `seconds_per_step` is the sitting's wall time per step trained, its exact
     evaluations and final played measure included (`eval_s` in all); `train_seconds_per_step` leaves them out."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
@@ -316,6 +316,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     from sepo.rollout.chat import ChatRenderer
 
     work = work_dir(recipe, out)
+    provenance = run_provenance()  # cached per process: asked first at its first run's start, near its imports
     every, game = int(recipe["eval_every"]), organism_game(recipe)
     keys = run_keys(recipe, arm, seed, steps, str(work), start)
     parser = RecipeParser([SEPOConfig, SEPOModelConfig], prog=f"{game.name} organism, arm {arm}")
@@ -354,7 +355,7 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     seconds = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "loss" in h]
     trained = max(1, steps - max(0, resume_step))
-    result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "provenance": run_provenance(), "wall_s": seconds,
+    result = {"arm": arm, "seed": seed, "steps": steps, "config": keys, "provenance": provenance, "wall_s": seconds,
               "seconds_per_step": seconds / trained, "eval_s": sum(eval_seconds),
               "train_seconds_per_step": (seconds - sum(eval_seconds)) / trained,
               "resumed_from_step": max(0, resume_step), "checkpoints": checkpoints,
@@ -430,10 +431,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, int, float]:
-    recipe, arm, seed, steps, out, start = job
+def _worker() -> None:
+    """A study worker's set-up: killed with its parent, one thread unless the environment says otherwise."""
     _die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _run_job(job: tuple[dict[str, Any], str, int, int, str, str]) -> tuple[str, int, float]:
+    recipe, arm, seed, steps, out, start = job
+    _worker()
     result = run_one(recipe, arm, seed, steps, Path(out), start)
     final = result["checkpoints"][-1][organism_game(recipe).exploit_key]
     return arm, seed, final

@@ -171,7 +171,8 @@ def build_results(recipe: Mapping[str, Any], root: Path, out: Path, into: str = 
         return analysis.exploitability(policy, params)
 
     if not own and recipe["report"].get("record"):
-        extra["against_report"] = against_report(runs, Path(recipe["report"]["record"]), exploitability)
+        extra["against_report"] = against_report(runs, Path(recipe["report"]["record"]), exploitability,
+                                                 same_starts=warm == root)
     extra.update(against_base(warm, starts, exploitability))
     if recipe["report"].get("beside"):
         spec = recipe["report"]["beside"]
@@ -212,20 +213,23 @@ def one_start(runs: Mapping[str, Mapping[str, Any]], k: int) -> dict[str, Any] |
     return first
 
 
-def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path,
-                   exploitability: Callable[[Any], float]) -> dict[str, Any]:
+def against_report(runs: Mapping[str, Mapping[str, Any]], path: Path, exploitability: Callable[[Any], float],
+                   same_starts: bool) -> dict[str, Any]:
     """A rerun beside the study's own report, read from its record (the recipe's `report.record`, the report's
     results.json): per arm, the rerun's final minus the report's, paired by run (the same warm start index,
     training seed and deals), for exploitability (the report's recomputed from its stored final tables, as
     `beside` does) and, where the checkpoints carry it, the canonical-answer mass; None where fewer than two runs
-    pair. The pairing needs the same warm starts: each of the rerun's must start where the report's did
-    (`one_start` over both, step 0: a warm start made again on another machine must be the same model)."""
+    pair. With `same_starts` (a rerun on the report's game, from its warm starts) each of the rerun's runs must
+    start where the report's did (`one_start` over both, step 0: a warm start made again on another machine must
+    be the same model). A rerun that changes the game has warm starts of its own (`warm_root`: the same SFT seeds
+    on its prompt), which cannot start where the report's did; its pairs share the warm-start seed, not the model."""
     report = recorded_arms(path, "report.record")
-    both = {**{f"rerun {arm}": seeds for arm, seeds in runs.items()},
-            **{f"report {arm}": spec.get("seeds", {}) for arm, spec in report.items()}}
-    for k in sorted({key.split("/")[0] for seeds in runs.values() for key in seeds}):
-        one_start(both, int(k))
-    out: dict[str, Any] = {"record": str(path), "arms": {}}
+    if same_starts:
+        both = {**{f"rerun {arm}": seeds for arm, seeds in runs.items()},
+                **{f"report {arm}": spec.get("seeds", {}) for arm, spec in report.items()}}
+        for k in sorted({key.split("/")[0] for seeds in runs.values() for key in seeds}):
+            one_start(both, int(k))
+    out: dict[str, Any] = {"record": str(path), "same_warm_starts": same_starts, "arms": {}}
     for arm, seeds in runs.items():
         finals = {k: [{**cps[-1], "exploitability": exploitability(cps[-1]["policy"])}]
                   for k, cps in report.get(arm, {}).get("seeds", {}).items()}
@@ -277,7 +281,8 @@ def step_seconds(runs: Mapping[Any, Mapping[str, Any]]) -> dict[str, Any]:
     """An arm's wall seconds per step (`run_one`'s `seconds_per_step`, its exact evaluations and played measure
     included): a t-interval over its runs trained in one sitting, whose keys are `runs`. A resumed run's last
     sitting pays the model's load, the final evaluation and the played measure over its last few steps only, so
-    its figure says little of a step and is left out; if every run was resumed, all are used and `runs` says so."""
+    its figure says little of a step and is left out; if every run was resumed, all are used and
+    `resumed_included` says so."""
     whole = {k: run for k, run in runs.items() if not run.get("resumed_from_step")}
     timed = whole or runs
     return {**t_interval([run["seconds_per_step"] for run in timed.values()]),
@@ -497,8 +502,10 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
     lines += [f"- {name}: {fmt(v)}" for name, v in results["paired"].items() if v]
     if results.get("against_report"):
         against = results["against_report"]
+        start = ("the same warm start" if against["same_warm_starts"] else
+                 "the same warm-start seed, each warm start made again on this rerun's game")
         lines += ["", f"This rerun minus the study's own report (`{against['record']}`): its final minus the "
-                  "report's, paired by run (the same warm start, training seed and deals):", ""]
+                  f"report's, paired by run ({start}, training seed and deals):", ""]
         label = {"exploitability": "exploitability", "canonical_mass": "canonical mass (lowest information set)"}
         lines += [f"- {arm}: " + "; ".join(f"{label[m]} {fmt(v)}" for m, v in diffs.items())
                   for arm, diffs in sorted(against["arms"].items())]

@@ -30,7 +30,7 @@ from typing import Any
 from sepo.config.recipes import RecipeParser
 from sepo.config.subcommands import report_usage_errors
 from sepo.files import write_json_atomic
-from sepo.study.organism import load_recipe, model_name, pretrained, run_one
+from sepo.study.organism import load_recipe, model_name, pretrained, run_one, work_dir
 
 PROG = "python -m sepo.study.organism_speed"
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = step_clock()
     out = root / f"{ns.arm}_seed_{ns.seed}.json"
     out.unlink(missing_ok=True)  # a fresh measurement each time: no finished run, no checkpoint to resume
-    shutil.rmtree(out.parent / f".work_{out.stem}", ignore_errors=True)
+    shutil.rmtree(work_dir(recipe, out), ignore_errors=True)
     run = run_one(recipe, ns.arm, ns.seed, ns.steps, out, start, callbacks=[clock])
     final = run["checkpoints"][-1]
     write_json_atomic(Path(ns.out), {
