@@ -89,8 +89,9 @@ LM_RECIPE = Path(__file__).parents[1] / "configs" / "experiments" / "lm_kuhn" / 
 
 
 def lm_recipe(root: Path) -> dict:
-    """The SmolLM2 study's recipe with its finished runs kept under `root` (runs/), not in its committed records."""
-    return {**load_recipe(LM_RECIPE), "runs_dir": str(root / "runs")}
+    """The SmolLM2 study's recipe with its finished runs kept under root/kept: not in its committed records, and
+    not the default root/runs, so a reader that ignores `runs_dir` finds nothing."""
+    return {**load_recipe(LM_RECIPE), "runs_dir": str(root / "kept")}
 
 
 def write_design_run(root: Path, variant: str, seed: int, final: float, lowest_mass: float) -> None:
@@ -98,7 +99,7 @@ def write_design_run(root: Path, variant: str, seed: int, final: float, lowest_m
 
     checkpoints = [{"step": 0, "exploitability": 0.19, "canonical_mass": 0.99},
                    {"step": 10, "exploitability": final, "canonical_mass": lowest_mass}]
-    write_json_atomic(root / "runs" / "design" / variant / f"seed_{seed}.json",
+    write_json_atomic(root / "kept" / "design" / variant / f"seed_{seed}.json",
                       {"arm": "exploitability_descent", "seed": seed, "checkpoints": checkpoints})
 
 
@@ -122,7 +123,7 @@ def test_the_design_choice_follows_the_recipes_rule(tmp_path):
     for seed in (100, 101):  # now 3e-5 ends lowest among the rates that keep the mass
         write_design_run(tmp_path, "lr_3e-5", seed, 0.03, 0.95)
     assert with_design(recipe, tmp_path)["train"]["learning_rate"] == 3.0e-5
-    assert json.loads((tmp_path / "runs" / "design" / "choice.json").read_text())["chosen"] == "lr_3e-5"
+    assert json.loads((tmp_path / "kept" / "design" / "choice.json").read_text())["chosen"] == "lr_3e-5"
 
 
 def test_measured_equals_played_goals_are_read_off_every_final_checkpoint():
@@ -211,7 +212,7 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path,
     from sepo.study.organism_report import followup_results, followups_markdown, wording
 
     recipe = lm_recipe(tmp_path)
-    done = tmp_path / "runs" / "followup" / "unparsed_credit" / "lr_1e-4_non_positive" / "seed_100.json"
+    done = tmp_path / "kept" / "followup" / "unparsed_credit" / "lr_1e-4_non_positive" / "seed_100.json"
     done.parent.mkdir(parents=True)
     checkpoints = [{**c, "canonical_mass": m} for c, m in zip(run([0.2, 0.1, 0.12]), [0.97, 0.91, 0.95])]
     checkpoints[1]["canonical_mass_by_state"] = {"K": 0.91, "J": 0.99}
@@ -258,7 +259,7 @@ def test_followups_run_only_what_is_unfinished_and_report_each_variant(tmp_path,
     assert "follow-up unparsed_credit: 5 run(s) not finished" in capsys.readouterr().out
     for variant in blocks["unparsed_credit"]["variants"]:
         for seed in blocks["unparsed_credit"]["seeds"]:
-            path = tmp_path / "runs" / "followup" / "unparsed_credit" / variant / f"seed_{seed}.json"
+            path = tmp_path / "kept" / "followup" / "unparsed_credit" / variant / f"seed_{seed}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({**json.loads(done.read_text()), "seed": seed}))
     write_followups(recipe, tmp_path, out, [], wording(recipe))
@@ -290,14 +291,14 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     for into in ("report", "report_x"):
         for name, up in shift.items():
             final = {**checkpoints[-1], "exploitability": checkpoints[-1]["exploitability"] + up * (into != "report")}
-            path = tmp_path / "runs" / into / arm / name
+            path = tmp_path / "kept" / into / arm / name
             path.parent.mkdir(parents=True, exist_ok=True)
             # the report's ws1 run was resumed at step 110: its last sitting's seconds per step are not a step's
             resumed = {"resumed_from_step": 110, "seconds_per_step": 40.0} if "ws1" in name and into == "report" else {}
             path.write_text(json.dumps({**run, "seed": 3001 + ("ws1" in name), **resumed,
                                         "checkpoints": checkpoints[:-1] + [final]}))
     variant = next(iter(recipe["design"]["variants"]))
-    design = tmp_path / "runs" / "design" / variant / "seed_100.json"
+    design = tmp_path / "kept" / "design" / variant / "seed_100.json"
     design.parent.mkdir(parents=True)
     design.write_text(json.dumps({**run, "seed": 100}))
     (design.parent.parent / "choice.json").write_text(json.dumps(
@@ -338,6 +339,19 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     recipe["report"]["record"] = str(tmp_path / "missing.json")
     with pytest.raises(UsageError, match="report.record: no record at"):
         build_results(recipe, tmp_path, out, "report_x")
+
+
+def test_seconds_per_step_leave_out_resumed_runs_unless_every_run_was():
+    """A resumed run's last sitting spreads its fixed costs over its last few steps: an arm's seconds per step are
+    over the runs trained in one sitting, and over all (said so) when every run was resumed."""
+    from sepo.study.organism_report import step_seconds
+
+    whole, cut = {"seconds_per_step": 10.0}, {"seconds_per_step": 40.0, "resumed_from_step": 110}
+    mixed = step_seconds({3001: whole, "ws1_seed_3002": cut, "ws2_seed_3003": {**whole, "seconds_per_step": 12.0}})
+    assert (mixed["mean"], mixed["n"], mixed["runs"], mixed["resumed_included"]) == (11.0, 2, ["0/3001", "2/3003"],
+                                                                                     False)
+    every = step_seconds({"ws1_seed_3002": cut, "ws2_seed_3003": {**cut, "seconds_per_step": 30.0}})
+    assert (every["mean"], every["n"], every["resumed_included"]) == (35.0, 2, True)
 
 
 def test_runs_from_one_warm_start_must_start_from_one_policy():
