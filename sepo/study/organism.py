@@ -219,12 +219,15 @@ def made(merged: Path) -> bool:
 def warm_starts(recipe: Mapping[str, Any], root: Path, count: int, workers: int) -> list[Path]:
     """The first `count` warm starts (`warm_start`), those not yet made trained in up to `workers` processes at
     once, one thread each as in one process (on a fresh machine the SmolLM2 study's three SFTs are its first
-    hour and a half in a row); each resumes from its own checkpoints after a kill."""
+    hour and a half in a row); each resumes from its own checkpoints after a kill. Each set of `workers` runs in
+    a pool of its own, whose processes end with it: a finished SFT's process keeps its memory until it exits (7 to
+    10 GB for SmolLM2), and the next warm start or the study's runs would otherwise sit beside it."""
     todo = [k for k in range(count) if not made(warm_start_dir(root, k) / "merged")]
     if workers > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)),
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_warm_start_job, [(dict(recipe), str(root), k) for k in todo]))
+        for first in range(0, len(todo), workers):
+            chunk = todo[first:first + workers]
+            with ProcessPoolExecutor(max_workers=len(chunk), mp_context=multiprocessing.get_context("spawn")) as pool:
+                list(pool.map(_warm_start_job, [(dict(recipe), str(root), k) for k in chunk]))
     return [warm_start(recipe, root, k) for k in range(count)]
 
 
