@@ -274,8 +274,8 @@ def test_a_rerun_reports_its_own_runs_without_the_studys_design(tmp_path, monkey
     design phase's variants nor the design's choice (its curves.md would name a rate it overrides), while the
     study's own report from the same tree carries both. The rerun is set beside that report instead: each arm's
     final minus the report's as recorded (`report.record`; its exploitability recomputed from the stored table, not
-    the figure the record states), paired by run, from the same warm starts unless the rerun changes the game. An arm's seconds per step leave out a resumed run. Runs are built
-    from the recorded report's checkpoints."""
+    the figure the record states), paired by run, from the same warm starts unless the rerun changes the game. An
+    arm's seconds per step leave out a resumed run. Runs are built from the recorded report's checkpoints."""
     from sepo.config.checks import UsageError
     from sepo.study.organism_report import build_results
 

@@ -303,8 +303,9 @@ def run_one(recipe: Mapping[str, Any], arm: str, seed: int, steps: int, out: Pat
     too (the speed measurement's clock). `timing` holds TRL's and SEPO's logged times per logging interval
     (`TIMING_KEYS`, sepo/time/*); `provenance`, the commit and machine of the sitting that finished it (a study's
     runs may be finished in several), taken when the process first ran a run, so a worker reused across runs names
-    the code it imported, not a commit made while it trained. `seconds_per_step` is the sitting's wall time per step trained, its exact
-    evaluations and final played measure included (`eval_s` in all); `train_seconds_per_step` leaves them out."""
+    the code it imported, not a commit made while it trained. `seconds_per_step` is the sitting's wall time per
+    step trained, its exact evaluations and final played measure included (`eval_s` in all);
+    `train_seconds_per_step` leaves them out."""
     # deferred: torch, transformers and the trainer (trl) take seconds to import; only the worker processes
     # that train import them, not the parent that plans the jobs, nor the report that reads the runs
     from transformers import TrainerCallback

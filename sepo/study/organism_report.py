@@ -480,10 +480,13 @@ def markdown(results: Mapping[str, Any], words: Wording, exploitability: Callabl
         last = rows[-1]
         lines.append(f"| {arm} | {last['exploitability']['n']} | {last['step']} | " + " | ".join(
             fmt(last[m]) for m in metrics) + f" | {results['arms'][arm]['seconds_per_step']['mean']:.2f} |")
+    timed = []
+    for arm, spec in sorted(results["arms"].items()):
+        t = spec["seconds_per_step"]
+        timed.append(f"{arm} {', '.join(t['runs'])}" + (" (every run resumed)" if t["resumed_included"] else ""))
     lines += ["", "s/step: wall seconds per step, exact evaluations and the played measure included, mean over the "
               "runs trained in one sitting (a resumed run's last sitting spreads its fixed costs over a few steps): "
-              + "; ".join(f"{arm} {', '.join(t['runs'])}" + (" (every run resumed)" if t["resumed_included"] else "")
-                          for arm, t in sorted((a, r["seconds_per_step"]) for a, r in results["arms"].items())) + "."]
+              + "; ".join(timed) + "."]
     if "sft_vs_base" in results:
         v = results["sft_vs_base"]
         lines += ["", f"SFT and exploit resistance: Base (the pretrained model) {v['base']:.3f}; the SFT warm starts "
