@@ -377,21 +377,38 @@ def test_runs_from_one_warm_start_must_start_from_one_policy():
         one_start(runs_of(moved(1e-3)), 0)
 
 
-def test_warm_starts_made_at_once_are_the_ones_made_one_by_one(tmp_path):
+def test_warm_starts_made_at_once_are_the_ones_made_one_by_one(tmp_path, monkeypatch):
     """`warm_starts`: the warm starts a fresh machine lacks are trained in parallel processes (one thread each), and
     each is the model the one-process path makes from its seed, weight for weight; one already made is reused."""
     import copy
 
     from safetensors.torch import load_file
 
+    import sepo.study.organism as organism
     from sepo.study.organism import warm_start, warm_start_dir, warm_starts
 
+    pools = []
+
+    class SeenPool(organism.ProcessPoolExecutor):
+        """The real process pool, recording its size and the warm starts it was given."""
+
+        def __init__(self, max_workers: int, **kwargs) -> None:
+            pools.append({"workers": max_workers, "made": []})
+            super().__init__(max_workers=max_workers, **kwargs)
+
+        def map(self, fn, jobs, **kwargs):
+            jobs = list(jobs)
+            pools[-1]["made"] += [index for _, _, index in jobs]
+            return super().map(fn, jobs, **kwargs)
+
+    monkeypatch.setattr(organism, "ProcessPoolExecutor", SeenPool)
     recipe = copy.deepcopy(load_recipe(RECIPE))
     recipe["warm_start"].update(steps=3, rows_per_infoset=2)
     recipe["model"]["seeds"] = [0, 1, 2]
     first = warm_start(recipe, tmp_path / "at_once", 0)  # made before: the parallel path must reuse it
     stamp = (first / "config.json").stat().st_mtime_ns
     starts = warm_starts(recipe, tmp_path / "at_once", 3, workers=2)  # 1 and 2 in two processes
+    assert pools == [{"workers": 2, "made": [1, 2]}]  # one pool of two processes, given only what was missing
     assert starts == [first] + [warm_start_dir(tmp_path / "at_once", k) / "merged" for k in (1, 2)]
     assert (first / "config.json").stat().st_mtime_ns == stamp
     alone = warm_start(recipe, tmp_path / "one_by_one", 2)
