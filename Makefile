@@ -222,8 +222,8 @@ figures-lm-kuhn: install
 # One follow-up of the study (the recipe's `followups`, asked after the report, pilot seeds only, from warm start 0,
 # or from its own when it changes the game's parameters: runs/experiments/lm_kuhn/followup_warm_start/<name>/):
 # benchmarks/lm_kuhn/followups/$(FOLLOWUP).md and .json, recorded in followups/$(FOLLOWUP)_record. Resumable as the
-# study is. The latest by default; make figures-lm-kuhn-followups FOLLOWUP=unparsed_credit for the first.
-FOLLOWUP ?= card_words
+# study is. The latest recorded by default; make figures-lm-kuhn-followups FOLLOWUP=unparsed_credit for the first.
+FOLLOWUP ?= lr_decay
 figures-lm-kuhn-followups: install
 	$(RECORD) benchmarks/lm_kuhn/followups/$(FOLLOWUP)_record \
 	  --title "SmolLM2 (LoRA) on compact Kuhn: follow-up $(FOLLOWUP) on the pilot seeds" \
